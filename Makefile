@@ -1,0 +1,42 @@
+# The two commands of the README: `make train` and `make test`. Both bootstrap .venv first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+OVERRIDES ?=
+# Without an NVIDIA GPU, `make train` uses the CPU preset (< 10 min on 2 cores).
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+TRAIN_PRESET ?= $(if $(HAS_GPU),,experiment=cpu)
+PYTEST_ARGS ?=
+
+.PHONY: setup train test test-cuda bench bench-ops lint scene clean
+
+$(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
+	VENV=$(VENV) bash scripts/bootstrap.sh
+
+setup: $(VENV)/.installed
+
+## Train on the embedded default scene (generated on first use, cached under outputs/scenes).
+train: setup
+	$(PY) -m nerf_lightning.train $(TRAIN_PRESET) $(OVERRIDES)
+
+## CPU test suite (what CI runs).
+test: setup
+	$(PY) -m pytest -q -m "not cuda" $(PYTEST_ARGS)
+
+## GPU tests: run on a machine with an NVIDIA GPU.
+test-cuda: setup
+	$(PY) -m pytest -q -m cuda $(PYTEST_ARGS)
+
+## Benchmarks (CUDA ops vs the reference; results go to BENCHMARKS.md by hand).
+bench: bench-ops
+
+bench-ops: setup
+	$(PY) -m nerf_lightning.bench.ops
+
+scene: setup
+	$(PY) -c 'from nerf_lightning.data.synthetic import ensure_default_scene as e; print(e())'
+
+lint: setup
+	$(PY) -m ruff check src tests
+
+clean:
+	rm -rf outputs .pytest_cache

@@ -1,0 +1,1 @@
+"""Captures (formats), cameras and rays, image decoding and caching, synthetic scenes, samplers."""

@@ -1,0 +1,278 @@
+"""The training DataModule: a capture held on the training device, rays generated on the device.
+
+Batches (what ``on_after_batch_transfer`` hands the LightningModule):
+
+training ``dict``:
+    ``rays_o`` [R, 3] f32, ``rays_d`` [R, 3] f32 unit (NGP space), ``rgb`` [R, 3] f32 target already
+    composited over ``background`` [R, 3] (random colours for RGBA captures, else zeros and unused),
+    ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler).
+validation ``dict`` (one whole held-out view):
+    same keys for all ``H * W`` pixels in row-major order plus ``height``, ``width`` (ints), ``view`` (int).
+
+The loaders only yield small index tensors; all pixels (uint8) live on the device, so a training step
+costs no host->device copy and no host synchronization.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from nerf_lightning.data.cameras import intrinsics_tensor, pixel_rays, poses_tensor
+from nerf_lightning.data.formats import load_capture
+from nerf_lightning.data.images import ImageSet, load_images
+from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
+from nerf_lightning.data.types import Capture, Frame
+
+log = logging.getLogger(__name__)
+
+
+class _StepIndices(IterableDataset):
+    """Yields ``steps_per_epoch`` step numbers: a training "batch" is just a request for rays."""
+
+    def __init__(self, steps_per_epoch: int) -> None:
+        self.steps_per_epoch = steps_per_epoch
+
+    def __iter__(self) -> Iterator[Tensor]:
+        for i in range(self.steps_per_epoch):
+            yield torch.tensor(i)
+
+    def __len__(self) -> int:
+        return self.steps_per_epoch
+
+
+class _ViewIndices(Dataset):
+    def __init__(self, n_views: int) -> None:
+        self.n_views = n_views
+
+    def __len__(self) -> int:
+        return self.n_views
+
+    def __getitem__(self, i: int) -> Tensor:
+        return torch.tensor(i)
+
+
+class _ViewSet:
+    """The frames of one split on one device: uint8 pixels, poses, intrinsics, sizes."""
+
+    def __init__(self, frames: list[Frame], images: ImageSet, camera_model: str) -> None:
+        self.frames = frames
+        self.camera_model = camera_model
+        self.pixels = images.pixels  # [P, C] uint8
+        self.offsets = images.offsets  # [V]
+        self.widths = images.widths
+        self.heights = images.heights
+        self.poses = poses_tensor(frames)  # [V, 3, 4]
+        self.intrinsics = intrinsics_tensor(frames)  # [V, 10]
+
+    def to(self, device: torch.device) -> _ViewSet:
+        for name in ("pixels", "offsets", "widths", "heights", "poses", "intrinsics"):
+            setattr(self, name, getattr(self, name).to(device, non_blocking=True))
+        return self
+
+    @property
+    def channels(self) -> int:
+        return int(self.pixels.shape[1])
+
+    def rays(self, view_ids: Tensor, px: Tensor, py: Tensor) -> tuple[Tensor, Tensor]:
+        """Rays through continuous pixel positions (pixel centre at i + 0.5)."""
+        return pixel_rays(self.poses[view_ids], self.intrinsics[view_ids], px, py, model=self.camera_model)
+
+    def colors(self, view_ids: Tensor, ix: Tensor, iy: Tensor) -> Tensor:
+        """RGB(A) in [0, 1], [R, C] f32, of integer pixels."""
+        flat = self.offsets[view_ids] + iy * self.widths[view_ids] + ix
+        return self.pixels[flat].float() / 255.0
+
+
+class NeRFDataModule(L.LightningDataModule):
+    """A capture (instant-ngp / Blender / nerfstudio ``transforms.json``) for training and validation.
+
+    Args:
+        path: capture folder; ``None`` trains on the project's default synthetic scene, generated on
+            first use under ``scene_root``.
+        format: ``auto | ngp | blender | nerfstudio``.
+        downscale: integer image downscale factor (intrinsics follow).
+        test_every: hold out every Nth frame for validation when the capture has no split files.
+        batch_size: rays per training step.
+        steps_per_epoch: length of one training "epoch" (validation runs every
+            ``trainer.check_val_every_n_epoch`` of these).
+        sampler: a ``RaySampler`` factory (``_partial_`` config) taking ``widths``/``heights``.
+        max_val_views: validate on at most this many held-out views (evenly spaced); ``None`` = all.
+        image_workers / cache_dir: parallel decoding and the uint8 image cache.
+    """
+
+    def __init__(
+        self,
+        path: str | None = None,
+        format: str = "auto",
+        downscale: int = 1,
+        test_every: int = 8,
+        batch_size: int = 4096,
+        steps_per_epoch: int = 1000,
+        sampler: Callable[..., RaySampler] | None = None,
+        max_val_views: int | None = None,
+        min_sharpness: float | None = None,
+        image_workers: int | None = None,
+        cache_dir: str | None = None,
+        scene_root: str = "outputs/scenes",
+        camera_model: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.path = path
+        self.format = format
+        self.downscale = int(downscale)
+        self.test_every = int(test_every)
+        self.batch_size = int(batch_size)
+        self.steps_per_epoch = int(steps_per_epoch)
+        self.sampler_factory = sampler
+        self.max_val_views = max_val_views
+        self.min_sharpness = min_sharpness
+        self.image_workers = image_workers
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.scene_root = Path(scene_root)
+        self.camera_model_override = camera_model
+        self.capture: Capture | None = None
+        self.train_set: _ViewSet | None = None
+        self.val_set: _ViewSet | None = None
+        self.sampler: RaySampler | None = None
+        self._device: torch.device | None = None
+
+    # ----------------------------------------------------------------------------------- setup
+    def resolve_path(self) -> Path:
+        if self.path is not None:
+            return Path(self.path).expanduser()
+        from nerf_lightning.data.synthetic import ensure_default_scene
+
+        return Path(ensure_default_scene(self.scene_root))
+
+    def prepare_data(self) -> None:
+        # Runs on one process per node: generate the default scene before the ranks read it.
+        self.resolve_path()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.capture is not None:
+            return
+        path = self.resolve_path()
+        capture = load_capture(
+            path,
+            format=self.format,
+            downscale=self.downscale,
+            test_every=self.test_every,
+            min_sharpness=self.min_sharpness,
+        )
+        model = self.camera_model_override or _camera_model(capture)
+        self.capture = capture
+        train_images = load_images(capture.train, self.downscale, self.image_workers, self.cache_dir)
+        self.train_set = _ViewSet(capture.train, train_images, model)
+        val_frames = capture.val or capture.test
+        if self.max_val_views is not None and len(val_frames) > self.max_val_views:
+            stride = len(val_frames) / self.max_val_views
+            val_frames = [val_frames[int(i * stride)] for i in range(self.max_val_views)]
+        if val_frames:
+            self.val_set = _ViewSet(val_frames, load_images(val_frames, self.downscale, self.image_workers,
+                                                            self.cache_dir), model)
+        factory = self.sampler_factory or UniformRaySampler
+        self.sampler = factory(widths=self.train_set.widths.clone(), heights=self.train_set.heights.clone())
+        log.info(
+            "capture %s (%s): %d train / %d val views, %dx%d (downscale %d), aabb_scale %d",
+            path, capture.format, len(capture.train), len(val_frames),
+            int(train_images.widths[0]), int(train_images.heights[0]), self.downscale, capture.aabb_scale,
+        )
+
+    @property
+    def aabb_scale(self) -> int:
+        assert self.capture is not None, "call setup() first"
+        return self.capture.aabb_scale
+
+    @property
+    def has_alpha(self) -> bool:
+        return bool(self.train_set is not None and self.train_set.channels == 4)
+
+    def eval_background(self, device: torch.device) -> Tensor:
+        assert self.capture is not None
+        return torch.tensor(self.capture.eval_background, dtype=torch.float32, device=device)
+
+    # ------------------------------------------------------------------------------- loaders
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(_StepIndices(self.steps_per_epoch), batch_size=None, num_workers=0)
+
+    def val_dataloader(self) -> DataLoader:
+        n = len(self.val_set.frames) if self.val_set is not None else 0
+        return DataLoader(_ViewIndices(n), batch_size=None, num_workers=0)
+
+    # -------------------------------------------------------------------------- device batches
+    def _ensure_device(self, device: torch.device) -> None:
+        if self._device == device:
+            return
+        assert self.train_set is not None and self.sampler is not None
+        self.train_set.to(device)
+        if self.val_set is not None:
+            self.val_set.to(device)
+        self.sampler.to(device)
+        self._device = device
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:
+        device = batch.device if isinstance(batch, Tensor) else torch.device("cpu")
+        self._ensure_device(device)
+        trainer = self.trainer
+        if trainer is not None and trainer.training:
+            return self.train_batch(self.batch_size)
+        return self.val_batch(int(batch))
+
+    def train_batch(self, n_rays: int) -> dict[str, Any]:
+        """Draw ``n_rays`` training rays on the data's device (no host sync)."""
+        ts, sampler = self.train_set, self.sampler
+        assert ts is not None and sampler is not None
+        view_ids, ix, iy = sampler.sample(n_rays)
+        device = ts.pixels.device
+        # Random sub-pixel positions: the targets are area-averaged pixels.
+        px = ix.float() + torch.rand(n_rays, device=device)
+        py = iy.float() + torch.rand(n_rays, device=device)
+        rays_o, rays_d = ts.rays(view_ids, px, py)
+        color = ts.colors(view_ids, ix, iy)
+        if color.shape[1] == 4:
+            background = torch.rand(n_rays, 3, device=device)
+            rgb = color[:, :3] * color[:, 3:] + background * (1.0 - color[:, 3:])
+        else:
+            background = torch.zeros(n_rays, 3, device=device)
+            rgb = color
+        return {"rays_o": rays_o, "rays_d": rays_d, "rgb": rgb, "background": background,
+                "view_ids": view_ids, "px": ix, "py": iy}
+
+    def val_batch(self, view: int) -> dict[str, Any]:
+        """All pixels of held-out view ``view`` (row-major), composited over the eval background."""
+        vs = self.val_set
+        assert vs is not None
+        device = vs.pixels.device
+        h, w = int(vs.heights[view]), int(vs.widths[view])
+        iy, ix = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
+        ix, iy = ix.reshape(-1), iy.reshape(-1)
+        view_ids = torch.full_like(ix, view)
+        rays_o, rays_d = vs.rays(view_ids, ix.float() + 0.5, iy.float() + 0.5)
+        color = vs.colors(view_ids, ix, iy)
+        background = self.eval_background(device).expand(ix.shape[0], 3)
+        rgb = color[:, :3]
+        if color.shape[1] == 4:
+            rgb = rgb * color[:, 3:] + background * (1.0 - color[:, 3:])
+        return {"rays_o": rays_o, "rays_d": rays_d, "rgb": rgb, "background": background,
+                "view_ids": view_ids, "px": ix, "py": iy, "height": h, "width": w, "view": view}
+
+    # ------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {"sampler": self.sampler.state_dict()} if self.sampler is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self.sampler is not None and "sampler" in state_dict:
+            self.sampler.load_state_dict(state_dict["sampler"])
+
+
+def _camera_model(capture: Capture) -> str:
+    frames = capture.train or capture.val
+    return frames[0].intrinsics.model if frames else "pinhole"

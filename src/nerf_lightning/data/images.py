@@ -1,0 +1,240 @@
+"""Image decoding, integer downscaling and a content-addressed uint8 cache.
+
+``load_images`` turns a list of frames into one packed uint8 tensor of pixels (all views
+concatenated, row-major), which the DataModule moves to the training device once.
+
+Cache: one ``.npy`` per (image file content, downscale) under ``cache_dir`` (default
+``$NERF_LIGHTNING_CACHE`` or ``~/.cache/nerf_lightning/images``), named by the BLAKE2b digest of
+the file bytes, so renamed or copied captures hit the cache and edited images miss it. Entries are
+written atomically (temporary file + ``os.replace``), so concurrent runs can share a cache.
+
+Run ``python -m nerf_lightning.data.images CAPTURE --downscale K`` to time cold vs cached loading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from nerf_lightning.data.formats import CaptureError
+from nerf_lightning.data.types import Frame
+
+__all__ = ["ImageSet", "decode_image", "default_cache_dir", "downscale_image", "load_images"]
+
+CACHE_VERSION = 1
+
+
+@dataclass
+class ImageSet:
+    """All views' pixels packed into one tensor.
+
+    Attributes:
+        pixels: [P, C] uint8, views concatenated, each view row-major (pixel (i, j) of view v is
+            row ``offsets[v] + j * widths[v] + i``).
+        offsets: [V] int64 index of each view's first pixel in ``pixels``.
+        widths, heights: [V] int64 image sizes after downscaling.
+        channels: C, 3 (RGB) or 4 (RGBA; views without alpha get alpha 255).
+    """
+
+    pixels: torch.Tensor
+    offsets: torch.Tensor
+    widths: torch.Tensor
+    heights: torch.Tensor
+    channels: int
+
+    @property
+    def num_views(self) -> int:
+        return int(self.offsets.shape[0])
+
+    def view(self, index: int) -> torch.Tensor:
+        """[H, W, C] uint8 image of view ``index`` (a view into ``pixels``)."""
+        w, h = int(self.widths[index]), int(self.heights[index])
+        start = int(self.offsets[index])
+        return self.pixels[start : start + w * h].view(h, w, self.channels)
+
+
+def default_cache_dir() -> Path:
+    """``$NERF_LIGHTNING_CACHE`` if set, else ``~/.cache/nerf_lightning/images``."""
+    env = os.environ.get("NERF_LIGHTNING_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "nerf_lightning" / "images"
+
+
+def decode_image(data: bytes, name: str | Path) -> np.ndarray:
+    """Decode PNG/JPEG bytes to [H, W, 3] or [H, W, 4] uint8 (alpha kept only if the file has it).
+
+    Raises:
+        CaptureError: naming ``name`` when the bytes are not a readable (complete) image.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+            alpha = "A" in im.getbands() or "transparency" in im.info
+            if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+                # 16-bit greyscale: keep the high byte rather than clipping at 255.
+                arr = (np.asarray(im, dtype=np.uint32) >> 8).astype(np.uint8)
+                return np.repeat(arr[:, :, None], 3, axis=2)
+            arr = np.asarray(im.convert("RGBA" if alpha else "RGB"))
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        raise CaptureError(f"{name}: cannot decode image ({e}); expected a complete PNG or JPEG file") from e
+    return np.ascontiguousarray(arr, dtype=np.uint8)
+
+
+def downscale_image(img: np.ndarray, factor: int) -> np.ndarray:
+    """Area-average downscale of [H, W, C] uint8 by an integer factor (cropped to a multiple of it).
+
+    Returns:
+        [H // factor, W // factor, C] uint8, each pixel the rounded mean of a factor x factor block.
+    """
+    if factor == 1:
+        return img
+    if factor > 257:
+        raise ValueError(f"downscale factor {factor} too large (max 257)")
+    h, w, c = img.shape
+    h2, w2 = h // factor, w // factor
+    blocks = img[: h2 * factor, : w2 * factor].reshape(h2, factor, w2, factor, c)
+    # Sum columns then rows with a loop over the block offset (not over pixels): strided numpy
+    # reductions over small axes are ~4x slower. uint16 holds factor * 255 for factor <= 257.
+    cols = blocks[:, :, :, 0].astype(np.uint16)  # [h2, factor, w2, c]
+    for j in range(1, factor):
+        cols += blocks[:, :, :, j]
+    cols32 = cols.astype(np.uint32)
+    total = cols32[:, 0].copy()  # [h2, w2, c]
+    for i in range(1, factor):
+        total += cols32[:, i]
+    n = factor * factor
+    return ((total + n // 2) // n).astype(np.uint8)
+
+
+def _cache_path(cache_dir: Path, digest: str, downscale: int) -> Path:
+    return cache_dir / f"{digest}_x{downscale}_v{CACHE_VERSION}.npy"
+
+
+def _write_atomic(path: Path, arr: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.save(fh, arr, allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _load_one(path: Path, downscale: int, cache_dir: Path | None) -> np.ndarray:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise CaptureError(f"{path}: cannot read image file ({e.strerror or e})") from e
+    cached = None
+    if cache_dir is not None:
+        digest = hashlib.blake2b(data, digest_size=20).hexdigest()
+        cached = _cache_path(cache_dir, digest, downscale)
+        if cached.is_file():
+            try:
+                arr = np.load(cached, allow_pickle=False)
+                if arr.dtype == np.uint8 and arr.ndim == 3 and arr.shape[2] in (3, 4):
+                    return arr
+            except (OSError, ValueError):
+                pass  # corrupt entry: decode again and overwrite it
+    arr = downscale_image(decode_image(data, path), downscale)
+    if cached is not None:
+        try:
+            _write_atomic(cached, arr)
+        except OSError:
+            pass  # a read-only or full cache must not stop training
+    return arr
+
+
+def load_images(
+    frames: Sequence[Frame],
+    downscale: int = 1,
+    num_workers: int | None = None,
+    cache_dir: Path | str | None = None,
+    use_cache: bool = True,
+) -> ImageSet:
+    """Decode (or read from the cache) every frame's image, downscale and pack into an :class:`ImageSet`.
+
+    Args:
+        frames: views in the order they should appear in the set.
+        downscale: integer factor >= 1 (area averaging, cropped to a multiple of it), matching
+            ``Intrinsics.downscaled``.
+        num_workers: decoding threads (PIL releases the GIL); default ``min(8, os.cpu_count())``.
+        cache_dir: cache directory; default :func:`default_cache_dir`.
+        use_cache: False decodes every image and writes no cache.
+
+    Raises:
+        CaptureError: an image is unreadable or truncated (names the file).
+    """
+    if not isinstance(downscale, int) or downscale < 1:
+        raise ValueError(f"downscale must be an integer >= 1, got {downscale!r}")
+    if not frames:
+        raise ValueError("load_images needs at least one frame")
+    workers = num_workers or min(8, os.cpu_count() or 1)
+    cdir = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) if use_cache else None
+    paths = [Path(f.image_path) for f in frames]
+    if workers <= 1 or len(paths) == 1:
+        arrays = [_load_one(p, downscale, cdir) for p in paths]
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            arrays = list(pool.map(lambda p: _load_one(p, downscale, cdir), paths))
+    channels = 4 if any(a.shape[2] == 4 for a in arrays) else 3
+    heights = [a.shape[0] for a in arrays]
+    widths = [a.shape[1] for a in arrays]
+    counts = np.array([h * w for h, w in zip(heights, widths, strict=True)], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    pixels = np.empty((int(counts.sum()), channels), dtype=np.uint8)
+    for a, start, n in zip(arrays, offsets, counts, strict=True):
+        dst = pixels[start : start + n]
+        dst[:, : a.shape[2]] = a.reshape(n, a.shape[2])
+        if a.shape[2] < channels:
+            dst[:, 3] = 255
+    return ImageSet(
+        pixels=torch.from_numpy(pixels),
+        offsets=torch.from_numpy(offsets),
+        widths=torch.tensor(widths, dtype=torch.int64),
+        heights=torch.tensor(heights, dtype=torch.int64),
+        channels=channels,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Time decoding a capture's images cold (fresh cache) and from the cache."""
+    from nerf_lightning.data.formats import load_capture
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("path", type=Path, help="capture directory")
+    ap.add_argument("--downscale", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=None)
+    args = ap.parse_args(argv)
+    cap = load_capture(args.path, downscale=args.downscale)
+    frames = cap.train + cap.val + cap.test
+    with tempfile.TemporaryDirectory(prefix="nerf_lightning_cache_") as tmp:
+        t0 = time.perf_counter()
+        s = load_images(frames, args.downscale, args.workers, cache_dir=tmp)
+        t1 = time.perf_counter()
+        load_images(frames, args.downscale, args.workers, cache_dir=tmp)
+        t2 = time.perf_counter()
+    mb = s.pixels.numel() / 2**20
+    print(
+        f"{len(frames)} images, downscale {args.downscale}, {s.pixels.shape[0]} pixels x {s.channels} "
+        f"({mb:.1f} MiB): cold {t1 - t0:.3f} s, cached {t2 - t1:.3f} s "
+        f"({(t1 - t0) / max(t2 - t1, 1e-9):.1f}x)"
+    )
+
+
+if __name__ == "__main__":
+    main()

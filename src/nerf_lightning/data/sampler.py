@@ -1,0 +1,479 @@
+"""Training ray samplers: which (view, pixel) pairs make up each ray batch.
+
+Two samplers share one interface (:class:`RaySampler`):
+
+- :class:`UniformRaySampler`: every training pixel equally likely (views in proportion to their
+  pixel counts, pixels uniform inside the view).
+- :class:`LossWeightedRaySampler`: views drawn in proportion to an exponential moving average
+  (EMA) of their per-ray loss, mixed with a uniform floor; optionally, pixels inside a view drawn
+  in proportion to a coarse per-view error map (instant-ngp's
+  ``sample_image_proportional_to_error``).
+
+The sampling distribution is kept as one flattened CDF over (view, cell) pairs, ``[V * C]``
+float64 with ``C = R * R`` error-map cells per view (``C = 1`` without an error map), so that one
+``torch.searchsorted`` on a uniform random tensor draws view and cell together; the pixel is then
+uniform inside the cell. Nothing in :meth:`RaySampler.sample`, :meth:`RaySampler.update` or
+:meth:`RaySampler.step` reads a tensor value on the host, so the training step never waits on the
+device.
+
+Contract with the training loop (one optimizer step)::
+
+    view_ids, px, py = sampler.sample(n_rays, generator)   # [n] int64 each, on the sampler's device
+    ...                                                      # render, per-ray loss [n]
+    sampler.update(view_ids, px, py, per_ray_loss.detach())
+    sampler.step(global_step)                               # same global_step on every rank
+
+Distributed: the accumulated loss sums and counts are all-reduced (SUM) once per statistics
+window, so every rank holds identical probabilities; randomness stays per rank (pass each rank its
+own generator). The loss accumulators are plain tensors rather than registered buffers on purpose:
+``DistributedDataParallel(broadcast_buffers=True)`` would otherwise overwrite every rank's partial
+sums with rank 0's before each forward. They are still checkpointed (through ``_extra_state``).
+
+All state keeps its dtype under ``module.half()`` / ``.to(torch.bfloat16)`` (e.g. Lightning's
+``bf16-true`` precision): only the device follows ``.to()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+__all__ = ["RaySampler", "UniformRaySampler", "LossWeightedRaySampler", "build_sampler"]
+
+SizeLike = Tensor | Sequence[int]
+
+
+def _as_sizes(values: SizeLike, name: str) -> Tensor:
+    """Validate per-view image sizes: a non-empty 1-D integer sequence of positive values → int64 [V]."""
+    t = torch.as_tensor(values)
+    if t.ndim != 1 or t.numel() == 0:
+        raise ValueError(f"RaySampler: `{name}` must be a non-empty 1-D sequence (one entry per view), "
+                         f"got shape {tuple(t.shape)}")
+    if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
+        raise ValueError(f"RaySampler: `{name}` must hold integers (pixels), got dtype {t.dtype}")
+    t = t.to(torch.int64)
+    if bool((t <= 0).any()):  # construction time: a host read is fine here
+        raise ValueError(f"RaySampler: `{name}` must be positive, got min {int(t.min())}")
+    return t
+
+
+def _distributed_world() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+class RaySampler(torch.nn.Module):
+    """Base class: draws ``(view_id, px, py)`` from a distribution over (view, cell) pairs.
+
+    Args:
+        widths: image width in pixels of each training view, int [V] (tensor or sequence).
+        heights: image height in pixels of each training view, int [V].
+        error_map_resolution: R > 0 splits each view into R x R cells with their own probabilities;
+            0 (default) means one cell per view (pixels uniform inside the view).
+
+    Buffers (persistent; moved by ``.to()``, saved by ``state_dict()``):
+        widths, heights: int64 [V].
+        view_probs: float64 [V], the current probability of drawing each view.
+        cdf: float64 [V * C], cumulative joint probability of (view, cell), last entry exactly 1.
+
+    Subclasses set the distribution with :meth:`_set_distribution`; :meth:`update` and
+    :meth:`step` are no-ops here.
+    """
+
+    widths: Tensor
+    heights: Tensor
+    view_probs: Tensor
+    cdf: Tensor
+    #: names of plain tensor attributes (not buffers) that must follow the module's device.
+    _plain_tensors: tuple[str, ...] = ()
+
+    def __init__(self, widths: SizeLike, heights: SizeLike, error_map_resolution: int = 0) -> None:
+        super().__init__()
+        w = _as_sizes(widths, "widths")
+        h = _as_sizes(heights, "heights").to(w.device)
+        if w.shape != h.shape:
+            raise ValueError(f"RaySampler: `widths` and `heights` need one entry per view, got {w.numel()} "
+                             f"widths and {h.numel()} heights")
+        r = int(error_map_resolution)
+        if r < 0:
+            raise ValueError(f"RaySampler: `error_map_resolution` must be >= 0 (0 = off), got {r}")
+        if r > 0 and r > int(torch.minimum(w, h).min()):
+            raise ValueError(f"RaySampler: `error_map_resolution`={r} exceeds the smallest image side "
+                             f"({int(torch.minimum(w, h).min())} px); every error-map cell needs a pixel")
+        self.error_map_resolution = r
+        self._res = max(r, 1)  # cells per side used by the sampling math (1 = whole view)
+        self.register_buffer("widths", w)
+        self.register_buffer("heights", h)
+        v, c = w.numel(), self.num_cells
+        self.register_buffer("view_probs", torch.zeros(v, dtype=torch.float64, device=w.device))
+        self.register_buffer("cdf", torch.zeros(v * c, dtype=torch.float64, device=w.device))
+        self._set_distribution(self._uniform_view_probs(), None)
+
+    # ------------------------------------------------------------------ geometry
+    @property
+    def num_views(self) -> int:
+        return self.widths.numel()
+
+    @property
+    def num_cells(self) -> int:
+        """Cells per view C (R * R, or 1 without an error map)."""
+        return self._res * self._res
+
+    def _pixel_counts(self) -> Tensor:
+        """Pixels per view, float64 [V]."""
+        return (self.widths * self.heights).to(torch.float64)
+
+    def _uniform_view_probs(self) -> Tensor:
+        """Views in proportion to their pixel counts (uniform over all training pixels), float64 [V]."""
+        n = self._pixel_counts()
+        return n / n.sum()
+
+    def _cell_bounds(self, cell: Tensor, size: Tensor) -> tuple[Tensor, Tensor]:
+        """Pixel range [lo, hi) along one axis of cell index ``cell`` (int64 [...]) in an image side
+        ``size`` (int64 [...]); inverse of ``cell = pixel * R // size``: lo = ceil(cell * size / R)."""
+        r = self._res
+        return (cell * size + r - 1) // r, ((cell + 1) * size + r - 1) // r
+
+    def _cell_areas(self) -> Tensor:
+        """Pixels in each cell, float64 [V, C] (row-major cells: c = cy * R + cx)."""
+        ar = torch.arange(self._res, device=self.widths.device)
+        x0, x1 = self._cell_bounds(ar[None, :], self.widths[:, None])  # [V, R]
+        y0, y1 = self._cell_bounds(ar[None, :], self.heights[:, None])
+        area = (y1 - y0)[:, :, None] * (x1 - x0)[:, None, :]  # [V, R(y), R(x)]
+        return area.reshape(self.num_views, -1).to(torch.float64)
+
+    def _cell_index(self, view_ids: Tensor, px: Tensor, py: Tensor) -> Tensor:
+        """Flat (view, cell) index ``view * C + cy * R + cx`` of each ray, int64 [n]."""
+        r = self._res
+        cx = px * r // self.widths[view_ids]
+        cy = py * r // self.heights[view_ids]
+        return view_ids * self.num_cells + cy * r + cx
+
+    # ------------------------------------------------------------------ distribution
+    @torch.no_grad()
+    def _set_distribution(self, view_probs: Tensor, cell_probs: Tensor | None) -> None:
+        """Install new probabilities (device-only, no host sync).
+
+        Args:
+            view_probs: float64 [V], sums to 1.
+            cell_probs: float64 [V, C], each row sums to 1 (conditional on the view); None means
+                cells in proportion to their pixel counts (uniform pixels inside the view).
+        """
+        if cell_probs is None:
+            cell_probs = self._cell_areas() / self._pixel_counts()[:, None]
+        joint = (view_probs[:, None] * cell_probs).reshape(-1)
+        cdf = torch.cumsum(joint, 0)
+        cdf = cdf / cdf[-1]
+        # exact top so that every u in [0, 1) lands inside; fill_ on a view (index_put of a python
+        # scalar copies it host-to-device synchronously)
+        cdf[-1:].fill_(1.0)
+        self.view_probs.copy_(view_probs)
+        self.cdf.copy_(cdf)
+
+    # ------------------------------------------------------------------ public API
+    @torch.no_grad()
+    def sample(self, n_rays: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Draw ``n_rays`` training pixels (with replacement), without any host synchronization.
+
+        Args:
+            n_rays: number of rays to draw.
+            generator: random generator on the sampler's device (use a different seed per rank);
+                None uses the global generator of that device.
+
+        Returns:
+            view_ids: int64 [n_rays], index into the training views.
+            px: int64 [n_rays], pixel column in ``[0, widths[view_ids])``.
+            py: int64 [n_rays], pixel row in ``[0, heights[view_ids])``.
+            All on the buffers' device.
+        """
+        if n_rays < 0:
+            raise ValueError(f"RaySampler.sample: n_rays must be >= 0, got {n_rays}")
+        dev = self.cdf.device
+        if generator is not None and generator.device.type != dev.type:
+            raise ValueError(f"RaySampler.sample: the generator is on {generator.device} but the sampler "
+                             f"state is on {dev}; create it with torch.Generator(device='{dev.type}')")
+        # float64: the view CDF resolves small probabilities and floor(u * w) stays inside the image
+        u = torch.rand(3, n_rays, generator=generator, device=dev, dtype=torch.float64)
+        idx = torch.searchsorted(self.cdf, u[0], right=True).clamp_(max=self.cdf.numel() - 1)
+        c = self.num_cells
+        view_ids = idx // c
+        cell = idx - view_ids * c
+        cy, cx = cell // self._res, cell % self._res
+        w, h = self.widths[view_ids], self.heights[view_ids]
+        x0, x1 = self._cell_bounds(cx, w)
+        y0, y1 = self._cell_bounds(cy, h)
+        px = torch.minimum(x0 + (u[1] * (x1 - x0)).long(), x1 - 1)
+        py = torch.minimum(y0 + (u[2] * (y1 - y0)).long(), y1 - 1)
+        return view_ids, px, py
+
+    def update(self, view_ids: Tensor, px: Tensor, py: Tensor, losses: Tensor) -> None:
+        """Accumulate per-ray losses (no-op for samplers without statistics).
+
+        Args:
+            view_ids, px, py: int64 [n], as returned by :meth:`sample`.
+            losses: float [n], detached per-ray loss.
+        """
+
+    def step(self, global_step: int) -> None:
+        """Called once per optimizer step after :meth:`update` (no-op for samplers without statistics)."""
+
+    def view_probabilities(self) -> Tensor:
+        """Current probability of drawing each view, float32 [V] (a copy; for logging)."""
+        return self.view_probs.to(torch.float32)
+
+    # ------------------------------------------------------------------ nn.Module plumbing
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> RaySampler:
+        # Only follow the device: a dtype cast (module.half(), bf16-true precision) would wreck the
+        # float64 CDF and the integer sizes. A zero-size probe tells where ``fn`` sends tensors.
+        device = fn(torch.empty(0, device=self.widths.device)).device
+        for name, buf in self._buffers.items():
+            if buf is not None:
+                self._buffers[name] = buf.to(device)
+        for name in self._plain_tensors:
+            setattr(self, name, getattr(self, name).to(device))
+        return self
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any],
+                              strict: bool, missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
+        for name in ("widths", "heights"):
+            key = prefix + name
+            if key in state_dict and not torch.equal(state_dict[key].cpu(), getattr(self, name).cpu()):
+                error_msgs.append(
+                    f"{type(self).__name__}: checkpoint `{key}` ({state_dict[key].numel()} views) does not "
+                    f"match the training views of this run ({self.num_views} views) — was the dataset, its "
+                    f"train split or the downscale factor changed?")
+                return
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+
+    def extra_repr(self) -> str:
+        return f"views={self.num_views}, error_map_resolution={self.error_map_resolution}"
+
+
+class UniformRaySampler(RaySampler):
+    """Every training pixel equally likely: views in proportion to pixel count, pixels uniform inside.
+
+    Args:
+        widths: image width of each training view, int [V].
+        heights: image height of each training view, int [V].
+    """
+
+    def __init__(self, widths: SizeLike, heights: SizeLike) -> None:
+        super().__init__(widths=widths, heights=heights, error_map_resolution=0)
+
+
+class LossWeightedRaySampler(RaySampler):
+    """Views drawn in proportion to a per-view loss EMA, with a uniform floor and a warmup.
+
+    Each view's weight is ``(ema_v + eps * mean_u(ema_u)) ** alpha``, times its pixel count when
+    ``scale_by_pixel_count`` (so that equal losses, or ``alpha = 0``, give exactly the uniform
+    sampler). ``eps`` is *relative* to the mean EMA over views, which makes it independent of the
+    loss scale (a photometric MSE drops by orders of magnitude during training). The final view
+    probabilities are ``p = (1 - f) * p_w + f * p_uniform`` with ``f = uniform_floor`` and
+    ``p_uniform`` the pixel-count-proportional distribution of :class:`UniformRaySampler`; so every
+    view keeps at least ``f * p_uniform`` however small its loss.
+
+    Statistics: :meth:`update` scatter-adds each ray's loss and a count into per-(view, cell)
+    accumulators. Every ``update_every`` optimizer steps (a window), :meth:`step` all-reduces the
+    accumulators across ranks (when ``torch.distributed`` runs with more than one process), folds
+    each window mean into the EMA (``ema = decay * ema + (1 - decay) * mean``; a view's first
+    window initializes it; views not seen in a window keep their EMA) and recomputes the
+    probabilities. Views never seen yet count as the mean of the views seen (neither starved nor
+    favoured). During the first ``warmup_steps`` steps sampling stays uniform while the EMA fills;
+    the weighted distribution takes over right at step ``warmup_steps``.
+
+    Error map (``error_map_resolution = R > 0``): the same EMA per cell of an R x R grid over each
+    view; inside a drawn view, a cell is chosen with probability ``(1 - f) * q_w + f * area/npix``,
+    ``q_w ∝ area * (cell_ema + eps * view_ema) ** alpha`` (unseen cells count as their view's EMA),
+    then a uniform pixel inside the cell.
+
+    Args:
+        widths, heights: image size of each training view, int [V].
+        alpha: exponent on the loss (0 = uniform, 1 = proportional to loss).
+        eps: additive floor on each EMA, relative to the mean EMA over views (or, for cells, to the
+            view's EMA).
+        uniform_floor: fraction f in [0, 1] of the probability mass spread uniformly over pixels.
+        ema_decay: EMA decay per statistics window, in [0, 1).
+        warmup_steps: optimizer steps of uniform sampling before the weights are used.
+        update_every: statistics window in optimizer steps (one all-reduce per window).
+        error_map_resolution: R x R cells per view for error-proportional pixel sampling; 0 = off.
+        scale_by_pixel_count: multiply view weights by pixel count (see above); False gives
+            ``p_w ∝ (ema + eps) ** alpha`` per view regardless of image size.
+    """
+
+    ema: Tensor
+    seen: Tensor
+    _plain_tensors = ("_acc_sum", "_acc_cnt")
+
+    def __init__(
+        self,
+        widths: SizeLike,
+        heights: SizeLike,
+        alpha: float = 1.0,
+        eps: float = 1e-3,
+        uniform_floor: float = 0.2,
+        ema_decay: float = 0.9,
+        warmup_steps: int = 256,
+        update_every: int = 16,
+        error_map_resolution: int = 0,
+        scale_by_pixel_count: bool = True,
+    ) -> None:
+        super().__init__(widths=widths, heights=heights, error_map_resolution=error_map_resolution)
+        checks = [
+            (alpha >= 0, "alpha", alpha, ">= 0"),
+            (eps >= 0, "eps", eps, ">= 0"),
+            (0 <= uniform_floor <= 1, "uniform_floor", uniform_floor, "in [0, 1]"),
+            (0 <= ema_decay < 1, "ema_decay", ema_decay, "in [0, 1)"),
+            (warmup_steps >= 0, "warmup_steps", warmup_steps, ">= 0"),
+            (update_every >= 1, "update_every", update_every, ">= 1"),
+        ]
+        for ok, name, value, expected in checks:
+            if not ok:
+                raise ValueError(f"LossWeightedRaySampler: `{name}` must be {expected}, got {value}")
+        self.alpha = float(alpha)
+        self.eps = float(eps)
+        self.uniform_floor = float(uniform_floor)
+        self.ema_decay = float(ema_decay)
+        self.warmup_steps = int(warmup_steps)
+        self.update_every = int(update_every)
+        self.scale_by_pixel_count = bool(scale_by_pixel_count)
+        v, c, dev = self.num_views, self.num_cells, self.widths.device
+        # EMA per (view, cell); without an error map C = 1 and this is the per-view EMA.
+        self.register_buffer("ema", torch.zeros(v, c, dtype=torch.float64, device=dev))
+        self.register_buffer("seen", torch.zeros(v, c, dtype=torch.bool, device=dev))
+        # float32 sums / int64 counts: cheap atomics in the hot path; widened to float64 to all-reduce.
+        self._acc_sum = torch.zeros(v * c, dtype=torch.float32, device=dev)
+        self._acc_cnt = torch.zeros(v * c, dtype=torch.int64, device=dev)
+
+    @torch.no_grad()
+    def update(self, view_ids: Tensor, px: Tensor, py: Tensor, losses: Tensor) -> None:
+        """Scatter-add per-ray losses into the (view, cell) accumulators; no host synchronization.
+
+        Args:
+            view_ids: int64 [n] view of each ray.
+            px, py: int64 [n] pixel column / row (used by the error map).
+            losses: float [n] per-ray loss (any float dtype; detached here).
+        """
+        n = view_ids.shape
+        if view_ids.ndim != 1 or px.shape != n or py.shape != n or losses.shape != n:
+            raise ValueError(
+                "LossWeightedRaySampler.update: view_ids, px, py and losses must be 1-D of one length, got "
+                f"{tuple(view_ids.shape)}, {tuple(px.shape)}, {tuple(py.shape)}, {tuple(losses.shape)}")
+        dev = self._acc_sum.device
+        view_ids = view_ids.to(dev, torch.int64)
+        if self.error_map_resolution > 0:
+            idx = self._cell_index(view_ids, px.to(dev, torch.int64), py.to(dev, torch.int64))
+        else:
+            idx = view_ids
+        self._acc_sum.index_add_(0, idx, losses.detach().to(dev, torch.float32))
+        self._acc_cnt.index_add_(0, idx, torch.ones_like(idx))
+
+    @torch.no_grad()
+    def step(self, global_step: int) -> None:
+        """End of optimizer step ``global_step`` (0-based). Every ``update_every`` steps (and at the end of
+        warmup) all-reduce the accumulators across ranks, fold them into the EMA, recompute the
+        probabilities. Collective: every rank must call it with the same ``global_step`` sequence."""
+        done = global_step + 1
+        if done % self.update_every != 0 and done != self.warmup_steps:
+            return
+        stats = torch.stack([self._acc_sum.to(torch.float64), self._acc_cnt.to(torch.float64)])
+        if _distributed_world():
+            dist.all_reduce(stats, op=dist.ReduceOp.SUM)
+        self._acc_sum.zero_()
+        self._acc_cnt.zero_()
+        self._fold(stats[0].view_as(self.ema), stats[1].view_as(self.ema))
+        self._recompute(weighted=done >= self.warmup_steps)
+
+    def _fold(self, sums: Tensor, counts: Tensor) -> None:
+        """Fold one window's sums / counts (float64 [V, C]) into the EMA."""
+        mean = sums / counts.clamp_min(1)
+        hit = (counts > 0) & torch.isfinite(mean)  # a non-finite loss must not poison the weights
+        d = self.ema_decay
+        new = torch.where(self.seen, d * self.ema + (1 - d) * mean, mean)
+        self.ema.copy_(torch.where(hit, new, self.ema))
+        self.seen |= hit
+
+    def _view_ema(self) -> tuple[Tensor, Tensor]:
+        """Per-view EMA, float64 [V] (unseen views filled with the mean of seen views), and that mean [].
+
+        With an error map the view EMA is the area-weighted mean of its seen cells' EMAs."""
+        if self.error_map_resolution > 0:
+            area = self._cell_areas() * self.seen
+            covered = area.sum(1)
+            view_ema = (area * self.ema).sum(1) / covered.clamp_min(1)
+            view_seen = covered > 0
+        else:
+            view_ema, view_seen = self.ema[:, 0], self.seen[:, 0]
+        n_seen = view_seen.sum()
+        mean = torch.where(n_seen > 0, (view_ema * view_seen).sum() / n_seen.clamp_min(1), 1.0)
+        return torch.where(view_seen, view_ema, mean), mean
+
+    def _recompute(self, weighted: bool) -> None:
+        if not weighted:
+            self._set_distribution(self._uniform_view_probs(), None)
+            return
+        f = self.uniform_floor
+        p_uni = self._uniform_view_probs()
+        ema, mean = self._view_ema()
+        w = (ema + self.eps * mean).clamp_min(0) ** self.alpha
+        if self.scale_by_pixel_count:
+            w = w * self._pixel_counts()
+        total = w.sum()
+        p_w = torch.where(torch.isfinite(total) & (total > 0), w / total, p_uni)  # all-zero losses → uniform
+        view_p = (1 - f) * p_w + f * p_uni
+        cell_p = None
+        if self.error_map_resolution > 0:
+            area = self._cell_areas()
+            q_uni = area / area.sum(1, keepdim=True)
+            cell_ema = torch.where(self.seen, self.ema, ema[:, None])
+            q = area * (cell_ema + self.eps * ema[:, None]).clamp_min(0) ** self.alpha
+            q_tot = q.sum(1, keepdim=True)
+            q_w = torch.where(torch.isfinite(q_tot) & (q_tot > 0), q / q_tot, q_uni)
+            cell_p = (1 - f) * q_w + f * q_uni
+        self._set_distribution(view_p, cell_p)
+
+    def error_map(self) -> Tensor | None:
+        """Per-cell loss EMA as float32 [V, R, R] (unseen cells = their view's EMA), or None if off."""
+        if self.error_map_resolution == 0:
+            return None
+        ema, _ = self._view_ema()
+        r = self.error_map_resolution
+        return torch.where(self.seen, self.ema, ema[:, None]).reshape(-1, r, r).to(torch.float32)
+
+    # checkpoint the in-flight window too, so a resume mid-window loses nothing
+    def get_extra_state(self) -> dict[str, Tensor]:
+        return {"acc_sum": self._acc_sum.clone(), "acc_cnt": self._acc_cnt.clone()}
+
+    def set_extra_state(self, state: dict[str, Tensor]) -> None:
+        for key, dst in (("acc_sum", self._acc_sum), ("acc_cnt", self._acc_cnt)):
+            src = state[key]
+            if src.shape != dst.shape:
+                raise RuntimeError(f"LossWeightedRaySampler: checkpoint `{key}` has shape "
+                                   f"{tuple(src.shape)}, expected {tuple(dst.shape)} "
+                                   "(views x error-map cells changed?)")
+            dst.copy_(src)
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, alpha={self.alpha}, eps={self.eps}, "
+                f"uniform_floor={self.uniform_floor}, ema_decay={self.ema_decay}, "
+                f"warmup_steps={self.warmup_steps}, update_every={self.update_every}")
+
+
+SAMPLERS: dict[str, type[RaySampler]] = {
+    "uniform": UniformRaySampler,
+    "loss_weighted": LossWeightedRaySampler,
+}
+
+
+def build_sampler(name: str, widths: SizeLike, heights: SizeLike, **kwargs: Any) -> RaySampler:
+    """Build a sampler by name: ``"uniform"`` or ``"loss_weighted"`` (kwargs go to its constructor)."""
+    try:
+        cls = SAMPLERS[name]
+    except KeyError:
+        raise ValueError(f"build_sampler: unknown sampler {name!r}; expected one of {sorted(SAMPLERS)}"
+                         ) from None
+    return cls(widths=widths, heights=heights, **kwargs)

@@ -1,0 +1,377 @@
+"""Input encodings of the radiance field: multiresolution hash grid and spherical harmonics.
+
+Both follow tiny-cuda-nn's conventions (``encodings/grid.h`` and ``encodings/spherical_harmonics.h``)
+so that parameters and outputs can move between our backends and tcnn's.
+
+Backends of :class:`HashEncoding` (``backend=``):
+
+- ``"torch"``: the reference, vectorized PyTorch on any device; uint32 hash arithmetic is emulated in
+  int64 masked to 32 bits. Differentiable w.r.t. ``params`` and ``x``.
+- ``"cuda"``: our own extension (``nerf_lightning.ops.cuda``): one thread per (point, level), gradient
+  by atomic scatter into the table; fp32 and fp16 ``params``. Differentiable w.r.t. ``params`` only
+  (positions of a NeRF field never need gradients; ``x.requires_grad`` falls back to ``"torch"``).
+- ``"tcnn"``: ``tinycudann.Encoding`` with ``{"otype": "HashGrid", ...}``; our ``params`` table is
+  handed to it, so checkpoints are shared. Written against tcnn's documented Python API; UNTESTED here
+  (tcnn cannot be installed on our machines).
+- ``"auto"``: tcnn when importable and the input is on CUDA, else ``cuda`` when the extension loads and
+  the input is on CUDA, else ``torch``. Resolved lazily at each forward from the input's device, so a
+  module built on the CPU and moved to the GPU by Lightning picks the fast path.
+
+Output dtype: float32 for float32/float16 params (float64 for float64 params, used by gradcheck);
+all backends return float32 under autocast too (the following Linear layers cast it themselves),
+except ``tcnn``, whose output is cast back to float32 from tcnn's half precision.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+HASH_BACKENDS = ("auto", "cuda", "tcnn", "torch")
+
+# tiny-cuda-nn coherent_prime_hash primes (first dimension multiplied by 1).
+_PRIMES = (1, 2654435761, 805459861)
+_MASK32 = 0xFFFFFFFF
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, msg: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def _next_multiple(v: int, m: int) -> int:
+    return (v + m - 1) // m * m
+
+
+def _tcnn_available() -> bool:
+    try:
+        import tinycudann  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def _cuda_ext_available() -> bool:
+    try:
+        from nerf_lightning.ops import cuda as cuda_ops
+    except Exception:  # never let the fast path break the model
+        return False
+    return bool(cuda_ops.is_available())
+
+
+def _corner_bits(device: torch.device) -> torch.Tensor:
+    """[8, 3] int64 corner offsets; corner c has bit d of c as offset along dim d (tcnn order)."""
+    c = torch.arange(8, device=device)
+    return torch.stack([(c >> d) & 1 for d in range(3)], dim=-1)
+
+
+def hash_encode_torch(
+    x: torch.Tensor,
+    params: torch.Tensor,
+    scales: Sequence[float],
+    resolutions: Sequence[int],
+    offsets: Sequence[int],
+) -> torch.Tensor:
+    """Reference multiresolution hash encoding (vectorized over points; loop over levels only).
+
+    Args:
+        x: [N, 3] positions in [0, 1]^3 (float; not clamped: outside points wrap like tcnn's uint32).
+        params: [sum_l T_l, F] feature table (float16 / float32 / float64).
+        scales: per level ``scale_l`` (float32-representable; applied in the compute dtype).
+        resolutions: per level ``res_l``.
+        offsets: [L + 1] cumulative row offsets of the levels in ``params``.
+
+    Returns:
+        [N, L * F], level-major; float64 if params are float64, else float32.
+    """
+    if x.ndim != 2 or x.shape[-1] != 3:
+        raise ValueError(f"hash encoding expects positions of shape [N, 3], got {tuple(x.shape)}")
+    cdtype = torch.float64 if params.dtype == torch.float64 else torch.float32
+    xc = x.to(cdtype)
+    n_levels = len(scales)
+    n_feat = params.shape[1]
+    bits = _corner_bits(x.device)  # [8, 3]
+    primes = torch.tensor(_PRIMES, dtype=torch.int64, device=x.device)
+    outs = []
+    for lvl in range(n_levels):
+        res = int(resolutions[lvl])
+        size = int(offsets[lvl + 1] - offsets[lvl])
+        # Two roundings (mul, then add), exactly like the CUDA kernel (which avoids fma contraction).
+        pos = xc * torch.tensor(scales[lvl], dtype=cdtype, device=x.device) + 0.5
+        p0f = torch.floor(pos)
+        w = pos - p0f  # [N, 3]
+        corners = p0f.to(torch.int64)[:, None, :] + bits[None]  # [N, 8, 3]
+        if res**3 <= size:  # dense level: plain row-major index (x fastest)
+            idx = corners[..., 0] + corners[..., 1] * res + corners[..., 2] * (res * res)
+        else:  # hashed level: uint32 products and xor
+            hp = (corners * primes) & _MASK32
+            idx = hp[..., 0] ^ hp[..., 1] ^ hp[..., 2]
+        idx = (idx & _MASK32) % size + int(offsets[lvl])  # [N, 8]
+        wsel = torch.where(bits[None].bool(), w[:, None, :], 1.0 - w[:, None, :])  # [N, 8, 3]
+        wc = wsel[..., 0] * wsel[..., 1] * wsel[..., 2]  # [N, 8]
+        feats = params[idx].to(cdtype)  # [N, 8, F]
+        outs.append((wc[..., None] * feats).sum(dim=1))  # [N, F]
+    if n_levels == 0:
+        return x.new_zeros((x.shape[0], 0), dtype=cdtype)
+    out = torch.stack(outs, dim=1)  # [N, L, F]
+    return out.reshape(x.shape[0], n_levels * n_feat)
+
+
+class HashEncoding(nn.Module):
+    """instant-ngp multiresolution hash encoding (tiny-cuda-nn layout).
+
+    Args:
+        n_levels: L, number of levels.
+        n_features_per_level: F, features per table entry.
+        log2_hashmap_size: log2 of the maximum entries per level (T).
+        base_resolution: coarsest grid resolution.
+        max_resolution: finest grid resolution; per_level_scale = (max/base)^(1/(L-1)).
+        backend: ``auto`` | ``cuda`` | ``tcnn`` | ``torch`` (see module docstring).
+        param_dtype: dtype of the table, ``torch.float32`` or ``torch.float16`` (or their names).
+
+    Shapes:
+        forward(x [N, 3] in [0, 1]^3) -> [N, L * F], level-major ([l0 f0, l0 f1, l1 f0, ...]).
+    """
+
+    def __init__(
+        self,
+        n_levels: int = 16,
+        n_features_per_level: int = 2,
+        log2_hashmap_size: int = 19,
+        base_resolution: int = 16,
+        max_resolution: int = 2048,
+        backend: str = "auto",
+        param_dtype: torch.dtype | str = torch.float32,
+    ) -> None:
+        super().__init__()
+        if backend not in HASH_BACKENDS:
+            raise ValueError(f"model.encoding.backend must be one of {HASH_BACKENDS}, got {backend!r}")
+        if isinstance(param_dtype, str):
+            name = param_dtype.replace("torch.", "")
+            if name not in ("float32", "float16", "half", "float", "float64"):
+                raise ValueError(
+                    f"model.encoding.param_dtype must be float32 or float16, got {param_dtype!r}"
+                )
+            param_dtype = getattr(torch, name)
+        if n_levels < 1 or n_features_per_level < 1:
+            raise ValueError(
+                f"model.encoding: n_levels and n_features_per_level must be >= 1, "
+                f"got {n_levels}, {n_features_per_level}"
+            )
+        if base_resolution < 1 or max_resolution < base_resolution:
+            raise ValueError(
+                f"model.encoding: need 1 <= base_resolution <= max_resolution, "
+                f"got {base_resolution}, {max_resolution}"
+            )
+        if not 1 <= log2_hashmap_size <= 30:
+            raise ValueError(f"model.encoding.log2_hashmap_size must be in [1, 30], got {log2_hashmap_size}")
+        self.n_levels = n_levels
+        self.n_features_per_level = n_features_per_level
+        self.log2_hashmap_size = log2_hashmap_size
+        self.base_resolution = base_resolution
+        self.max_resolution = max_resolution
+        self.backend = backend
+        if n_levels > 1:
+            self.per_level_scale = math.exp(math.log(max_resolution / base_resolution) / (n_levels - 1))
+        else:
+            self.per_level_scale = 1.0
+        max_params = 2**log2_hashmap_size
+        scales: list[float] = []
+        resolutions: list[int] = []
+        offsets = [0]
+        for lvl in range(n_levels):
+            # float32 value of the scale, as the kernels see it.
+            scale = float(np.float32(base_resolution * self.per_level_scale**lvl - 1.0))
+            res = int(math.ceil(scale)) + 1
+            size = min(max_params, _next_multiple(res**3, 8))
+            scales.append(scale)
+            resolutions.append(res)
+            offsets.append(offsets[-1] + size)
+        self.scales = scales
+        self.resolutions = resolutions
+        self.offsets = offsets
+        self.dense_levels = [r**3 <= offsets[i + 1] - offsets[i] for i, r in enumerate(resolutions)]
+        self.params = nn.Parameter(
+            torch.empty(offsets[-1], n_features_per_level, dtype=param_dtype).uniform_(-1e-4, 1e-4)
+        )
+        self._tcnn_holder: list = []  # tcnn module kept out of the nn.Module tree (params are ours)
+
+    @property
+    def n_output_dims(self) -> int:
+        return self.n_levels * self.n_features_per_level
+
+    def extra_repr(self) -> str:
+        return (
+            f"n_levels={self.n_levels}, F={self.n_features_per_level}, log2_T={self.log2_hashmap_size}, "
+            f"base={self.base_resolution}, max={self.max_resolution}, "
+            f"per_level_scale={self.per_level_scale:.5f}, backend={self.backend}, "
+            f"params={tuple(self.params.shape)} {self.params.dtype}"
+        )
+
+    def resolve_backend(self, x: torch.Tensor) -> str:
+        """Backend actually used for input ``x`` (``torch`` | ``cuda`` | ``tcnn``)."""
+        on_cuda = x.is_cuda
+        if self.backend == "torch":
+            return "torch"
+        if self.backend == "tcnn":
+            if on_cuda and _tcnn_available():
+                return "tcnn"
+            _warn_once(
+                "tcnn",
+                "model.encoding.backend=tcnn: tinycudann is not importable or the input "
+                "is not on CUDA; using the torch reference hash encoding.",
+            )
+            return "torch"
+        if self.backend == "cuda":
+            if on_cuda and _cuda_ext_available():
+                return "cuda" if not x.requires_grad else "torch"
+            _warn_once(
+                "cuda",
+                "model.encoding.backend=cuda: the CUDA extension is unavailable or the "
+                "input is not on CUDA; using the torch reference hash encoding.",
+            )
+            return "torch"
+        # auto
+        if not on_cuda:
+            return "torch"
+        if _tcnn_available():
+            return "tcnn"
+        if _cuda_ext_available() and not x.requires_grad:
+            return "cuda"
+        return "torch"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim != 2 or x.shape[-1] != 3:
+            raise ValueError(f"HashEncoding expects x of shape [N, 3] in [0, 1]^3, got {tuple(x.shape)}")
+        backend = self.resolve_backend(x)
+        if backend == "cuda":
+            from nerf_lightning.ops import cuda as cuda_ops
+
+            return cuda_ops.hash_encode(x, self.params, self.scales, self.resolutions, self.offsets)
+        if backend == "tcnn":
+            return self._forward_tcnn(x)
+        if not x.requires_grad:
+            # Same numbers as the oracle below, several times faster (one gather, one scatter).
+            from nerf_lightning.ops.hashgrid_torch import LevelTables, hash_encode_fused
+
+            if getattr(self, "_level_tables", None) is None:
+                self._level_tables = LevelTables(self.scales, self.resolutions, self.offsets)
+            return hash_encode_fused(x, self.params, self._level_tables)
+        return hash_encode_torch(x, self.params, self.scales, self.resolutions, self.offsets)
+
+    # ------------------------------------------------------------------ tcnn (untested here)
+    def _forward_tcnn(self, x: torch.Tensor) -> torch.Tensor:
+        import tinycudann as tcnn
+
+        if not self._tcnn_holder:
+            config = {
+                "otype": "HashGrid",
+                "n_levels": self.n_levels,
+                "n_features_per_level": self.n_features_per_level,
+                "log2_hashmap_size": self.log2_hashmap_size,
+                "base_resolution": self.base_resolution,
+                "per_level_scale": self.per_level_scale,
+            }
+            enc = tcnn.Encoding(n_input_dims=3, encoding_config=config, dtype=self.params.dtype)
+            if enc.params.numel() != self.params.numel():
+                raise RuntimeError(
+                    f"tinycudann HashGrid has {enc.params.numel()} params, ours {self.params.numel()}; "
+                    "use model.encoding.backend=cuda or torch"
+                )
+            enc = enc.to(x.device)
+            self._tcnn_holder.append(enc)
+        enc = self._tcnn_holder[0]
+        # tcnn's forward reads ``self.params``; hand it a fresh view of OUR table each call so that
+        # gradients, the optimizer and checkpoints all see a single parameter.
+        enc._parameters["params"] = self.params.reshape(-1)
+        out = enc(x.float().contiguous())
+        return out.float()
+
+
+# -------------------------------------------------------------------------- spherical harmonics
+# tiny-cuda-nn encodings/spherical_harmonics.h, degree <= 4 (real SH, Condon-Shortley phase).
+_C0 = 0.28209479177387814
+_C1 = 0.48860251190291987
+_C2 = (1.0925484305920792, 0.94617469575755997, 0.31539156525251999, 0.54627421529603959)
+_C3 = (0.59004358992664352, 2.8906114426405538, 0.45704579946446572, 0.3731763325901154, 1.4453057213202769)
+
+
+def sh_encode_torch(d: torch.Tensor, degree: int = 4) -> torch.Tensor:
+    """Real spherical harmonics of unit directions, tcnn order and signs.
+
+    Args:
+        d: [N, 3] unit directions (float).
+        degree: 1..4 (number of bands).
+
+    Returns:
+        [N, degree^2] in d's dtype.
+    """
+    x, y, z = d.unbind(-1)
+    out = [torch.full_like(x, _C0)]
+    if degree > 1:
+        out += [-_C1 * y, _C1 * z, -_C1 * x]
+    if degree > 2:
+        xx, yy, zz = x * x, y * y, z * z
+        xy, yz, xz = x * y, y * z, x * z
+        out += [
+            _C2[0] * xy,
+            -_C2[0] * yz,
+            _C2[1] * zz - _C2[2],
+            -_C2[0] * xz,
+            _C2[3] * xx - _C2[3] * yy,
+        ]
+    if degree > 3:
+        out += [
+            _C3[0] * y * (-3.0 * xx + yy),
+            _C3[1] * xy * z,
+            _C3[2] * y * (1.0 - 5.0 * zz),
+            _C3[3] * z * (5.0 * zz - 3.0),
+            _C3[2] * x * (1.0 - 5.0 * zz),
+            _C3[4] * z * (xx - yy),
+            _C3[0] * x * (-xx + 3.0 * yy),
+        ]
+    return torch.stack(out, dim=-1)
+
+
+class SHEncoding(nn.Module):
+    """Real spherical-harmonics direction encoding (tiny-cuda-nn ``SphericalHarmonics`` order).
+
+    tcnn maps its input from [0, 1] to [-1, 1]; we take unit vectors directly.
+
+    Shapes:
+        forward(d [N, 3] unit directions) -> [N, degree^2], d's dtype (float32 in practice).
+    """
+
+    def __init__(self, degree: int = 4) -> None:
+        super().__init__()
+        if not 1 <= degree <= 4:
+            raise ValueError(f"model.sh_degree / SHEncoding.degree must be in 1..4, got {degree}")
+        self.degree = degree
+
+    @property
+    def n_output_dims(self) -> int:
+        return self.degree**2
+
+    def extra_repr(self) -> str:
+        return f"degree={self.degree}"
+
+    def forward(self, d: torch.Tensor) -> torch.Tensor:
+        if d.ndim != 2 or d.shape[-1] != 3:
+            raise ValueError(f"SHEncoding expects directions of shape [N, 3], got {tuple(d.shape)}")
+        if d.is_cuda and not d.requires_grad and d.dtype == torch.float32 and _cuda_ext_available():
+            from nerf_lightning.ops import cuda as cuda_ops
+
+            if hasattr(cuda_ops, "sh_encode"):
+                return cuda_ops.sh_encode(d, self.degree)
+        return sh_encode_torch(d, self.degree)

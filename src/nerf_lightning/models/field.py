@@ -1,0 +1,118 @@
+"""The radiance field of instant-ngp: hash encoding -> density MLP -> SH(direction) -> colour MLP.
+
+Interface used by the renderer (``render/renderer.py``)::
+
+    field(positions [S, 3], directions [S, 3]) -> (sigmas [S], rgbs [S, 3])
+    field.density(positions [S, 3]) -> sigmas [S]
+
+Positions are in NGP space; they are normalized to [0, 1]^3 over the outer box
+``[0.5 - aabb_scale/2, 0.5 + aabb_scale/2]^3`` before the encoding, so the finest hash level's
+resolution (``max_resolution``) is given per unit cube and multiplied by ``aabb_scale`` here, as
+instant-ngp does ("desired resolution 2048 over the unit cube").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from nerf_lightning.models.encoding import HashEncoding, SHEncoding
+
+
+class _TruncExp(torch.autograd.Function):
+    """exp(x) whose gradient is clamped at x = 15: keeps density gradients finite early in training."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        ctx.save_for_backward(x)
+        return torch.exp(x)
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return grad * torch.exp(x.clamp(max=15.0))
+
+
+def trunc_exp(x: Tensor) -> Tensor:
+    return _TruncExp.apply(x)
+
+
+def _mlp(n_in: int, n_hidden: int, n_layers: int, n_out: int) -> nn.Sequential:
+    """ReLU MLP with ``n_layers`` hidden layers, no output activation (tcnn's FullyFusedMLP shape)."""
+    layers: list[nn.Module] = []
+    width = n_in
+    for _ in range(n_layers):
+        layers += [nn.Linear(width, n_hidden), nn.ReLU(inplace=True)]
+        width = n_hidden
+    layers.append(nn.Linear(width, n_out))
+    return nn.Sequential(*layers)
+
+
+class NGPField(nn.Module):
+    """instant-ngp NeRF field.
+
+    Args:
+        aabb_scale: side of the outer box in unit-cube units (power of two).
+        encoding: keyword arguments of ``HashEncoding`` (n_levels, n_features_per_level,
+            log2_hashmap_size, base_resolution, max_resolution, backend); ``max_resolution`` is per unit
+            cube: the box-wide finest resolution is ``max_resolution * aabb_scale``.
+        hidden_dim: width of both MLPs (64 in instant-ngp).
+        geo_feat_dim: density-MLP outputs passed to the colour MLP besides the density logit (15).
+        density_hidden_layers / color_hidden_layers: 1 and 2 in instant-ngp.
+        sh_degree: spherical-harmonics degree of the view encoding (4 -> 16 coefficients).
+        density_bias: added to the density logit before ``trunc_exp`` (start mostly transparent).
+    """
+
+    def __init__(
+        self,
+        aabb_scale: int = 1,
+        encoding: Mapping[str, Any] | None = None,
+        hidden_dim: int = 64,
+        geo_feat_dim: int = 15,
+        density_hidden_layers: int = 1,
+        color_hidden_layers: int = 2,
+        sh_degree: int = 4,
+        density_bias: float = -1.0,
+    ) -> None:
+        super().__init__()
+        self.aabb_scale = int(aabb_scale)
+        lo, hi = 0.5 - aabb_scale / 2, 0.5 + aabb_scale / 2
+        self.register_buffer("aabb_min", torch.full((3,), lo), persistent=False)
+        self.register_buffer("aabb_size", torch.full((3,), hi - lo), persistent=False)
+        enc = dict(encoding or {})
+        enc["max_resolution"] = enc.get("max_resolution", 2048) * aabb_scale
+        self.encoding = HashEncoding(**enc)
+        self.geo_feat_dim = geo_feat_dim
+        self.density_bias = density_bias
+        self.density_mlp = _mlp(self.encoding.n_output_dims, hidden_dim, density_hidden_layers, 1 + geo_feat_dim)
+        self.direction_encoding = SHEncoding(sh_degree)
+        self.color_mlp = _mlp(
+            1 + geo_feat_dim + self.direction_encoding.n_output_dims, hidden_dim, color_hidden_layers, 3
+        )
+
+    def _normalize(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        x = (positions - self.aabb_min) / self.aabb_size
+        inside = ((x >= 0) & (x <= 1)).all(dim=-1)
+        return x.clamp(0.0, 1.0), inside
+
+    def _geometry(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        x, inside = self._normalize(positions)
+        h = self.density_mlp(self.encoding(x))
+        sigma = trunc_exp(h[..., 0].float() + self.density_bias) * inside
+        return sigma, h
+
+    def density(self, positions: Tensor) -> Tensor:
+        """Density sigma [S] (per NGP-space unit length) at positions [S, 3]."""
+        return self._geometry(positions)[0]
+
+    def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
+        """(sigmas [S], rgbs [S, 3] in [0, 1]) at positions [S, 3] seen along unit directions [S, 3]."""
+        sigma, h = self._geometry(positions)
+        sh = self.direction_encoding(directions).to(h.dtype)
+        rgb = torch.sigmoid(self.color_mlp(torch.cat([h, sh], dim=-1)).float())
+        return sigma, rgb

@@ -1,0 +1,51 @@
+// Python bindings of the nerf_lightning CUDA extension (one pybind11 module).
+#include <torch/extension.h>
+
+#include <vector>
+
+namespace nl {
+torch::Tensor hash_encode_fwd(torch::Tensor x, torch::Tensor params, std::vector<double> scales,
+                              std::vector<int64_t> resolutions, std::vector<int64_t> offsets);
+torch::Tensor hash_encode_bwd(torch::Tensor x, torch::Tensor grad_out, int64_t n_rows, int64_t n_features,
+                              std::vector<double> scales, std::vector<int64_t> resolutions,
+                              std::vector<int64_t> offsets);
+torch::Tensor sh_encode_fwd(torch::Tensor dirs, int64_t degree);
+std::vector<torch::Tensor> ray_aabb_intersect(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor aabb);
+torch::Tensor grid_cell_positions(torch::Tensor cell_indices, torch::Tensor jitter, int64_t g);
+torch::Tensor grid_ema_update(torch::Tensor grid, torch::Tensor cell_indices, torch::Tensor densities, double decay);
+torch::Tensor pack_bitfield(torch::Tensor binaries);
+torch::Tensor unpack_bitfield(torch::Tensor bits, int64_t c, int64_t g);
+std::vector<torch::Tensor> march_rays(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor t_near,
+                                      torch::Tensor t_far, torch::Tensor binaries, c10::optional<torch::Tensor> t_jitter,
+                                      double step_size, double cone_angle, double max_step, int64_t max_samples,
+                                      double near_plane);
+std::vector<torch::Tensor> render_weights_fwd(torch::Tensor sigmas, torch::Tensor t_starts, torch::Tensor t_ends,
+                                              torch::Tensor packed_info, double eps);
+torch::Tensor render_weights_bwd(torch::Tensor grad_w, c10::optional<torch::Tensor> grad_trans, torch::Tensor sigmas,
+                                 torch::Tensor t_starts, torch::Tensor t_ends, torch::Tensor packed_info,
+                                 torch::Tensor w, torch::Tensor trans, double eps);
+std::vector<torch::Tensor> volume_render_fwd(torch::Tensor sigmas, torch::Tensor rgbs, torch::Tensor t_starts,
+                                             torch::Tensor t_ends, torch::Tensor packed_info, double eps);
+std::vector<torch::Tensor> volume_render_bwd(torch::Tensor g_rgb, torch::Tensor g_op, torch::Tensor g_depth,
+                                             c10::optional<torch::Tensor> g_w, torch::Tensor sigmas,
+                                             torch::Tensor rgbs, torch::Tensor t_starts, torch::Tensor t_ends,
+                                             torch::Tensor packed_info, torch::Tensor w, double eps);
+}  // namespace nl
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "nerf_lightning CUDA kernels (see nerf_lightning/ops/cuda.py for the Python API)";
+  m.def("hash_encode_fwd", &nl::hash_encode_fwd);
+  m.def("hash_encode_bwd", &nl::hash_encode_bwd);
+  m.def("sh_encode_fwd", &nl::sh_encode_fwd);
+  m.def("ray_aabb_intersect", &nl::ray_aabb_intersect);
+  m.def("grid_cell_positions", &nl::grid_cell_positions);
+  m.def("grid_ema_update", &nl::grid_ema_update);
+  m.def("pack_bitfield", &nl::pack_bitfield);
+  m.def("unpack_bitfield", &nl::unpack_bitfield);
+  m.def("march_rays", &nl::march_rays);
+  m.def("render_weights_fwd", &nl::render_weights_fwd);
+  m.def("render_weights_bwd", &nl::render_weights_bwd);
+  m.def("volume_render_fwd", &nl::volume_render_fwd);
+  m.def("volume_render_bwd", &nl::volume_render_bwd);
+  m.attr("ABI_VERSION") = 1;
+}

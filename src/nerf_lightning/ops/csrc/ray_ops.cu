@@ -1,0 +1,602 @@
+// Ray ops: box intersection, occupancy-grid helpers, marching into packed samples, compositing.
+//
+// Every kernel reproduces the float32 operation sequence of ops/reference.py (the oracle); the
+// extension is built with --fmad=false and IEEE division/sqrt so that a*b+c is rounded twice, as
+// PyTorch's elementwise kernels do. Comments name the reference expression each line mirrors.
+#include <cmath>
+
+#include "common.h"
+
+namespace nl {
+
+// ---------------------------------------------------------------------------------------- AABB
+__global__ void ray_aabb_kernel(const float* __restrict__ o, const float* __restrict__ d, const float* __restrict__ box,
+                                int64_t n, float* __restrict__ t_near, float* __restrict__ t_far,
+                                bool* __restrict__ hit) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= n) return;
+  float tn = -INFINITY, tf = INFINITY;
+#pragma unroll
+  for (int a = 0; a < 3; ++a) {
+    const float oa = o[r * 3 + a], da = d[r * 3 + a], lo = box[a], hi = box[3 + a];
+    float tmin, tmax;
+    if (da == 0.0f) {
+      const bool inside = (oa >= lo) && (oa <= hi);
+      tmin = inside ? -INFINITY : INFINITY;
+      tmax = inside ? INFINITY : -INFINITY;
+    } else {
+      const float t1 = __fdiv_rn(lo - oa, da), t2 = __fdiv_rn(hi - oa, da);
+      tmin = fminf(t1, t2);
+      tmax = fmaxf(t1, t2);
+    }
+    tn = fmaxf(tn, tmin);
+    tf = fminf(tf, tmax);
+  }
+  tn = fmaxf(tn, 0.0f);
+  const bool h = tf > tn;
+  t_near[r] = h ? tn : 1e10f;
+  t_far[r] = h ? tf : 1e10f;
+  hit[r] = h;
+}
+
+std::vector<torch::Tensor> ray_aabb_intersect(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor aabb) {
+  NL_CHECK_INPUT(rays_o);
+  NL_CHECK_INPUT(rays_d);
+  NL_CHECK_INPUT(aabb);
+  NL_CHECK_DTYPE(rays_o, torch::kFloat32);
+  NL_CHECK_DTYPE(rays_d, torch::kFloat32);
+  NL_CHECK_DTYPE(aabb, torch::kFloat32);
+  const c10::cuda::CUDAGuard guard(rays_o.device());
+  const int64_t n = rays_o.size(0);
+  auto t_near = torch::empty({n}, rays_o.options());
+  auto t_far = torch::empty({n}, rays_o.options());
+  auto hit = torch::empty({n}, rays_o.options().dtype(torch::kBool));
+  if (n > 0) {
+    ray_aabb_kernel<<<n_blocks(n, 256), 256, 0, stream()>>>(rays_o.data_ptr<float>(), rays_d.data_ptr<float>(),
+                                                            aabb.data_ptr<float>(), n, t_near.data_ptr<float>(),
+                                                            t_far.data_ptr<float>(), hit.data_ptr<bool>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return {t_near, t_far, hit};
+}
+
+// ------------------------------------------------------------------------------ grid helpers
+__global__ void grid_cell_positions_kernel(const int64_t* __restrict__ idx, const float* __restrict__ jitter,
+                                           int64_t n, int g, float* __restrict__ out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const int64_t g3 = static_cast<int64_t>(g) * g * g;
+  const int64_t id = idx[i];
+  // python-style floor division / modulo, as torch's // and % on int64
+  int64_t c = id / g3;
+  int64_t local = id - c * g3;
+  if (local < 0) { local += g3; c -= 1; }
+  const int64_t ijk[3] = {local / (static_cast<int64_t>(g) * g), (local / g) % g, local % g};
+  const float scale = ldexpf(1.0f, static_cast<int>(c));
+  const float gf = static_cast<float>(g);
+#pragma unroll
+  for (int a = 0; a < 3; ++a) {
+    // ((ijk + jitter) / g - 0.5) * scale + 0.5
+    const float v = __fdiv_rn(static_cast<float>(ijk[a]) + jitter[i * 3 + a], gf);
+    out[i * 3 + a] = (v - 0.5f) * scale + 0.5f;
+  }
+}
+
+torch::Tensor grid_cell_positions(torch::Tensor cell_indices, torch::Tensor jitter, int64_t g) {
+  NL_CHECK_INPUT(cell_indices);
+  NL_CHECK_INPUT(jitter);
+  NL_CHECK_DTYPE(cell_indices, torch::kInt64);
+  NL_CHECK_DTYPE(jitter, torch::kFloat32);
+  const c10::cuda::CUDAGuard guard(jitter.device());
+  const int64_t n = cell_indices.size(0);
+  auto out = torch::empty({n, 3}, jitter.options());
+  if (n > 0) {
+    grid_cell_positions_kernel<<<n_blocks(n, 256), 256, 0, stream()>>>(
+        cell_indices.data_ptr<int64_t>(), jitter.data_ptr<float>(), n, static_cast<int>(g), out.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return out;
+}
+
+// Max-splat of non-negative densities: float order == int order for x >= 0, and the splat starts
+// at +0 (the reference's scatter_reduce(amax, include_self) over zeros), so negatives never win.
+__global__ void grid_splat_kernel(const int64_t* __restrict__ idx, const float* __restrict__ dens, int64_t n,
+                                  int* __restrict__ splat) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float v = dens[i];
+  if (v > 0.0f) atomicMax(splat + idx[i], __float_as_int(v));
+}
+
+__global__ void grid_ema_kernel(const float* __restrict__ old, const int* __restrict__ splat, int64_t n, float decay,
+                                float* __restrict__ out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float o = old[i];
+  const float s = __int_as_float(splat[i]);
+  out[i] = o < 0.0f ? o : fmaxf(o * decay, s);
+}
+
+torch::Tensor grid_ema_update(torch::Tensor grid, torch::Tensor cell_indices, torch::Tensor densities, double decay) {
+  NL_CHECK_INPUT(grid);
+  NL_CHECK_INPUT(cell_indices);
+  NL_CHECK_INPUT(densities);
+  NL_CHECK_DTYPE(grid, torch::kFloat32);
+  NL_CHECK_DTYPE(cell_indices, torch::kInt64);
+  NL_CHECK_DTYPE(densities, torch::kFloat32);
+  const c10::cuda::CUDAGuard guard(grid.device());
+  const int64_t n_cells = grid.numel();
+  const int64_t n = cell_indices.size(0);
+  auto splat = torch::zeros({n_cells}, grid.options().dtype(torch::kInt32));
+  auto out = torch::empty_like(grid);
+  if (n > 0) {
+    grid_splat_kernel<<<n_blocks(n, 256), 256, 0, stream()>>>(cell_indices.data_ptr<int64_t>(),
+                                                              densities.data_ptr<float>(), n, splat.data_ptr<int>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  if (n_cells > 0) {
+    grid_ema_kernel<<<n_blocks(n_cells, 256), 256, 0, stream()>>>(grid.data_ptr<float>(), splat.data_ptr<int>(),
+                                                                  n_cells, static_cast<float>(decay),
+                                                                  out.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return out;
+}
+
+__global__ void pack_bits_kernel(const uint8_t* __restrict__ bins, int64_t n_bytes, uint8_t* __restrict__ bits) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n_bytes) return;
+  const uint64_t v = reinterpret_cast<const uint64_t*>(bins)[i];  // 8 bools, little endian
+  uint8_t b = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) b |= static_cast<uint8_t>(((v >> (8 * k)) & 0xffu) != 0) << k;
+  bits[i] = b;
+}
+
+__global__ void unpack_bits_kernel(const uint8_t* __restrict__ bits, int64_t n_bytes, uint8_t* __restrict__ bins) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n_bytes) return;
+  const uint8_t b = bits[i];
+  uint64_t v = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) v |= static_cast<uint64_t>((b >> k) & 1u) << (8 * k);
+  reinterpret_cast<uint64_t*>(bins)[i] = v;
+}
+
+torch::Tensor pack_bitfield(torch::Tensor binaries) {
+  NL_CHECK_INPUT(binaries);
+  NL_CHECK_DTYPE(binaries, torch::kBool);
+  TORCH_CHECK(binaries.numel() % 8 == 0, "pack_bitfield: number of cells is not a multiple of 8");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(binaries.data_ptr()) % 8 == 0, "pack_bitfield: input not 8-byte aligned");
+  const c10::cuda::CUDAGuard guard(binaries.device());
+  const int64_t n_bytes = binaries.numel() / 8;
+  auto bits = torch::empty({n_bytes}, binaries.options().dtype(torch::kUInt8));
+  if (n_bytes > 0) {
+    pack_bits_kernel<<<n_blocks(n_bytes, 256), 256, 0, stream()>>>(
+        reinterpret_cast<const uint8_t*>(binaries.data_ptr<bool>()), n_bytes, bits.data_ptr<uint8_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return bits;
+}
+
+torch::Tensor unpack_bitfield(torch::Tensor bits, int64_t c, int64_t g) {
+  NL_CHECK_INPUT(bits);
+  NL_CHECK_DTYPE(bits, torch::kUInt8);
+  TORCH_CHECK(bits.numel() == c * g * g * g / 8, "unpack_bitfield: expected C*G^3/8 bytes");
+  const c10::cuda::CUDAGuard guard(bits.device());
+  const int64_t n_bytes = bits.numel();
+  auto bins = torch::empty({c, g, g, g}, bits.options().dtype(torch::kBool));
+  if (n_bytes > 0) {
+    unpack_bits_kernel<<<n_blocks(n_bytes, 256), 256, 0, stream()>>>(
+        bits.data_ptr<uint8_t>(), n_bytes, reinterpret_cast<uint8_t*>(bins.data_ptr<bool>()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return bins;
+}
+
+// ------------------------------------------------------------------------------------ marching
+struct MarchArgs {
+  float step, cone, max_step, near_plane;
+  float step_over_cone;      // float32(step / cone), computed in double like the Python scalar
+  float max_step_over_cone;  // float32(max_step / cone)
+  float log1p_cone;          // float32(log1p(cone))
+  float growth;              // float32(1 + cone)
+  float half_outer;          // 2^(C-1) / 2
+  int n_cascades, g, max_samples;
+  bool cone_on, has_jitter;
+};
+
+struct RayLaw {
+  float t0, tf, ka, nb, ta, tb;
+};
+
+// _StepLaw.t_of_k
+__device__ __forceinline__ float t_of_k(float k, const RayLaw& w, const MarchArgs& a) {
+  const float lin = w.t0 + k * a.step;
+  if (!a.cone_on || k <= w.ka) return lin;
+  if (k <= w.ka + w.nb) return w.ta * powf(a.growth, k - w.ka);
+  return w.tb + ((k - w.ka) - w.nb) * a.max_step;
+}
+
+// march_rays preamble: t0, validity and the per-ray phase constants of _StepLaw.
+__device__ __forceinline__ bool ray_law(int64_t r, const float* __restrict__ t_near, const float* __restrict__ t_far,
+                                        const float* __restrict__ jitter, const MarchArgs& a, RayLaw& w) {
+  const float tn = t_near[r], tfar = t_far[r];
+  const bool hit = tfar > tn;
+  float t0 = fmaxf(tn, a.near_plane);
+  if (a.has_jitter) {
+    const float dt = a.cone_on ? fminf(fmaxf(t0 * a.cone, a.step), a.max_step) : a.step;
+    t0 = t0 + jitter[r] * dt;
+  }
+  if (!(hit && t0 < tfar)) return false;
+  w.t0 = t0;
+  w.tf = tfar;
+  if (a.cone_on) {
+    w.ka = fmaxf(ceilf(__fdiv_rn(a.step_over_cone - t0, a.step)), 0.0f);
+    w.ta = t0 + w.ka * a.step;
+    w.nb = fmaxf(ceilf(__fdiv_rn(logf(__fdiv_rn(a.max_step_over_cone, w.ta)), a.log1p_cone)), 0.0f);
+    w.tb = w.ta * powf(a.growth, w.nb);
+  } else {
+    w.ka = w.nb = w.ta = w.tb = 0.0f;
+  }
+  return true;
+}
+
+// grid_cell_indices + occupancy + outer-box test for the midpoint p.
+__device__ __forceinline__ bool occupied(const float p[3], const uint8_t* __restrict__ bins, const MarchArgs& a) {
+  const float ax = fabsf(p[0] - 0.5f), ay = fabsf(p[1] - 0.5f), az = fabsf(p[2] - 0.5f);
+  const float amax = fmaxf(fmaxf(ax, ay), az);
+  if (!(amax <= a.half_outer)) return false;
+  int e;
+  const float mant = frexpf(2.0f * amax, &e);
+  int c = e - (mant == 0.5f ? 1 : 0);
+  c = max(0, min(c, a.n_cascades - 1));
+  const float g = static_cast<float>(a.g);
+  int ijk[3];
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    const float u = ldexpf(p[k] - 0.5f, -c) + 0.5f;  // (p - 0.5) / 2^c + 0.5 (exact scaling)
+    ijk[k] = min(max(static_cast<int>(floorf(u * g)), 0), a.g - 1);
+  }
+  const int64_t flat = ((static_cast<int64_t>(c) * a.g + ijk[0]) * a.g + ijk[1]) * a.g + ijk[2];
+  return bins[flat] != 0;
+}
+
+// Pass 1 (counts only, out == nullptr) and pass 2 (writes the samples at offsets[r]).
+__global__ void march_kernel(const float* __restrict__ o, const float* __restrict__ d,
+                             const float* __restrict__ t_near, const float* __restrict__ t_far,
+                             const float* __restrict__ jitter, const uint8_t* __restrict__ bins, const MarchArgs a,
+                             int64_t n_rays, int32_t* __restrict__ counts, const int64_t* __restrict__ offsets,
+                             int64_t* __restrict__ ray_idx, float* __restrict__ t_starts, float* __restrict__ t_ends) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= n_rays) return;
+  const bool fill = offsets != nullptr;
+  RayLaw w;
+  if (a.max_samples <= 0 || !ray_law(r, t_near, t_far, jitter, a, w)) {
+    if (!fill) counts[r] = 0;
+    return;
+  }
+  const float ox = o[r * 3], oy = o[r * 3 + 1], oz = o[r * 3 + 2];
+  const float dx = d[r * 3], dy = d[r * 3 + 1], dz = d[r * 3 + 2];
+  int64_t base = fill ? offsets[r] : 0;
+  int n = 0;
+  float ts = t_of_k(0.0f, w, a);
+  // t_k is non-decreasing in k, so the first candidate ending past t_far ends the ray.
+  for (int k = 0; k < (1 << 24); ++k) {
+    const float te = t_of_k(static_cast<float>(k + 1), w, a);
+    if (!(te <= w.tf)) break;
+    const float mid = (ts + te) * 0.5f;
+    const float p[3] = {ox + dx * mid, oy + dy * mid, oz + dz * mid};
+    if (occupied(p, bins, a)) {
+      if (fill) {
+        ray_idx[base + n] = r;
+        t_starts[base + n] = ts;
+        t_ends[base + n] = te;
+      }
+      if (++n >= a.max_samples) break;
+    }
+    ts = te;
+  }
+  if (!fill) counts[r] = n;
+}
+
+std::vector<torch::Tensor> march_rays(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor t_near,
+                                      torch::Tensor t_far, torch::Tensor binaries, c10::optional<torch::Tensor> t_jitter,
+                                      double step_size, double cone_angle, double max_step, int64_t max_samples,
+                                      double near_plane) {
+  NL_CHECK_INPUT(rays_o);
+  NL_CHECK_INPUT(rays_d);
+  NL_CHECK_INPUT(t_near);
+  NL_CHECK_INPUT(t_far);
+  NL_CHECK_INPUT(binaries);
+  NL_CHECK_DTYPE(rays_o, torch::kFloat32);
+  NL_CHECK_DTYPE(rays_d, torch::kFloat32);
+  NL_CHECK_DTYPE(t_near, torch::kFloat32);
+  NL_CHECK_DTYPE(t_far, torch::kFloat32);
+  NL_CHECK_DTYPE(binaries, torch::kBool);
+  TORCH_CHECK(binaries.dim() == 4, "march_rays: binaries must be [C, G, G, G]");
+  const c10::cuda::CUDAGuard guard(rays_o.device());
+  const int64_t n_rays = rays_o.size(0);
+  const float* jit = nullptr;
+  if (t_jitter.has_value()) {
+    NL_CHECK_INPUT((*t_jitter));
+    NL_CHECK_DTYPE((*t_jitter), torch::kFloat32);
+    jit = t_jitter->data_ptr<float>();
+  }
+  MarchArgs a{};
+  a.step = static_cast<float>(step_size);
+  a.cone = static_cast<float>(cone_angle);
+  a.max_step = static_cast<float>(max_step);
+  a.near_plane = static_cast<float>(near_plane);
+  a.cone_on = cone_angle > 0;
+  if (a.cone_on) {
+    a.step_over_cone = static_cast<float>(step_size / cone_angle);
+    a.max_step_over_cone = static_cast<float>(max_step / cone_angle);
+    a.log1p_cone = static_cast<float>(std::log1p(cone_angle));
+    a.growth = static_cast<float>(1.0 + cone_angle);
+  }
+  a.n_cascades = static_cast<int>(binaries.size(0));
+  a.g = static_cast<int>(binaries.size(1));
+  a.half_outer = static_cast<float>(std::ldexp(1.0, a.n_cascades - 1) / 2.0);
+  a.max_samples = static_cast<int>(std::min<int64_t>(max_samples, 1 << 30));
+  a.has_jitter = jit != nullptr;
+  const auto* bins = reinterpret_cast<const uint8_t*>(binaries.data_ptr<bool>());
+
+  auto counts = torch::zeros({n_rays}, rays_o.options().dtype(torch::kInt32));
+  auto lopt = rays_o.options().dtype(torch::kInt64);
+  if (n_rays == 0) {
+    return {torch::empty({0}, lopt), torch::empty({0}, rays_o.options()), torch::empty({0}, rays_o.options()),
+            torch::zeros({0, 2}, lopt)};
+  }
+  const int threads = 128;
+  march_kernel<<<n_blocks(n_rays, threads), threads, 0, stream()>>>(
+      rays_o.data_ptr<float>(), rays_d.data_ptr<float>(), t_near.data_ptr<float>(), t_far.data_ptr<float>(), jit,
+      bins, a, n_rays, counts.data_ptr<int32_t>(), nullptr, nullptr, nullptr, nullptr);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  auto count64 = counts.to(torch::kInt64);
+  auto incl = torch::cumsum(count64, 0);
+  auto starts = incl - count64;
+  const int64_t total = incl[n_rays - 1].item<int64_t>();  // the one host sync: S sizes the outputs
+  auto ray_idx = torch::empty({total}, lopt);
+  auto t_s = torch::empty({total}, rays_o.options());
+  auto t_e = torch::empty({total}, rays_o.options());
+  if (total > 0) {
+    march_kernel<<<n_blocks(n_rays, threads), threads, 0, stream()>>>(
+        rays_o.data_ptr<float>(), rays_d.data_ptr<float>(), t_near.data_ptr<float>(), t_far.data_ptr<float>(), jit,
+        bins, a, n_rays, nullptr, starts.data_ptr<int64_t>(), ray_idx.data_ptr<int64_t>(), t_s.data_ptr<float>(),
+        t_e.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  auto packed_info = torch::stack({starts, count64}, -1);
+  return {ray_idx, t_s, t_e, packed_info};
+}
+
+// ------------------------------------------------------------------------------- compositing
+// Per ray r: samples [start, start + count). Exclusive optical depth accumulated in double
+// (the reference uses a float64 cumsum); T = float(exp(-depth)).
+__global__ void render_weights_fwd_kernel(const float* __restrict__ sig, const float* __restrict__ ts,
+                                          const float* __restrict__ te, const int64_t* __restrict__ info,
+                                          int64_t n_rays, float eps, float* __restrict__ w,
+                                          float* __restrict__ trans) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= n_rays) return;
+  const int64_t s0 = info[2 * r], cnt = info[2 * r + 1];
+  double acc = 0.0;
+  for (int64_t i = s0; i < s0 + cnt; ++i) {
+    const float tau = sig[i] * (te[i] - ts[i]);
+    const float T = static_cast<float>(exp(-acc));
+    trans[i] = T;
+    const float alpha = 1.0f - expf(-tau);
+    w[i] = T < eps ? 0.0f : T * alpha;
+    acc += static_cast<double>(tau);
+  }
+}
+
+// dL/dsigma_k = delta_k * ( [T_k >= eps] g_k T_k exp(-tau_k) - sum_{i>k} g_i w_i - sum_{i>k} gt_i T_i )
+__global__ void render_weights_bwd_kernel(const float* __restrict__ gw, const float* __restrict__ gt,
+                                          const float* __restrict__ sig, const float* __restrict__ ts,
+                                          const float* __restrict__ te, const int64_t* __restrict__ info,
+                                          const float* __restrict__ w, const float* __restrict__ trans,
+                                          int64_t n_rays, float eps, float* __restrict__ gsig) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= n_rays) return;
+  const int64_t s0 = info[2 * r], cnt = info[2 * r + 1];
+  double total = 0.0;
+  for (int64_t i = s0; i < s0 + cnt; ++i) {
+    total += static_cast<double>(gw[i]) * w[i];
+    if (gt != nullptr) total += static_cast<double>(gt[i]) * trans[i];
+  }
+  double prefix = 0.0;
+  for (int64_t i = s0; i < s0 + cnt; ++i) {
+    const float delta = te[i] - ts[i];
+    const float tau = sig[i] * delta;
+    const float T = trans[i];
+    prefix += static_cast<double>(gw[i]) * w[i];
+    if (gt != nullptr) prefix += static_cast<double>(gt[i]) * T;
+    const double direct = T < eps ? 0.0 : static_cast<double>(gw[i]) * T * expf(-tau);
+    gsig[i] = static_cast<float>(delta * (direct - (total - prefix)));
+  }
+}
+
+std::vector<torch::Tensor> render_weights_fwd(torch::Tensor sigmas, torch::Tensor t_starts, torch::Tensor t_ends,
+                                              torch::Tensor packed_info, double eps) {
+  NL_CHECK_INPUT(sigmas);
+  NL_CHECK_INPUT(t_starts);
+  NL_CHECK_INPUT(t_ends);
+  NL_CHECK_INPUT(packed_info);
+  NL_CHECK_DTYPE(sigmas, torch::kFloat32);
+  NL_CHECK_DTYPE(packed_info, torch::kInt64);
+  const c10::cuda::CUDAGuard guard(sigmas.device());
+  const int64_t n_rays = packed_info.size(0);
+  auto w = torch::empty_like(sigmas);
+  auto trans = torch::empty_like(sigmas);
+  if (n_rays > 0 && sigmas.numel() > 0) {
+    render_weights_fwd_kernel<<<n_blocks(n_rays, 128), 128, 0, stream()>>>(
+        sigmas.data_ptr<float>(), t_starts.data_ptr<float>(), t_ends.data_ptr<float>(),
+        packed_info.data_ptr<int64_t>(), n_rays, static_cast<float>(eps), w.data_ptr<float>(), trans.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return {w, trans};
+}
+
+torch::Tensor render_weights_bwd(torch::Tensor grad_w, c10::optional<torch::Tensor> grad_trans, torch::Tensor sigmas,
+                                 torch::Tensor t_starts, torch::Tensor t_ends, torch::Tensor packed_info,
+                                 torch::Tensor w, torch::Tensor trans, double eps) {
+  NL_CHECK_INPUT(grad_w);
+  const c10::cuda::CUDAGuard guard(sigmas.device());
+  const int64_t n_rays = packed_info.size(0);
+  auto gsig = torch::zeros_like(sigmas);
+  const float* gt = nullptr;
+  if (grad_trans.has_value()) {
+    NL_CHECK_INPUT((*grad_trans));
+    gt = grad_trans->data_ptr<float>();
+  }
+  if (n_rays > 0 && sigmas.numel() > 0) {
+    render_weights_bwd_kernel<<<n_blocks(n_rays, 128), 128, 0, stream()>>>(
+        grad_w.data_ptr<float>(), gt, sigmas.data_ptr<float>(), t_starts.data_ptr<float>(), t_ends.data_ptr<float>(),
+        packed_info.data_ptr<int64_t>(), w.data_ptr<float>(), trans.data_ptr<float>(), n_rays,
+        static_cast<float>(eps), gsig.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return gsig;
+}
+
+// Fused compositing: weights, colour, opacity and depth in one pass; the ray stops at T < eps
+// (remaining weights written as 0, their colours/sigmas never read).
+__global__ void volume_render_fwd_kernel(const float* __restrict__ sig, const float* __restrict__ rgb,
+                                         const float* __restrict__ ts, const float* __restrict__ te,
+                                         const int64_t* __restrict__ info, int64_t n_rays, float eps,
+                                         float* __restrict__ out_rgb, float* __restrict__ out_op,
+                                         float* __restrict__ out_depth, float* __restrict__ w) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= n_rays) return;
+  const int64_t s0 = info[2 * r], cnt = info[2 * r + 1];
+  double acc = 0.0;
+  float cr = 0.f, cg = 0.f, cb = 0.f, op = 0.f, dep = 0.f;
+  int64_t i = s0;
+  for (; i < s0 + cnt; ++i) {
+    const float T = static_cast<float>(exp(-acc));
+    if (T < eps) break;
+    const float a = ts[i], b = te[i];
+    const float tau = sig[i] * (b - a);
+    const float wi = T * (1.0f - expf(-tau));
+    w[i] = wi;
+    cr += wi * rgb[3 * i];
+    cg += wi * rgb[3 * i + 1];
+    cb += wi * rgb[3 * i + 2];
+    op += wi;
+    dep += wi * ((a + b) * 0.5f);
+    acc += static_cast<double>(tau);
+  }
+  for (; i < s0 + cnt; ++i) w[i] = 0.0f;
+  out_rgb[3 * r] = cr;
+  out_rgb[3 * r + 1] = cg;
+  out_rgb[3 * r + 2] = cb;
+  out_op[r] = op;
+  out_depth[r] = dep;
+}
+
+// g_w_i = <g_rgb, c_i> + g_op + g_depth * mid_i (+ g_weights_i); then the render_weights rule.
+__global__ void volume_render_bwd_kernel(const float* __restrict__ g_rgb, const float* __restrict__ g_op,
+                                         const float* __restrict__ g_depth, const float* __restrict__ g_w,
+                                         const float* __restrict__ sig, const float* __restrict__ rgb,
+                                         const float* __restrict__ ts, const float* __restrict__ te,
+                                         const int64_t* __restrict__ info, const float* __restrict__ w,
+                                         int64_t n_rays, float eps, float* __restrict__ g_sig,
+                                         float* __restrict__ g_rgbs) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= n_rays) return;
+  const int64_t s0 = info[2 * r], cnt = info[2 * r + 1];
+  const float gr = g_rgb[3 * r], gg = g_rgb[3 * r + 1], gb = g_rgb[3 * r + 2];
+  const float go = g_op[r], gd = g_depth[r];
+  double total = 0.0;
+  int64_t end = s0;
+  for (int64_t i = s0; i < s0 + cnt; ++i) {
+    const float wi = w[i];
+    float gwi = gr * rgb[3 * i] + gg * rgb[3 * i + 1] + gb * rgb[3 * i + 2] + go + gd * ((ts[i] + te[i]) * 0.5f);
+    if (g_w != nullptr) gwi += g_w[i];
+    total += static_cast<double>(gwi) * wi;
+    end = i + 1;
+  }
+  double acc = 0.0, prefix = 0.0;
+  for (int64_t i = s0; i < end; ++i) {
+    const float T = static_cast<float>(exp(-acc));
+    const float delta = te[i] - ts[i];
+    const float tau = sig[i] * delta;
+    if (T < eps) {
+      for (int64_t j = i; j < end; ++j) {
+        g_sig[j] = 0.0f;
+        g_rgbs[3 * j] = 0.0f;
+        g_rgbs[3 * j + 1] = 0.0f;
+        g_rgbs[3 * j + 2] = 0.0f;
+      }
+      return;
+    }
+    const float wi = w[i];
+    float gwi = gr * rgb[3 * i] + gg * rgb[3 * i + 1] + gb * rgb[3 * i + 2] + go + gd * ((ts[i] + te[i]) * 0.5f);
+    if (g_w != nullptr) gwi += g_w[i];
+    prefix += static_cast<double>(gwi) * wi;
+    const double direct = static_cast<double>(gwi) * T * expf(-tau);
+    g_sig[i] = static_cast<float>(delta * (direct - (total - prefix)));
+    g_rgbs[3 * i] = wi * gr;
+    g_rgbs[3 * i + 1] = wi * gg;
+    g_rgbs[3 * i + 2] = wi * gb;
+    acc += static_cast<double>(tau);
+  }
+}
+
+std::vector<torch::Tensor> volume_render_fwd(torch::Tensor sigmas, torch::Tensor rgbs, torch::Tensor t_starts,
+                                             torch::Tensor t_ends, torch::Tensor packed_info, double eps) {
+  NL_CHECK_INPUT(sigmas);
+  NL_CHECK_INPUT(rgbs);
+  NL_CHECK_INPUT(t_starts);
+  NL_CHECK_INPUT(t_ends);
+  NL_CHECK_INPUT(packed_info);
+  NL_CHECK_DTYPE(sigmas, torch::kFloat32);
+  NL_CHECK_DTYPE(rgbs, torch::kFloat32);
+  NL_CHECK_DTYPE(packed_info, torch::kInt64);
+  const c10::cuda::CUDAGuard guard(sigmas.device());
+  const int64_t n_rays = packed_info.size(0);
+  auto opt = sigmas.options();
+  auto out_rgb = torch::empty({n_rays, 3}, opt);
+  auto out_op = torch::empty({n_rays, 1}, opt);
+  auto out_depth = torch::empty({n_rays, 1}, opt);
+  auto w = torch::empty_like(sigmas);
+  if (n_rays > 0) {
+    volume_render_fwd_kernel<<<n_blocks(n_rays, 128), 128, 0, stream()>>>(
+        sigmas.data_ptr<float>(), rgbs.data_ptr<float>(), t_starts.data_ptr<float>(), t_ends.data_ptr<float>(),
+        packed_info.data_ptr<int64_t>(), n_rays, static_cast<float>(eps), out_rgb.data_ptr<float>(),
+        out_op.data_ptr<float>(), out_depth.data_ptr<float>(), w.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return {out_rgb, out_op, out_depth, w};
+}
+
+std::vector<torch::Tensor> volume_render_bwd(torch::Tensor g_rgb, torch::Tensor g_op, torch::Tensor g_depth,
+                                             c10::optional<torch::Tensor> g_w, torch::Tensor sigmas,
+                                             torch::Tensor rgbs, torch::Tensor t_starts, torch::Tensor t_ends,
+                                             torch::Tensor packed_info, torch::Tensor w, double eps) {
+  NL_CHECK_INPUT(g_rgb);
+  NL_CHECK_INPUT(g_op);
+  NL_CHECK_INPUT(g_depth);
+  const c10::cuda::CUDAGuard guard(sigmas.device());
+  const int64_t n_rays = packed_info.size(0);
+  auto g_sig = torch::zeros_like(sigmas);
+  auto g_rgbs = torch::zeros_like(rgbs);
+  const float* gw = nullptr;
+  if (g_w.has_value()) {
+    NL_CHECK_INPUT((*g_w));
+    gw = g_w->data_ptr<float>();
+  }
+  if (n_rays > 0 && sigmas.numel() > 0) {
+    volume_render_bwd_kernel<<<n_blocks(n_rays, 128), 128, 0, stream()>>>(
+        g_rgb.data_ptr<float>(), g_op.data_ptr<float>(), g_depth.data_ptr<float>(), gw, sigmas.data_ptr<float>(),
+        rgbs.data_ptr<float>(), t_starts.data_ptr<float>(), t_ends.data_ptr<float>(),
+        packed_info.data_ptr<int64_t>(), w.data_ptr<float>(), n_rays, static_cast<float>(eps),
+        g_sig.data_ptr<float>(), g_rgbs.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return {g_sig, g_rgbs};
+}
+
+}  // namespace nl

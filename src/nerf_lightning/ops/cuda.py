@@ -1,0 +1,434 @@
+"""CUDA backend of the ray ops (and the hash / SH encoding kernels), same API as ``ops/reference.py``.
+
+Each function has the reference's name, signature, shapes and dtypes (see that module for the full
+contract); it runs our extension (``ops/csrc``, built on first use by ``ops/_ext.py``) when the
+tensors are float32 on a CUDA device, and otherwise calls the reference, so it is always safe to
+call. Differences from the reference, all within float rounding:
+
+- ``march_rays``: t values are computed with the same float32 operation sequence (bit-identical in
+  practice); the kernel walks candidates until ``t_{k+1} > t_far`` instead of over the reference's
+  global candidate count, which can differ only in float-boundary ties.
+- ``render_weights`` / ``volume_render``: per-ray float64 optical depth (the reference subtracts a
+  global float64 cumsum); gradients by the closed form below instead of autograd.
+  ``volume_render`` stops each ray at ``T < early_stop_eps`` (weights 0 beyond, as the reference).
+- ``grid_occupancy``, ``cascade_of``, ``grid_cell_indices`` and ``accumulate_along_rays`` are the
+  reference functions (a few fused torch kernels already; not on the hot path or already one
+  ``index_add``).
+
+Autograd functions use ``torch.amp.custom_fwd/custom_bwd(device_type="cuda")``: under autocast
+(16-mixed, bf16-mixed) compositing inputs are cast to float32; the hash encoding keeps fp16/fp32
+params as they are and returns float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import reference as _ref
+from ._ext import load as _load
+from .types import PackedSamples
+
+SQRT3 = _ref.SQRT3
+MISS_T = _ref.MISS_T
+
+__all__ = [
+    "SQRT3",
+    "MISS_T",
+    "PackedSamples",
+    "is_available",
+    "ray_aabb_intersect",
+    "grid_cell_positions",
+    "cascade_of",
+    "grid_cell_indices",
+    "grid_ema_update",
+    "grid_occupancy",
+    "pack_bitfield",
+    "unpack_bitfield",
+    "march_rays",
+    "render_weights",
+    "accumulate_along_rays",
+    "volume_render",
+    "hash_encode",
+    "sh_encode",
+]
+
+# Reference functions reused as they are.
+cascade_of = _ref.cascade_of
+grid_cell_indices = _ref.grid_cell_indices
+grid_occupancy = _ref.grid_occupancy
+accumulate_along_rays = _ref.accumulate_along_rays
+
+
+def is_available() -> bool:
+    """True when the extension is built/loaded and a CUDA GPU is visible (first call may build it)."""
+    return torch.cuda.is_available() and _load() is not None
+
+
+def _ext() -> Any:
+    return _load()
+
+
+def _on_cuda(*tensors: Tensor) -> bool:
+    return all(t.is_cuda for t in tensors) and is_available()
+
+
+# --------------------------------------------------------------------------------------------------
+# Rays / boxes, occupancy helpers
+# --------------------------------------------------------------------------------------------------
+def ray_aabb_intersect(rays_o: Tensor, rays_d: Tensor, aabb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """See :func:`nerf_lightning.ops.reference.ray_aabb_intersect` (float32 [R,3] x2, [6] -> [R] x3)."""
+    _ref._check_rays(rays_o, rays_d, "ray_aabb_intersect")
+    if aabb.shape != (6,):
+        raise ValueError(f"ray_aabb_intersect: aabb must have shape [6], got {tuple(aabb.shape)}")
+    if rays_o.dtype != torch.float32 or rays_d.dtype != torch.float32 or not _on_cuda(rays_o, rays_d):
+        return _ref.ray_aabb_intersect(rays_o, rays_d, aabb)
+    box = aabb.to(device=rays_o.device, dtype=torch.float32).contiguous()
+    t_near, t_far, hit = _ext().ray_aabb_intersect(rays_o.contiguous(), rays_d.contiguous(), box)
+    return t_near, t_far, hit
+
+
+def grid_cell_positions(cell_indices: Tensor, jitter: Tensor, grid_resolution: int) -> Tensor:
+    """See :func:`nerf_lightning.ops.reference.grid_cell_positions` (int64 [N], float [N,3] -> [N,3])."""
+    if cell_indices.dim() != 1 or jitter.shape != (cell_indices.shape[0], 3):
+        raise ValueError(
+            f"grid_cell_positions: expected cell_indices [N] and jitter [N, 3], got "
+            f"{tuple(cell_indices.shape)} and {tuple(jitter.shape)}"
+        )
+    if jitter.dtype != torch.float32 or not _on_cuda(cell_indices, jitter):
+        return _ref.grid_cell_positions(cell_indices, jitter, grid_resolution)
+    return _ext().grid_cell_positions(
+        cell_indices.long().contiguous(), jitter.contiguous(), int(grid_resolution)
+    )
+
+
+def grid_ema_update(density_grid: Tensor, cell_indices: Tensor, densities: Tensor, decay: float) -> Tensor:
+    """See :func:`nerf_lightning.ops.reference.grid_ema_update` (float32 [C,G^3] -> new [C,G^3])."""
+    if cell_indices.shape != densities.shape or cell_indices.dim() != 1:
+        raise ValueError(
+            f"grid_ema_update: cell_indices and densities must both be [N], got "
+            f"{tuple(cell_indices.shape)} and {tuple(densities.shape)}"
+        )
+    if density_grid.dtype != torch.float32 or not _on_cuda(density_grid, cell_indices, densities):
+        return _ref.grid_ema_update(density_grid, cell_indices, densities, decay)
+    return _ext().grid_ema_update(
+        density_grid.contiguous(),
+        cell_indices.long().contiguous(),
+        densities.detach().float().contiguous(),
+        float(decay),
+    )
+
+
+def pack_bitfield(binaries: Tensor) -> Tensor:
+    """See :func:`nerf_lightning.ops.reference.pack_bitfield` (bool [C,G,G,G] -> uint8 [C*G^3/8])."""
+    if binaries.dtype != torch.bool or not _on_cuda(binaries) or binaries.numel() % 8 != 0:
+        return _ref.pack_bitfield(binaries)
+    return _ext().pack_bitfield(binaries.contiguous())
+
+
+def unpack_bitfield(bits: Tensor, n_cascades: int, grid_resolution: int) -> Tensor:
+    """See :func:`nerf_lightning.ops.reference.unpack_bitfield` (uint8 [C*G^3/8] -> bool [C,G,G,G])."""
+    g = int(grid_resolution)
+    if bits.shape != (n_cascades * g**3 // 8,) or bits.dtype != torch.uint8 or not _on_cuda(bits):
+        return _ref.unpack_bitfield(bits, n_cascades, grid_resolution)
+    return _ext().unpack_bitfield(bits.contiguous(), int(n_cascades), g)
+
+
+# --------------------------------------------------------------------------------------------------
+# Marching
+# --------------------------------------------------------------------------------------------------
+def march_rays(
+    rays_o: Tensor,
+    rays_d: Tensor,
+    t_near: Tensor,
+    t_far: Tensor,
+    binaries: Tensor,
+    *,
+    step_size: float = SQRT3 / 1024,
+    cone_angle: float = 0.0,
+    max_step: float | None = None,
+    max_samples_per_ray: int = 1024,
+    near_plane: float = 0.0,
+    t_jitter: Tensor | None = None,
+) -> PackedSamples:
+    """See :func:`nerf_lightning.ops.reference.march_rays`.
+
+    Two passes of one thread per ray (count, then write at the exclusive-cumsum offsets); one host
+    sync to size the [S] outputs, as the reference.
+    """
+    _ref._check_rays(rays_o, rays_d, "march_rays")
+    n_rays = rays_o.shape[0]
+    if t_near.shape != (n_rays,) or t_far.shape != (n_rays,):
+        raise ValueError(
+            f"march_rays: t_near/t_far must be [{n_rays}], got {tuple(t_near.shape)}, {tuple(t_far.shape)}"
+        )
+    if binaries.dim() != 4 or binaries.dtype != torch.bool or len(set(binaries.shape[1:])) != 1:
+        raise ValueError(
+            f"march_rays: binaries must be bool [C, G, G, G], got {binaries.dtype} {tuple(binaries.shape)}"
+        )
+    if t_jitter is not None and t_jitter.shape != (n_rays,):
+        raise ValueError(f"march_rays: t_jitter must be [{n_rays}], got {tuple(t_jitter.shape)}")
+    n_cascades, g = binaries.shape[0], binaries.shape[1]
+    if max_step is None:
+        max_step = SQRT3 * 2 ** (n_cascades - 1) / g
+    if step_size <= 0 or cone_angle < 0:
+        raise ValueError(f"march_rays: need step_size > 0 and cone_angle >= 0, got {step_size}, {cone_angle}")
+    if cone_angle > 0 and max_step < step_size:
+        raise ValueError(f"march_rays: max_step ({max_step}) must be >= step_size ({step_size})")
+    if max_samples_per_ray < 0:
+        raise ValueError(f"march_rays: max_samples_per_ray must be >= 0, got {max_samples_per_ray}")
+    tensors = [rays_o, rays_d, t_near, t_far] + ([t_jitter] if t_jitter is not None else [])
+    if any(t.dtype != torch.float32 for t in tensors) or not _on_cuda(*tensors, binaries):
+        return _ref.march_rays(
+            rays_o,
+            rays_d,
+            t_near,
+            t_far,
+            binaries,
+            step_size=step_size,
+            cone_angle=cone_angle,
+            max_step=max_step,
+            max_samples_per_ray=max_samples_per_ray,
+            near_plane=near_plane,
+            t_jitter=t_jitter,
+        )
+    ray_idx, t_s, t_e, info = _ext().march_rays(
+        rays_o.contiguous(),
+        rays_d.contiguous(),
+        t_near.contiguous(),
+        t_far.contiguous(),
+        binaries.contiguous(),
+        t_jitter.contiguous() if t_jitter is not None else None,
+        float(step_size),
+        float(cone_angle),
+        float(max_step),
+        int(max_samples_per_ray),
+        float(near_plane),
+    )
+    return PackedSamples(ray_idx, t_s, t_e, info)
+
+
+# --------------------------------------------------------------------------------------------------
+# Volume rendering
+# --------------------------------------------------------------------------------------------------
+def _packed_info_from(ray_indices: Tensor, n_rays: int) -> Tensor:
+    """int64 [R, 2] (first, count) from non-decreasing ray indices, without a host sync."""
+    counts = torch.zeros(n_rays, dtype=torch.long, device=ray_indices.device)
+    counts.index_add_(0, ray_indices.long(), torch.ones_like(ray_indices, dtype=torch.long))
+    return torch.stack([torch.cumsum(counts, 0) - counts, counts], dim=-1)
+
+
+class _RenderWeights(torch.autograd.Function):
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
+    def forward(
+        ctx: Any, sigmas: Tensor, t_starts: Tensor, t_ends: Tensor, packed_info: Tensor, eps: float
+    ) -> tuple[Tensor, Tensor]:
+        sig, ts, te = sigmas.contiguous(), t_starts.contiguous(), t_ends.contiguous()
+        info = packed_info.contiguous()
+        w, trans = _ext().render_weights_fwd(sig, ts, te, info, float(eps))
+        ctx.save_for_backward(sig, ts, te, info, w, trans)
+        ctx.eps = float(eps)
+        ctx.set_materialize_grads(False)
+        return w, trans
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx: Any, grad_w: Tensor | None, grad_trans: Tensor | None) -> tuple:
+        sig, ts, te, info, w, trans = ctx.saved_tensors
+        if grad_w is None and grad_trans is None:
+            return None, None, None, None, None
+        gw = torch.zeros_like(sig) if grad_w is None else grad_w.float().contiguous()
+        gt = None if grad_trans is None else grad_trans.float().contiguous()
+        gsig = _ext().render_weights_bwd(gw, gt, sig, ts, te, info, w, trans, ctx.eps)
+        return gsig, None, None, None, None
+
+
+def render_weights(
+    sigmas: Tensor,
+    t_starts: Tensor,
+    t_ends: Tensor,
+    ray_indices: Tensor,
+    n_rays: int,
+    packed_info: Tensor | None = None,
+    early_stop_eps: float = 1e-4,
+) -> tuple[Tensor, Tensor]:
+    """See :func:`nerf_lightning.ops.reference.render_weights` (-> weights [S], transmittance [S]).
+
+    Gradient w.r.t. ``sigmas`` (closed form, per ray):
+    ``dL/dsigma_k = delta_k (g_k T_k e^{-tau_k} [T_k >= eps] - sum_{i>k} g_i w_i - sum_{i>k} gT_i T_i)``.
+    """
+    n = sigmas.shape[0]
+    if not (sigmas.shape == t_starts.shape == t_ends.shape == ray_indices.shape == (n,)):
+        raise ValueError(
+            "render_weights: sigmas, t_starts, t_ends, ray_indices must all be [S], got "
+            f"{tuple(sigmas.shape)}, {tuple(t_starts.shape)}, {tuple(t_ends.shape)}, "
+            f"{tuple(ray_indices.shape)}"
+        )
+    if sigmas.dtype not in (torch.float32, torch.float16, torch.bfloat16) or not _on_cuda(
+        sigmas, t_starts, t_ends
+    ):
+        return _ref.render_weights(sigmas, t_starts, t_ends, ray_indices, n_rays, packed_info, early_stop_eps)
+    if packed_info is None:
+        packed_info = _packed_info_from(ray_indices, n_rays)
+    w, trans = _RenderWeights.apply(
+        sigmas.float(), t_starts.float(), t_ends.float(), packed_info.long(), early_stop_eps
+    )
+    return w, trans
+
+
+class _VolumeRender(torch.autograd.Function):
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
+    def forward(
+        ctx: Any,
+        sigmas: Tensor,
+        rgbs: Tensor,
+        t_starts: Tensor,
+        t_ends: Tensor,
+        packed_info: Tensor,
+        eps: float,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        sig, rgb, ts, te = sigmas.contiguous(), rgbs.contiguous(), t_starts.contiguous(), t_ends.contiguous()
+        info = packed_info.contiguous()
+        out_rgb, out_op, out_depth, w = _ext().volume_render_fwd(sig, rgb, ts, te, info, float(eps))
+        ctx.save_for_backward(sig, rgb, ts, te, info, w)
+        ctx.eps = float(eps)
+        ctx.set_materialize_grads(False)
+        return out_rgb, out_op, out_depth, w
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(
+        ctx: Any, g_rgb: Tensor | None, g_op: Tensor | None, g_depth: Tensor | None, g_w: Tensor | None
+    ) -> tuple:
+        sig, rgb, ts, te, info, w = ctx.saved_tensors
+        n_rays = info.shape[0]
+
+        def dense(g: Tensor | None, shape: tuple[int, ...]) -> Tensor:
+            return sig.new_zeros(shape) if g is None else g.float().contiguous()
+
+        g_sig, g_rgbs = _ext().volume_render_bwd(
+            dense(g_rgb, (n_rays, 3)),
+            dense(g_op, (n_rays, 1)),
+            dense(g_depth, (n_rays, 1)),
+            None if g_w is None else g_w.float().contiguous(),
+            sig,
+            rgb,
+            ts,
+            te,
+            info,
+            w,
+            ctx.eps,
+        )
+        return g_sig, g_rgbs, None, None, None, None
+
+
+def volume_render(
+    sigmas: Tensor,
+    rgbs: Tensor,
+    t_starts: Tensor,
+    t_ends: Tensor,
+    ray_indices: Tensor,
+    n_rays: int,
+    packed_info: Tensor | None = None,
+    background: Tensor | None = None,
+    early_stop_eps: float = 1e-4,
+) -> dict[str, Tensor]:
+    """See :func:`nerf_lightning.ops.reference.volume_render` (fused forward/backward kernels).
+
+    Returns dict(rgb [R,3], opacity [R,1], depth [R,1], weights [S]), differentiable w.r.t. sigmas
+    and rgbs (and ``background``, through torch).
+    """
+    n = sigmas.shape[0]
+    if rgbs.shape != (n, 3):
+        raise ValueError(f"volume_render: rgbs must be [S, 3] with S={n}, got {tuple(rgbs.shape)}")
+    if not (sigmas.shape == t_starts.shape == t_ends.shape == ray_indices.shape == (n,)):
+        raise ValueError(
+            "volume_render: sigmas, t_starts, t_ends, ray_indices must all be [S], got "
+            f"{tuple(sigmas.shape)}, {tuple(t_starts.shape)}, {tuple(t_ends.shape)}, "
+            f"{tuple(ray_indices.shape)}"
+        )
+    if background is not None and background.shape not in ((3,), (n_rays, 3)):
+        raise ValueError(
+            f"volume_render: background must be [3] or [{n_rays}, 3], got {tuple(background.shape)}"
+        )
+    ok_dtype = sigmas.dtype in (torch.float32, torch.float16, torch.bfloat16)
+    if not ok_dtype or rgbs.dtype == torch.float64 or not _on_cuda(sigmas, rgbs, t_starts, t_ends):
+        return _ref.volume_render(
+            sigmas, rgbs, t_starts, t_ends, ray_indices, n_rays, packed_info, background, early_stop_eps
+        )
+    if packed_info is None:
+        packed_info = _packed_info_from(ray_indices, n_rays)
+    rgb, opacity, depth, weights = _VolumeRender.apply(
+        sigmas.float(), rgbs.float(), t_starts.float(), t_ends.float(), packed_info.long(), early_stop_eps
+    )
+    if background is not None:
+        rgb = rgb + (1.0 - opacity) * background.to(rgb.dtype)
+    return {"rgb": rgb, "opacity": opacity, "depth": depth, "weights": weights}
+
+
+# --------------------------------------------------------------------------------------------------
+# Encodings (used by models/encoding.py)
+# --------------------------------------------------------------------------------------------------
+class _HashEncode(torch.autograd.Function):
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(
+        ctx: Any, x: Tensor, params: Tensor, scales: list[float], resolutions: list[int], offsets: list[int]
+    ) -> Tensor:
+        xf = x.detach().float().contiguous()
+        out = _ext().hash_encode_fwd(xf, params.detach().contiguous(), scales, resolutions, offsets)
+        ctx.save_for_backward(xf)
+        ctx.meta = (scales, resolutions, offsets, params.shape[0], params.shape[1], params.dtype)
+        return out
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx: Any, grad_out: Tensor) -> tuple:
+        (xf,) = ctx.saved_tensors
+        scales, resolutions, offsets, rows, feats, pdtype = ctx.meta
+        grad = None
+        if ctx.needs_input_grad[1]:
+            grad = _ext().hash_encode_bwd(
+                xf, grad_out.float().contiguous(), rows, feats, scales, resolutions, offsets
+            )
+            if grad.dtype != pdtype:
+                grad = grad.to(pdtype)  # fp16 tables: scatter in fp32, round once
+        return None, grad, None, None, None
+
+
+def hash_encode(
+    x: Tensor, params: Tensor, scales: Sequence[float], resolutions: Sequence[int], offsets: Sequence[int]
+) -> Tensor:
+    """Multiresolution hash encoding on the GPU (contract: ``models/encoding.py::hash_encode_torch``).
+
+    Args:
+        x: float [N, 3] in [0, 1]^3 on CUDA (cast to float32; no gradient w.r.t. x).
+        params: float32 or float16 [sum_l T_l, F] table, F in {1, 2, 4, 8}.
+        scales, resolutions: per level; offsets: [L + 1] cumulative rows.
+
+    Returns:
+        float32 [N, L * F], differentiable w.r.t. ``params`` (atomic scatter; fp16 tables accumulate
+        in float32 and are rounded once).
+    """
+    unsupported = params.dtype not in (torch.float32, torch.float16) or params.shape[1] not in (1, 2, 4, 8)
+    if unsupported or x.requires_grad or not _on_cuda(x, params):
+        from nerf_lightning.models.encoding import hash_encode_torch
+
+        return hash_encode_torch(x, params, scales, resolutions, offsets)
+    return _HashEncode.apply(
+        x, params, [float(s) for s in scales], [int(r) for r in resolutions], [int(o) for o in offsets]
+    )
+
+
+def sh_encode(dirs: Tensor, degree: int = 4) -> Tensor:
+    """Real SH of unit directions float32 [N, 3] -> [N, degree^2] (forward only; tcnn order)."""
+    if dirs.requires_grad or dirs.dtype != torch.float32 or not _on_cuda(dirs):
+        from nerf_lightning.models.encoding import sh_encode_torch
+
+        return sh_encode_torch(dirs, degree)
+    return _ext().sh_encode_fwd(dirs.contiguous(), int(degree))

@@ -1,0 +1,531 @@
+"""Reference ray ops in pure PyTorch: the oracle the CUDA kernels (``ops/cuda.py``) must equal.
+
+Every function here is pure, works on any device, and is vectorized (no Python loop over rays or
+samples; ``march_rays`` loops over *chunks* of rays only to bound memory). The contract is
+``notes/OPS_SPEC.md``; where it leaves a float32 detail open, the exact sequence of operations is
+written down in the docstring so that a kernel can reproduce it.
+
+Scene space is instant-ngp's NGP space: the object in the unit cube [0, 1]^3, the outer box
+``[0.5 - aabb_scale/2, 0.5 + aabb_scale/2]^3``, occupancy cascade ``c`` covering
+``[0.5 - 2^c/2, 0.5 + 2^c/2]^3`` with ``G^3`` cells, flat cell index ``(ix * G + iy) * G + iz``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .types import PackedSamples
+
+__all__ = [
+    "SQRT3",
+    "MISS_T",
+    "PackedSamples",
+    "ray_aabb_intersect",
+    "grid_cell_positions",
+    "cascade_of",
+    "grid_cell_indices",
+    "grid_ema_update",
+    "grid_occupancy",
+    "pack_bitfield",
+    "unpack_bitfield",
+    "march_rays",
+    "render_weights",
+    "accumulate_along_rays",
+    "volume_render",
+]
+
+SQRT3 = math.sqrt(3.0)
+#: t_near = t_far value of rays that miss the box.
+MISS_T = 1e10
+#: Upper bound on the entries of one [rays, candidates] chunk in ``march_rays`` (memory bound:
+#: about 60 bytes per entry at the peak).
+MAX_CHUNK_ENTRIES = 2**23
+
+
+# --------------------------------------------------------------------------------------------------
+# Rays / boxes
+# --------------------------------------------------------------------------------------------------
+def ray_aabb_intersect(rays_o: Tensor, rays_d: Tensor, aabb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Intersect rays with an axis-aligned box (slab method).
+
+    Args:
+        rays_o: float [R, 3] ray origins.
+        rays_d: float [R, 3] ray directions (need not be unit; zero components allowed).
+        aabb: float [6] box (xmin, ymin, zmin, xmax, ymax, zmax).
+
+    Returns:
+        t_near: float [R], entry distance clamped to >= 0 (0 when the origin is inside the box).
+        t_far: float [R], exit distance.
+        hit: bool [R], ``t_far > t_near``. For misses ``t_near = t_far = MISS_T`` (1e10).
+
+    Per axis the slab distances are ``(lo - o) / d`` and ``(hi - o) / d`` (a division, not a
+    multiplication by 1/d); an axis with ``d == 0`` gives (-inf, inf) when ``lo <= o <= hi`` and
+    (inf, -inf) otherwise, so no NaN appears.
+    """
+    _check_rays(rays_o, rays_d, "ray_aabb_intersect")
+    if aabb.shape != (6,):
+        raise ValueError(f"ray_aabb_intersect: aabb must have shape [6], got {tuple(aabb.shape)}")
+    aabb = aabb.to(device=rays_o.device, dtype=rays_o.dtype)
+    lo, hi = aabb[:3], aabb[3:]
+    zero = rays_d == 0
+    safe_d = torch.where(zero, torch.ones_like(rays_d), rays_d)
+    t1 = (lo - rays_o) / safe_d
+    t2 = (hi - rays_o) / safe_d
+    tmin = torch.minimum(t1, t2)
+    tmax = torch.maximum(t1, t2)
+    inside_slab = (rays_o >= lo) & (rays_o <= hi)
+    inf = torch.full_like(tmin, math.inf)
+    tmin = torch.where(zero, torch.where(inside_slab, -inf, inf), tmin)
+    tmax = torch.where(zero, torch.where(inside_slab, inf, -inf), tmax)
+    t_near = tmin.amax(dim=-1).clamp(min=0.0)
+    t_far = tmax.amin(dim=-1)
+    hit = t_far > t_near
+    miss = torch.full_like(t_near, MISS_T)
+    return torch.where(hit, t_near, miss), torch.where(hit, t_far, miss), hit
+
+
+# --------------------------------------------------------------------------------------------------
+# Occupancy grid helpers
+# --------------------------------------------------------------------------------------------------
+def grid_cell_positions(cell_indices: Tensor, jitter: Tensor, grid_resolution: int) -> Tensor:
+    """NGP-space positions inside occupancy cells.
+
+    Args:
+        cell_indices: int64 [N], flat indices over the whole [C, G^3] grid
+            (``c * G^3 + (ix * G + iy) * G + iz``).
+        jitter: float [N, 3] in [0, 1), offset inside the cell in cell units.
+        grid_resolution: G.
+
+    Returns:
+        float [N, 3] (dtype of ``jitter``): ``((ijk + jitter) / G - 0.5) * 2^c + 0.5``.
+    """
+    g = int(grid_resolution)
+    if cell_indices.dim() != 1 or jitter.shape != (cell_indices.shape[0], 3):
+        raise ValueError(
+            f"grid_cell_positions: expected cell_indices [N] and jitter [N, 3], got "
+            f"{tuple(cell_indices.shape)} and {tuple(jitter.shape)}"
+        )
+    idx = cell_indices.long()
+    c = idx // (g**3)
+    local = idx % (g**3)
+    ijk = torch.stack([local // (g * g), (local // g) % g, local % g], dim=-1).to(jitter.dtype)
+    scale = torch.ldexp(torch.ones_like(jitter[:, :1]), c[:, None])
+    return ((ijk + jitter) / g - 0.5) * scale + 0.5
+
+
+def cascade_of(positions: Tensor) -> Tensor:
+    """Smallest cascade containing each point: ``max(0, ceil(log2(2 * max|p - 0.5|)))``.
+
+    Computed exactly with ``frexp`` (``m = 2*max|p-0.5| = mant * 2^e``, mant in [0.5, 1):
+    ``ceil(log2 m) = e - (mant == 0.5)``), so boxes are closed: a point on the unit cube's faces is
+    in cascade 0. Not clamped to ``C - 1``: the caller clamps (and checks the outer box).
+
+    Args:
+        positions: float [..., 3].
+
+    Returns:
+        int64 [...].
+    """
+    m = 2.0 * (positions - 0.5).abs().amax(dim=-1)
+    mant, e = torch.frexp(m)
+    c = e.long() - (mant == 0.5).long()
+    return c.clamp(min=0)
+
+
+def grid_cell_indices(positions: Tensor, n_cascades: int, grid_resolution: int) -> tuple[Tensor, Tensor]:
+    """Flat cell index (over [C, G^3]) of the finest cascade containing each point.
+
+    Args:
+        positions: float [..., 3].
+        n_cascades: C.
+        grid_resolution: G.
+
+    Returns:
+        cell_indices: int64 [...], ``c * G^3 + (ix * G + iy) * G + iz`` with
+            ``c = min(cascade_of(p), C - 1)``, ``u = (p - 0.5) / 2^c + 0.5`` and
+            ``ix = clamp(floor(u_x * G), 0, G - 1)`` (likewise y, z).
+        inside: bool [...], the point lies in the (closed) outer box ``max|p - 0.5| <= 2^(C-1)/2``.
+    """
+    g = int(grid_resolution)
+    c = cascade_of(positions).clamp(max=n_cascades - 1)
+    inside = (positions - 0.5).abs().amax(dim=-1) <= 2.0 ** (n_cascades - 1) / 2
+    scale = torch.ldexp(torch.ones_like(positions[..., :1]), c[..., None])
+    u = (positions - 0.5) / scale + 0.5
+    ijk = torch.floor(u * g).long().clamp(0, g - 1)
+    flat = ((c * g + ijk[..., 0]) * g + ijk[..., 1]) * g + ijk[..., 2]
+    return flat, inside
+
+
+def grid_ema_update(density_grid: Tensor, cell_indices: Tensor, densities: Tensor, decay: float) -> Tensor:
+    """Exponential-max update of the density grid (instant-ngp).
+
+    ``splat = zeros; splat[idx] = max of the densities sampled in that cell``; then for EVERY cell
+    ``new = old if old < 0 else max(old * decay, splat)`` (unsampled cells decay; negative cells are
+    never seen by a camera and stay negative).
+
+    Args:
+        density_grid: float32 [C, G^3].
+        cell_indices: int64 [N] flat over [C, G^3].
+        densities: float [N].
+        decay: EMA decay in [0, 1].
+
+    Returns:
+        float32 [C, G^3], a new tensor (the input is not modified).
+    """
+    if cell_indices.shape != densities.shape or cell_indices.dim() != 1:
+        raise ValueError(
+            f"grid_ema_update: cell_indices and densities must both be [N], got "
+            f"{tuple(cell_indices.shape)} and {tuple(densities.shape)}"
+        )
+    flat = density_grid.reshape(-1)
+    splat = torch.zeros_like(flat).scatter_reduce(
+        0, cell_indices.long(), densities.to(flat.dtype), reduce="amax", include_self=True
+    )
+    new = torch.where(flat < 0, flat, torch.maximum(flat * decay, splat))
+    return new.view_as(density_grid)
+
+
+def grid_occupancy(density_grid: Tensor, threshold: float) -> Tensor:
+    """Occupancy from densities: ``density > min(threshold, mean of the non-negative cells)``.
+
+    The mean runs over all non-negative cells of all cascades (0 when there are none).
+
+    Args:
+        density_grid: float32 [C, G^3].
+        threshold: density threshold (see ``render.occupancy`` for its relation to instant-ngp's
+            minimum optical thickness).
+
+    Returns:
+        bool [C, G, G, G].
+    """
+    c, n = density_grid.shape
+    g = round(n ** (1.0 / 3.0))
+    if g**3 != n:
+        raise ValueError(f"grid_occupancy: density_grid must be [C, G^3], got {tuple(density_grid.shape)}")
+    seen = density_grid >= 0
+    mean = torch.where(seen, density_grid, 0.0).sum() / seen.sum().clamp(min=1)
+    thresh = torch.clamp(mean, max=threshold)
+    return (density_grid > thresh).view(c, g, g, g)
+
+
+def pack_bitfield(binaries: Tensor) -> Tensor:
+    """Pack occupancy bits: bit ``i % 8`` of byte ``i // 8`` for flat index ``i`` over [C, G^3].
+
+    Args:
+        binaries: bool [C, G, G, G] (C * G^3 divisible by 8).
+
+    Returns:
+        uint8 [C * G^3 / 8].
+    """
+    flat = binaries.reshape(-1)
+    if flat.numel() % 8 != 0:
+        raise ValueError(f"pack_bitfield: number of cells {flat.numel()} is not a multiple of 8")
+    weights = 2 ** torch.arange(8, device=flat.device, dtype=torch.int32)
+    return (flat.view(-1, 8).to(torch.int32) * weights).sum(dim=-1).to(torch.uint8)
+
+
+def unpack_bitfield(bits: Tensor, n_cascades: int, grid_resolution: int) -> Tensor:
+    """Inverse of :func:`pack_bitfield`: uint8 [C * G^3 / 8] -> bool [C, G, G, G]."""
+    g = int(grid_resolution)
+    if bits.shape != (n_cascades * g**3 // 8,):
+        raise ValueError(
+            f"unpack_bitfield: expected {n_cascades * g**3 // 8} bytes for C={n_cascades}, G={g}, "
+            f"got shape {tuple(bits.shape)}"
+        )
+    shifts = torch.arange(8, device=bits.device, dtype=torch.int32)
+    b = (bits.to(torch.int32)[:, None] >> shifts) & 1
+    return b.bool().view(n_cascades, g, g, g)
+
+
+# --------------------------------------------------------------------------------------------------
+# Ray marching
+# --------------------------------------------------------------------------------------------------
+class _StepLaw:
+    """Closed form of ``t_{k+1} = t_k + clamp(t_k * cone, step, max_step)`` from a per-ray ``t0``.
+
+    Three phases per ray (float32 ops written as evaluated; a kernel must use the same):
+      A: ``t_k = t0 + k * step`` for ``k <= ka``, ``ka = max(0, ceil((step/cone - t0) / step))``;
+      B: ``t_k = ta * (1 + cone)^(k - ka)`` for ``ka < k <= ka + nb``, ``ta = t0 + ka * step``,
+         ``nb = max(0, ceil(log((max_step/cone) / ta) / log1p(cone)))``;
+      C: ``t_k = tb + (k - ka - nb) * max_step`` beyond, ``tb = ta * (1 + cone)^nb``.
+    With ``cone == 0`` only phase A exists (``t_k = t0 + k * step``, max_step unused).
+    """
+
+    def __init__(self, t0: Tensor, step: float, cone: float, max_step: float) -> None:
+        self.t0, self.step, self.cone, self.max_step = t0, step, cone, max_step
+        if cone > 0:
+            self.ka = torch.ceil((step / cone - t0) / step).clamp(min=0)
+            self.ta = t0 + self.ka * step
+            self.nb = torch.ceil(torch.log((max_step / cone) / self.ta) / math.log1p(cone)).clamp(min=0)
+            self.growth = torch.tensor(1.0 + cone, dtype=t0.dtype, device=t0.device)
+            self.tb = self.ta * torch.pow(self.growth, self.nb)
+
+    @staticmethod
+    def dt_at(t: Tensor, step: float, cone: float, max_step: float) -> Tensor:
+        """Step length at ``t``: ``clamp(t * cone, step, max_step)`` (``step`` when cone == 0)."""
+        if cone == 0:
+            return torch.full_like(t, step)
+        return torch.clamp(t * cone, min=step, max=max_step)
+
+    def t_of_k(self, k: Tensor, rows: slice) -> Tensor:
+        """``t_k`` for k float [K] and the rays ``rows``: float [rows, K]."""
+        t0 = self.t0[rows, None]
+        lin = t0 + k * self.step
+        if self.cone == 0:
+            return lin
+        ka, nb, ta, tb = (x[rows, None] for x in (self.ka, self.nb, self.ta, self.tb))
+        geo = ta * torch.pow(self.growth, k - ka)
+        lin2 = tb + (k - ka - nb) * self.max_step
+        return torch.where(k <= ka, lin, torch.where(k <= ka + nb, geo, lin2))
+
+    def steps_to(self, t_target: Tensor) -> Tensor:
+        """Float [R]: smallest k with ``t_k >= t_target`` (up to float rounding; used to size K)."""
+        lin = torch.ceil((t_target - self.t0) / self.step)
+        if self.cone == 0:
+            return lin
+        geo = self.ka + torch.ceil(torch.log(t_target / self.ta) / math.log1p(self.cone))
+        lin2 = self.ka + self.nb + torch.ceil((t_target - self.tb) / self.max_step)
+        out = torch.where(t_target <= self.ta, lin, torch.where(t_target <= self.tb, geo, lin2))
+        return torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def march_rays(
+    rays_o: Tensor,
+    rays_d: Tensor,
+    t_near: Tensor,
+    t_far: Tensor,
+    binaries: Tensor,
+    *,
+    step_size: float = SQRT3 / 1024,
+    cone_angle: float = 0.0,
+    max_step: float | None = None,
+    max_samples_per_ray: int = 1024,
+    near_plane: float = 0.0,
+    t_jitter: Tensor | None = None,
+) -> PackedSamples:
+    """March rays through the occupancy grid into packed samples.
+
+    Step law: ``dt(t) = clamp(t * cone_angle, step_size, max_step)`` (``step_size`` when
+    ``cone_angle == 0``); ``t_0 = max(t_near, near_plane)``, plus ``t_jitter * dt(t_0)`` when
+    ``t_jitter`` is given; ``t_{k+1} = t_k + dt(t_k)``, evaluated in closed form (see
+    :class:`_StepLaw`). Candidate k spans ``[t_k, t_{k+1}]``; its midpoint
+    ``p = o + d * ((t_k + t_{k+1}) * 0.5)`` is looked up in the finest cascade containing it
+    (:func:`grid_cell_indices`); the candidate is kept iff that cell is occupied, p is inside the
+    outer box and ``t_{k+1} <= t_far``. Only the first ``max_samples_per_ray`` kept samples of a
+    ray survive. Rays with ``t_far <= t_near`` (misses) or ``t_0 >= t_far`` get no samples.
+
+    Args:
+        rays_o: float32 [R, 3] origins (NGP space).
+        rays_d: float32 [R, 3] unit directions.
+        t_near: float32 [R] from :func:`ray_aabb_intersect` with the outer box.
+        t_far: float32 [R].
+        binaries: bool [C, G, G, G] occupancy.
+        step_size: minimum step (instant-ngp: sqrt(3)/1024).
+        cone_angle: step grows as ``t * cone_angle`` (0 = uniform steps).
+        max_step: maximum step; default ``sqrt(3) * 2^(C-1) / G``.
+        max_samples_per_ray: cap on kept samples per ray.
+        near_plane: samples start at ``t >= near_plane``.
+        t_jitter: float32 [R] in [0, 1) or None, shift of the first sample in units of ``dt(t_0)``.
+
+    Returns:
+        PackedSamples(ray_indices int64 [S], t_starts float32 [S], t_ends float32 [S],
+        packed_info int64 [R, 2]).
+    """
+    _check_rays(rays_o, rays_d, "march_rays")
+    n_rays = rays_o.shape[0]
+    if t_near.shape != (n_rays,) or t_far.shape != (n_rays,):
+        raise ValueError(
+            f"march_rays: t_near/t_far must be [{n_rays}], got {tuple(t_near.shape)}, {tuple(t_far.shape)}"
+        )
+    if binaries.dim() != 4 or binaries.dtype != torch.bool or len(set(binaries.shape[1:])) != 1:
+        raise ValueError(
+            f"march_rays: binaries must be bool [C, G, G, G], got {binaries.dtype} {tuple(binaries.shape)}"
+        )
+    if t_jitter is not None and t_jitter.shape != (n_rays,):
+        raise ValueError(f"march_rays: t_jitter must be [{n_rays}], got {tuple(t_jitter.shape)}")
+    n_cascades, g = binaries.shape[0], binaries.shape[1]
+    if max_step is None:
+        max_step = SQRT3 * 2 ** (n_cascades - 1) / g
+    if step_size <= 0 or cone_angle < 0:
+        raise ValueError(f"march_rays: need step_size > 0 and cone_angle >= 0, got {step_size}, {cone_angle}")
+    if cone_angle > 0 and max_step < step_size:
+        raise ValueError(f"march_rays: max_step ({max_step}) must be >= step_size ({step_size})")
+    if max_samples_per_ray < 0:
+        raise ValueError(f"march_rays: max_samples_per_ray must be >= 0, got {max_samples_per_ray}")
+
+    device, dtype = rays_o.device, rays_o.dtype
+    hit = t_far > t_near
+    t0 = torch.clamp(t_near, min=near_plane)
+    zeros = torch.zeros_like(t0)
+    if t_jitter is not None:
+        t0 = t0 + t_jitter.to(dtype) * _StepLaw.dt_at(t0, step_size, cone_angle, max_step)
+    valid = hit & (t0 < t_far)
+    t0 = torch.where(valid, t0, zeros)
+    tf = torch.where(valid, t_far, zeros)
+    law = _StepLaw(t0, step_size, cone_angle, max_step)
+
+    n_steps = torch.where(valid, law.steps_to(tf), zeros)
+    # +2 columns absorb rounding in steps_to; surplus candidates fail `t_{k+1} <= t_far`.
+    n_cand = int(n_steps.max().item()) + 2 if n_rays > 0 and max_samples_per_ray > 0 else 0
+    if n_cand <= 2:
+        return _empty_packed(n_rays, device, dtype)
+
+    k = torch.arange(n_cand + 1, device=device, dtype=dtype)
+    flat_bins = binaries.reshape(-1)
+    rows_per_chunk = max(1, MAX_CHUNK_ENTRIES // (n_cand + 1))
+    ray_ids, starts, ends, counts = [], [], [], []
+    for r0 in range(0, n_rays, rows_per_chunk):
+        rows = slice(r0, min(n_rays, r0 + rows_per_chunk))
+        t = law.t_of_k(k, rows)  # [r, K + 1]
+        t_s, t_e = t[:, :-1], t[:, 1:]
+        mid = (t_s + t_e) * 0.5
+        pos = rays_o[rows, None, :] + rays_d[rows, None, :] * mid[..., None]
+        cell, inside = grid_cell_indices(pos, n_cascades, g)
+        keep = flat_bins[cell] & inside & (t_e <= tf[rows, None]) & valid[rows, None]
+        keep &= torch.cumsum(keep, dim=1, dtype=torch.int32) <= max_samples_per_ray
+        rid = torch.arange(rows.start, rows.stop, device=device)[:, None].expand_as(keep)
+        ray_ids.append(rid[keep])
+        starts.append(t_s[keep])
+        ends.append(t_e[keep])
+        counts.append(keep.sum(dim=1))
+    count = torch.cat(counts)
+    packed_info = torch.stack([torch.cumsum(count, 0) - count, count], dim=-1)
+    return PackedSamples(torch.cat(ray_ids), torch.cat(starts), torch.cat(ends), packed_info)
+
+
+def _empty_packed(n_rays: int, device: torch.device, dtype: torch.dtype) -> PackedSamples:
+    return PackedSamples(
+        torch.zeros(0, dtype=torch.long, device=device),
+        torch.zeros(0, dtype=dtype, device=device),
+        torch.zeros(0, dtype=dtype, device=device),
+        torch.zeros(n_rays, 2, dtype=torch.long, device=device),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Volume rendering
+# --------------------------------------------------------------------------------------------------
+def render_weights(
+    sigmas: Tensor,
+    t_starts: Tensor,
+    t_ends: Tensor,
+    ray_indices: Tensor,
+    n_rays: int,
+    packed_info: Tensor | None = None,
+    early_stop_eps: float = 1e-4,
+) -> tuple[Tensor, Tensor]:
+    """Compositing weights of packed samples.
+
+    ``delta = t_ends - t_starts``, ``alpha = 1 - exp(-sigma * delta)``, exclusive transmittance
+    ``T_i = exp(-sum_{j<i, same ray} sigma_j delta_j)``, ``w_i = T_i * alpha_i``, and ``w_i = 0``
+    where ``T_i < early_stop_eps`` (early termination). The per-ray prefix sum is a global
+    float64 cumsum minus its value at the ray's first sample (float64 so that the subtraction does
+    not lose the small per-ray sums); results are cast back to the dtype of ``sigmas``.
+
+    Args:
+        sigmas: float [S] densities (>= 0).
+        t_starts: float [S].
+        t_ends: float [S].
+        ray_indices: int64 [S], samples of one ray contiguous.
+        n_rays: R (unused by this implementation; part of the shared signature).
+        packed_info: int64 [R, 2] or None (then segment starts are found from ``ray_indices``).
+        early_stop_eps: transmittance below which samples get weight 0.
+
+    Returns:
+        weights: float [S], differentiable w.r.t. ``sigmas``.
+        transmittance: float [S], exclusive transmittance ``T_i``.
+    """
+    n = sigmas.shape[0]
+    if not (sigmas.shape == t_starts.shape == t_ends.shape == ray_indices.shape == (n,)):
+        raise ValueError(
+            "render_weights: sigmas, t_starts, t_ends, ray_indices must all be [S], got "
+            f"{tuple(sigmas.shape)}, {tuple(t_starts.shape)}, {tuple(t_ends.shape)}, "
+            f"{tuple(ray_indices.shape)}"
+        )
+    tau = sigmas * (t_ends - t_starts)
+    acc_incl = torch.cumsum(tau.double(), dim=0)
+    acc_excl = acc_incl - tau.double()
+    if packed_info is not None:
+        first = packed_info[ray_indices.long(), 0]
+    else:
+        idx = torch.arange(n, device=sigmas.device)
+        is_first = torch.ones(n, dtype=torch.bool, device=sigmas.device)
+        is_first[1:] = ray_indices[1:] != ray_indices[:-1]
+        first = torch.cummax(torch.where(is_first, idx, 0), dim=0).values
+    trans = torch.exp(-(acc_excl - acc_excl[first])).to(sigmas.dtype)
+    alpha = 1.0 - torch.exp(-tau)
+    weights = torch.where(trans < early_stop_eps, torch.zeros_like(alpha), trans * alpha)
+    return weights, trans
+
+
+def accumulate_along_rays(weights: Tensor, values: Tensor | None, ray_indices: Tensor, n_rays: int) -> Tensor:
+    """Per-ray weighted sum: ``out[r] = sum_{i in ray r} w_i * v_i``.
+
+    Args:
+        weights: float [S].
+        values: float [S, D] or None (then the sum of weights, D = 1).
+        ray_indices: int64 [S].
+        n_rays: R.
+
+    Returns:
+        float [R, D], differentiable w.r.t. weights and values.
+    """
+    src = weights[:, None] if values is None else weights[:, None] * values
+    out = torch.zeros(n_rays, src.shape[-1], dtype=src.dtype, device=src.device)
+    return out.index_add(0, ray_indices.long(), src)
+
+
+def volume_render(
+    sigmas: Tensor,
+    rgbs: Tensor,
+    t_starts: Tensor,
+    t_ends: Tensor,
+    ray_indices: Tensor,
+    n_rays: int,
+    packed_info: Tensor | None = None,
+    background: Tensor | None = None,
+    early_stop_eps: float = 1e-4,
+) -> dict[str, Tensor]:
+    """Composite packed samples into per-ray colour, opacity and depth.
+
+    Args:
+        sigmas: float [S].
+        rgbs: float [S, 3].
+        t_starts, t_ends: float [S].
+        ray_indices: int64 [S].
+        n_rays: R.
+        packed_info: int64 [R, 2] or None.
+        background: float [R, 3], [3] or None (None = black).
+        early_stop_eps: see :func:`render_weights`.
+
+    Returns:
+        dict with ``rgb`` [R, 3] (``sum w c + (1 - opacity) * background``), ``opacity`` [R, 1]
+        (``sum w``), ``depth`` [R, 1] (``sum w (t_start + t_end) / 2``, not normalized) and
+        ``weights`` [S]; differentiable w.r.t. sigmas and rgbs.
+    """
+    if rgbs.shape != (sigmas.shape[0], 3):
+        raise ValueError(
+            f"volume_render: rgbs must be [S, 3] with S={sigmas.shape[0]}, got {tuple(rgbs.shape)}"
+        )
+    weights, _ = render_weights(sigmas, t_starts, t_ends, ray_indices, n_rays, packed_info, early_stop_eps)
+    opacity = accumulate_along_rays(weights, None, ray_indices, n_rays)
+    rgb = accumulate_along_rays(weights, rgbs, ray_indices, n_rays)
+    depth = accumulate_along_rays(weights, ((t_starts + t_ends) * 0.5)[:, None], ray_indices, n_rays)
+    if background is not None:
+        if background.shape not in ((3,), (n_rays, 3)):
+            raise ValueError(
+                f"volume_render: background must be [3] or [{n_rays}, 3], got {tuple(background.shape)}"
+            )
+        rgb = rgb + (1.0 - opacity) * background.to(rgb.dtype)
+    return {"rgb": rgb, "opacity": opacity, "depth": depth, "weights": weights}
+
+
+def _check_rays(rays_o: Tensor, rays_d: Tensor, where: str) -> None:
+    if rays_o.dim() != 2 or rays_o.shape[-1] != 3 or rays_d.shape != rays_o.shape:
+        raise ValueError(
+            f"{where}: rays_o and rays_d must both be [R, 3], got {tuple(rays_o.shape)} and "
+            f"{tuple(rays_d.shape)}"
+        )

@@ -1,0 +1,237 @@
+"""Multi-cascade occupancy grid (instant-ngp): which cells of space the ray marcher visits.
+
+State: ``density_grid`` float32 [C, G^3] (an exponential-max average of the field's density per
+cell; negative = never seen by a training camera) and ``binaries`` bool [C, G, G, G] (occupied
+cells). Cascade ``c`` covers ``[0.5 - 2^c/2, 0.5 + 2^c/2]^3``; ``C = log2(aabb_scale) + 1``. The
+pure math lives in ``ops`` (``grid_ema_update``, ``grid_occupancy``, ...); this module decides
+which cells to sample and when.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..ops import get_ops
+
+__all__ = ["OccupancyGrid", "DEFAULT_THRESHOLD", "MIN_STEP"]
+
+#: instant-ngp's minimum step: the unit cube's diagonal / 1024.
+MIN_STEP = math.sqrt(3.0) / 1024
+#: Density threshold equivalent to instant-ngp's minimum optical thickness 0.01 over one minimum
+#: step: a cell is worth visiting if ``sigma * MIN_STEP > 0.01`` (about 5.91).
+DEFAULT_THRESHOLD = 0.01 / MIN_STEP
+
+
+class OccupancyGrid(nn.Module):
+    """Occupancy grid with ``log2(aabb_scale) + 1`` cascades of ``resolution^3`` cells.
+
+    Args:
+        aabb_scale: power of two (1..128); the outer box is ``[0.5 - s/2, 0.5 + s/2]^3``.
+        resolution: cells per side G (even, so the bitfield packs into whole bytes).
+        ops: a backend name for ``nerf_lightning.ops.get_ops`` (default ``"auto"``) or an ops
+            namespace.
+
+    Buffers (saved in the state dict, moved with ``.to()``):
+        density_grid: float32 [C, G^3], initialised to 0.
+        binaries: bool [C, G, G, G], initialised to all True so early steps march everywhere.
+    """
+
+    density_grid: Tensor
+    binaries: Tensor
+
+    def __init__(self, aabb_scale: int = 1, resolution: int = 128, ops=None) -> None:
+        super().__init__()
+        if aabb_scale < 1 or aabb_scale > 128 or aabb_scale & (aabb_scale - 1):
+            raise ValueError(f"OccupancyGrid: aabb_scale must be a power of two in 1..128, got {aabb_scale}")
+        if resolution < 2 or resolution % 2:
+            raise ValueError(f"OccupancyGrid: resolution must be an even number >= 2, got {resolution}")
+        self.aabb_scale = int(aabb_scale)
+        self.resolution = int(resolution)
+        # A backend name is stored as such (modules cannot be deep-copied/pickled with the grid).
+        self._ops = "auto" if ops is None else ops
+        if isinstance(self._ops, str):
+            get_ops(self._ops)  # validate the name now
+        c = int(math.log2(aabb_scale)) + 1
+        g = self.resolution
+        self.register_buffer("density_grid", torch.zeros(c, g**3, dtype=torch.float32))
+        self.register_buffer("binaries", torch.ones(c, g, g, g, dtype=torch.bool))
+        #: threshold of the last update (None before the first), reused by ``sync_``.
+        self.threshold: float | None = None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def ops(self) -> Any:
+        """The ops namespace (``get_ops(name)`` when a backend name was given)."""
+        return get_ops(self._ops) if isinstance(self._ops, str) else self._ops
+
+    @property
+    def n_cascades(self) -> int:
+        return self.density_grid.shape[0]
+
+    @property
+    def aabb(self) -> Tensor:
+        """Outer box float32 [6] (xmin, ymin, zmin, xmax, ymax, zmax) on the grid's device."""
+        lo, hi = 0.5 - self.aabb_scale / 2, 0.5 + self.aabb_scale / 2
+        return torch.tensor([lo, lo, lo, hi, hi, hi], dtype=torch.float32, device=self.density_grid.device)
+
+    def occupied_fraction(self) -> float:
+        """Fraction of occupied cells over all cascades (host sync: for logging only)."""
+        return float(self.binaries.float().mean().item())
+
+    # ------------------------------------------------------------------ update
+    @torch.no_grad()
+    def update(
+        self,
+        step: int,
+        density_fn: Callable[[Tensor], Tensor],
+        *,
+        warmup_steps: int = 256,
+        decay: float = 0.95,
+        threshold: float = DEFAULT_THRESHOLD,
+        n_samples_fraction: float = 0.25,
+        chunk_size: int = 2**18,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        """Re-estimate cell densities and recompute occupancy (instant-ngp's schedule).
+
+        During warmup (``step < warmup_steps``) every cell of every cascade is sampled; afterwards,
+        per cascade, ``n_samples_fraction * G^3`` uniformly random cells plus as many random cells
+        among the currently occupied ones (with replacement). Each chosen cell is evaluated at a
+        uniformly jittered position inside it; then ``ops.grid_ema_update`` (decay of all cells,
+        max with the new samples) and ``ops.grid_occupancy`` (``density > min(threshold, mean)``).
+
+        The grid stores density (not optical thickness as instant-ngp does), so the default
+        ``threshold = 0.01 / (sqrt(3)/1024)`` is instant-ngp's minimum optical thickness 0.01 over
+        the minimum step. instant-ngp scales the step (and so the thickness) by ``2^c`` in cascade
+        c; with one density threshold for all cascades, outer cascades here keep slightly more cells.
+
+        Args:
+            step: global training step.
+            density_fn: ``positions float32 [N, 3] -> density [N]`` (NGP space, no grad needed).
+            warmup_steps: steps during which all cells are sampled.
+            decay: EMA decay of unsampled/previous values.
+            threshold: density threshold (see above).
+            n_samples_fraction: fraction of G^3 sampled uniformly (and again among occupied cells).
+            chunk_size: positions per ``density_fn`` call.
+            generator: optional torch.Generator (on the grid's device) for reproducibility.
+        """
+        device = self.density_grid.device
+        c_count, g3 = self.density_grid.shape
+        if step < warmup_steps:
+            indices = torch.arange(c_count * g3, device=device)
+        else:
+            n = max(1, int(g3 * n_samples_fraction))
+            occupied = self.binaries.view(c_count, g3)
+            parts = []
+            for c in range(c_count):  # C <= 8 cascades
+                parts.append(torch.randint(0, g3, (n,), device=device, generator=generator) + c * g3)
+                occ_idx = torch.nonzero(occupied[c]).squeeze(-1)
+                if occ_idx.numel() > 0:
+                    pick = torch.randint(0, occ_idx.numel(), (n,), device=device, generator=generator)
+                    parts.append(occ_idx[pick] + c * g3)
+            indices = torch.cat(parts)
+        jitter = torch.rand(indices.shape[0], 3, device=device, generator=generator)
+        positions = self.ops.grid_cell_positions(indices, jitter, self.resolution)
+        densities = torch.cat(
+            [
+                density_fn(positions[i : i + chunk_size]).reshape(-1).float()
+                for i in range(0, len(positions), chunk_size)
+            ]
+        )
+        self.density_grid.copy_(self.ops.grid_ema_update(self.density_grid, indices, densities, decay))
+        self.threshold = float(threshold)
+        self.binaries.copy_(self.ops.grid_occupancy(self.density_grid, self.threshold))
+
+    # ------------------------------------------------------------------ cameras
+    @torch.no_grad()
+    def mark_invisible_cells(
+        self,
+        c2w: Tensor,
+        intrinsics: Tensor,
+        widths: Tensor | Sequence[int],
+        heights: Tensor | Sequence[int],
+        near_plane: float = 0.0,
+        chunk_size: int = 2**22,
+    ) -> Tensor:
+        """Give density -1 (never occupied, never updated) to cells no training camera sees.
+
+        As instant-ngp (``mark_untrained_density_grid``), a cell counts as seen by a pinhole camera
+        (distortion ignored; OpenCV camera axes: x right, y down, z forward) when its centre is in
+        front of the camera (``z > near_plane``) and its bounding sphere (radius
+        ``sqrt(3)/2 * cell size``) overlaps the image's x and y slabs
+        ``[(0 - cx) z / fx, (W - cx) z / fx]`` (likewise y), i.e. conservatively. Seen cells that
+        were negative are reset to 0; unseen cells get -1 and are cleared from ``binaries``.
+        Call once before training, after the poses are known.
+
+        Args:
+            c2w: float [V, 3, 4] or [V, 4, 4] camera-to-world in NGP space.
+            intrinsics: float [V, >=4] with fx, fy, cx, cy first (the ``Intrinsics.as_array`` layout).
+            widths: [V] image widths in pixels.
+            heights: [V] image heights in pixels.
+            near_plane: minimum camera-space depth.
+            chunk_size: cells x cameras per vectorized chunk.
+
+        Returns:
+            bool [C, G^3], which cells are seen.
+        """
+        device = self.density_grid.device
+        if c2w.dim() != 3 or c2w.shape[1:] not in ((3, 4), (4, 4)):
+            raise ValueError(
+                f"mark_invisible_cells: c2w must be [V, 3, 4] or [V, 4, 4], got {tuple(c2w.shape)}"
+            )
+        v = c2w.shape[0]
+        if intrinsics.dim() != 2 or intrinsics.shape[0] != v or intrinsics.shape[1] < 4:
+            raise ValueError(
+                f"mark_invisible_cells: intrinsics must be [V={v}, >=4] (fx, fy, cx, cy, ...), "
+                f"got {tuple(intrinsics.shape)}"
+            )
+        rot = c2w[:, :3, :3].to(device=device, dtype=torch.float32)  # [V, 3, 3], columns = camera axes
+        trans = c2w[:, :3, 3].to(device=device, dtype=torch.float32)  # [V, 3]
+        k = intrinsics.to(device=device, dtype=torch.float32)
+        fx, fy, cx, cy = k[:, 0], k[:, 1], k[:, 2], k[:, 3]
+        w = torch.as_tensor(widths, dtype=torch.float32, device=device).reshape(v)
+        h = torch.as_tensor(heights, dtype=torch.float32, device=device).reshape(v)
+
+        c_count, g3 = self.density_grid.shape
+        n_cells = c_count * g3
+        seen = torch.empty(n_cells, dtype=torch.bool, device=device)
+        cells_per_chunk = max(1, chunk_size // max(v, 1))
+        for i0 in range(0, n_cells, cells_per_chunk):
+            idx = torch.arange(i0, min(n_cells, i0 + cells_per_chunk), device=device)
+            half = torch.full((idx.numel(), 3), 0.5, device=device)
+            centres = self.ops.grid_cell_positions(idx, half, self.resolution)
+            radius = (0.5 * math.sqrt(3.0) / self.resolution) * torch.ldexp(
+                torch.ones(idx.numel(), device=device), idx // g3
+            )
+            # camera-space coordinates [N, V, 3]: (x - t) projected on the camera axes
+            p = torch.einsum("nvi,vij->nvj", centres[:, None, :] - trans[None], rot)
+            x, y, z = p.unbind(-1)
+            r = radius[:, None]
+            in_x = (x + r >= (0 - cx) * z / fx) & (x - r <= (w - cx) * z / fx)
+            in_y = (y + r >= (0 - cy) * z / fy) & (y - r <= (h - cy) * z / fy)
+            seen[idx] = ((z > near_plane) & in_x & in_y).any(dim=1)
+        seen = seen.view(c_count, g3)
+        self.density_grid.copy_(torch.where(seen, self.density_grid.clamp(min=0), -1.0))
+        self.binaries &= seen.view_as(self.binaries)
+        return seen
+
+    # ------------------------------------------------------------------ distributed
+    @torch.no_grad()
+    def sync_(self, reduce_fn: Callable[[Tensor], object]) -> None:
+        """Make all ranks hold the same grid.
+
+        Args:
+            reduce_fn: all-reduces a tensor with MAX in place (e.g.
+                ``lambda t: torch.distributed.all_reduce(t, op=ReduceOp.MAX)``).
+
+        ``density_grid`` is reduced, then ``binaries`` recomputed with the last update's threshold
+        (before the first update, binaries stay all True on every rank, so they already agree).
+        """
+        reduce_fn(self.density_grid)
+        if self.threshold is not None:
+            self.binaries.copy_(self.ops.grid_occupancy(self.density_grid, self.threshold))

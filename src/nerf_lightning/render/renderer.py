@@ -1,0 +1,192 @@
+"""Renderer: rays -> packed samples (occupancy-skipping march) -> field -> composited outputs.
+
+Field protocol (``models/field.py`` implements it)::
+
+    field(positions float32 [S, 3], directions float32 [S, 3]) -> (sigmas [S], rgbs [S, 3])
+    field.density(positions float32 [S, 3]) -> sigmas [S]
+
+Positions are NGP-space sample midpoints; directions are the (unit) ray directions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..ops import get_ops
+from .occupancy import OccupancyGrid
+
+__all__ = ["Renderer"]
+
+
+class Renderer(nn.Module):
+    """Volume renderer over an :class:`OccupancyGrid` (held as a submodule, so its buffers follow
+    ``.to()`` and the state dict).
+
+    Args:
+        occupancy: the occupancy grid (gives the outer box and the cells to visit).
+        step_size: minimum marching step (instant-ngp: sqrt(3)/1024).
+        cone_angle: step grows as ``t * cone_angle`` (0: uniform; instant-ngp uses 1/256 for
+            large scenes).
+        max_samples_per_ray: cap on kept samples per ray.
+        near_plane: samples start at ``t >= near_plane``.
+        early_stop_eps: transmittance under which samples get weight 0.
+        ops_backend: ``"auto"``, ``"cuda"`` or ``"torch"`` (see ``nerf_lightning.ops.get_ops``).
+    """
+
+    def __init__(
+        self,
+        occupancy: OccupancyGrid,
+        *,
+        step_size: float = math.sqrt(3.0) / 1024,
+        cone_angle: float = 0.0,
+        max_samples_per_ray: int = 1024,
+        near_plane: float = 0.0,
+        early_stop_eps: float = 1e-4,
+        ops_backend: str = "auto",
+    ) -> None:
+        super().__init__()
+        self.occupancy = occupancy
+        self.step_size = float(step_size)
+        self.cone_angle = float(cone_angle)
+        self.max_samples_per_ray = int(max_samples_per_ray)
+        self.near_plane = float(near_plane)
+        self.early_stop_eps = float(early_stop_eps)
+        # Keep the name, not the namespace: modules cannot be deep-copied/pickled with the renderer.
+        self.ops_backend = ops_backend
+        get_ops(ops_backend)  # validate the name now
+
+    @property
+    def ops(self) -> Any:
+        """The ops namespace of ``ops_backend``."""
+        return get_ops(self.ops_backend)
+
+    def render_rays(
+        self,
+        field: Any,
+        rays_o: Tensor,
+        rays_d: Tensor,
+        background: Tensor | None,
+        *,
+        jitter: bool,
+    ) -> dict[str, Tensor]:
+        """Render a batch of rays.
+
+        Args:
+            field: see the module docstring.
+            rays_o: float32 [R, 3] NGP-space origins.
+            rays_d: float32 [R, 3] unit directions.
+            background: float32 [R, 3], [3] or None (black).
+            jitter: shift each ray's first sample by a uniform fraction of a step (training).
+
+        Returns:
+            dict with
+              ``rgb`` float32 [R, 3], ``opacity`` [R, 1], ``depth`` [R, 1] (weighted sum of sample
+              midpoints, not normalized by opacity), ``n_samples`` int64 scalar tensor (kept
+              samples, on device: no host sync), and the packed samples for losses:
+              ``weights`` [S], ``sigmas`` [S], ``ray_indices`` int64 [S], ``t_starts`` [S],
+              ``t_ends`` [S], ``packed_info`` int64 [R, 2].
+        """
+        ops = self.ops
+        n_rays = rays_o.shape[0]
+        with torch.no_grad():
+            t_near, t_far, _ = ops.ray_aabb_intersect(rays_o, rays_d, self.occupancy.aabb)
+            t_jitter = torch.rand(n_rays, device=rays_o.device) if jitter else None
+            packed = ops.march_rays(
+                rays_o,
+                rays_d,
+                t_near,
+                t_far,
+                self.occupancy.binaries,
+                step_size=self.step_size,
+                cone_angle=self.cone_angle,
+                max_samples_per_ray=self.max_samples_per_ray,
+                near_plane=self.near_plane,
+                t_jitter=t_jitter,
+            )
+        ray_indices, t_starts, t_ends, packed_info = packed
+        if t_starts.shape[0] > 0:
+            t_mid = (t_starts + t_ends) * 0.5
+            dirs = rays_d[ray_indices]
+            positions = rays_o[ray_indices] + dirs * t_mid[:, None]
+            sigmas, rgbs = field(positions, dirs)
+            sigmas, rgbs = sigmas.reshape(-1), rgbs.reshape(-1, 3)
+            connect = None
+        else:
+            # No samples at all: skip the field (empty batches break some encodings), but keep the
+            # outputs connected to its parameters (zero gradient) so backward/DDP see a graph.
+            sigmas = torch.zeros(0, device=rays_o.device)
+            rgbs = torch.zeros(0, 3, device=rays_o.device)
+            connect = None
+            if torch.is_grad_enabled():
+                dummy_p = torch.full((1, 3), 0.5, device=rays_o.device)
+                dummy_d = torch.tensor([[0.0, 0.0, 1.0]], device=rays_o.device)
+                s0, c0 = field(dummy_p, dummy_d)
+                connect = (s0.sum() + c0.sum()) * 0.0
+        out = ops.volume_render(
+            sigmas,
+            rgbs,
+            t_starts,
+            t_ends,
+            ray_indices,
+            n_rays,
+            packed_info=packed_info,
+            background=background,
+            early_stop_eps=self.early_stop_eps,
+        )
+        if connect is not None:
+            out["rgb"] = out["rgb"] + connect
+        out.update(
+            n_samples=packed_info[:, 1].sum(),
+            sigmas=sigmas,
+            ray_indices=ray_indices,
+            t_starts=t_starts,
+            t_ends=t_ends,
+            packed_info=packed_info,
+        )
+        return out
+
+    @torch.no_grad()
+    def render_image(
+        self,
+        field: Any,
+        rays_o: Tensor,
+        rays_d: Tensor,
+        background: Tensor | None,
+        chunk: int = 2**14,
+    ) -> dict[str, Tensor]:
+        """Render many rays (e.g. an image's H*W) without gradients, ``chunk`` rays at a time.
+
+        Args:
+            field: see the module docstring.
+            rays_o: float32 [N, 3].
+            rays_d: float32 [N, 3].
+            background: float32 [N, 3], [3] or None.
+            chunk: rays per ``render_rays`` call.
+
+        Returns:
+            dict with ``rgb`` [N, 3], ``opacity`` [N, 1], ``depth`` [N, 1] and ``n_samples`` (int64
+            scalar tensor, total over all chunks).
+        """
+        n = rays_o.shape[0]
+        per_ray = background is not None and background.dim() == 2
+        if per_ray and background.shape != (n, 3):
+            raise ValueError(
+                f"render_image: background must be [3] or [{n}, 3], got {tuple(background.shape)}"
+            )
+        keys = ("rgb", "opacity", "depth")
+        parts: dict[str, list[Tensor]] = {k: [] for k in keys}
+        n_samples = torch.zeros((), dtype=torch.long, device=rays_o.device)
+        for i in range(0, n, chunk):
+            bg = background[i : i + chunk] if per_ray else background
+            out = self.render_rays(field, rays_o[i : i + chunk], rays_d[i : i + chunk], bg, jitter=False)
+            for k in keys:
+                parts[k].append(out[k])
+            n_samples = n_samples + out["n_samples"]
+        if n == 0:
+            dims = {"rgb": 3, "opacity": 1, "depth": 1}
+            return {**{k: rays_o.new_zeros(0, d) for k, d in dims.items()}, "n_samples": n_samples}
+        return {**{k: torch.cat(v) for k, v in parts.items()}, "n_samples": n_samples}

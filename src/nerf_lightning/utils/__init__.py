@@ -1,0 +1,1 @@
+"""Small utilities: distributed helpers, atomic file writes, checkpoint IO."""

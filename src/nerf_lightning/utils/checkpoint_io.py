@@ -1,0 +1,21 @@
+"""Checkpoint IO that writes to a temporary file in the same folder and renames it into place."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from nerf_lightning.utils.io import atomic_write_bytes
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``torch.save`` into memory, then an atomic replace: an interrupted save never corrupts ``last.ckpt``."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        atomic_write_bytes(path, buffer.getvalue())

@@ -1,0 +1,163 @@
+"""Renderer on analytic fields: opacity/colour/depth against closed forms, gradients, empty cases."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from nerf_lightning.render.occupancy import OccupancyGrid
+from nerf_lightning.render.renderer import Renderer
+
+
+class SphereField(nn.Module):
+    """Constant density ``exp(log_sigma)`` and colour ``sigmoid(logits)`` inside a sphere, 0 outside."""
+
+    def __init__(self, sigma: float = 2.0, radius: float = 0.25, colour=(0.9, 0.2, 0.1)) -> None:
+        super().__init__()
+        self.log_sigma = nn.Parameter(torch.tensor(math.log(sigma)))
+        self.logits = nn.Parameter(torch.logit(torch.tensor(colour)))
+        self.radius = radius
+
+    def density(self, positions: torch.Tensor) -> torch.Tensor:
+        inside = (positions - 0.5).norm(dim=-1) < self.radius
+        return torch.where(inside, self.log_sigma.exp(), torch.zeros(()))
+
+    def forward(self, positions: torch.Tensor, directions: torch.Tensor):
+        assert positions.shape == directions.shape and positions.shape[-1] == 3
+        rgb = torch.sigmoid(self.logits).expand(positions.shape[0], 3)
+        return self.density(positions), rgb
+
+
+class BoxField(nn.Module):
+    """Density inside [0.25, 0.75]^3 (aligned with the cells of a 16^3 grid), colour from position."""
+
+    def density(self, positions: torch.Tensor) -> torch.Tensor:
+        inside = ((positions > 0.25) & (positions < 0.75)).all(-1)
+        return torch.where(inside, 30.0, 0.0)
+
+    def forward(self, positions: torch.Tensor, directions: torch.Tensor):
+        return self.density(positions), positions.clamp(0, 1)
+
+
+def _axis_rays(n: int = 1):
+    o = torch.tensor([[0.5, 0.5, -1.0]]).repeat(n, 1)
+    d = torch.tensor([[0.0, 0.0, 1.0]]).repeat(n, 1)
+    return o, d
+
+
+@pytest.mark.parametrize("sigma", [2.0, 8.0])
+def test_ray_through_sphere_centre_matches_closed_form(sigma: float) -> None:
+    field = SphereField(sigma=sigma)
+    renderer = Renderer(OccupancyGrid(resolution=16), ops_backend="torch")
+    o, d = _axis_rays()
+    bg = torch.tensor([0.0, 0.5, 1.0])
+    out = renderer.render_rays(field, o, d, bg, jitter=False)
+    chord, t_in = 0.5, 1.25
+    opacity = 1 - math.exp(-sigma * chord)
+    assert out["opacity"].item() == pytest.approx(opacity, abs=3e-3)
+    colour = torch.tensor([0.9, 0.2, 0.1])
+    torch.testing.assert_close(out["rgb"][0], opacity * colour + (1 - opacity) * bg, atol=3e-3, rtol=0)
+    # depth = integral of t * sigma * exp(-sigma (t - t_in)) over the chord
+    e = math.exp(-sigma * chord)
+    depth = t_in * (1 - e) + (1 - e) / sigma - chord * e
+    assert out["depth"].item() == pytest.approx(depth, abs=5e-3)
+    # the whole box diagonal along z is marched with the default step (cap 1024 not reached)
+    assert int(out["n_samples"]) == math.floor(1.0 / (math.sqrt(3) / 1024))
+    s = out["t_starts"].shape[0]
+    assert out["weights"].shape == (s,) and out["sigmas"].shape == (s,) and out["packed_info"].shape == (1, 2)
+
+
+def test_batch_shapes_misses_and_per_ray_background() -> None:
+    field = SphereField()
+    renderer = Renderer(OccupancyGrid(resolution=16), ops_backend="torch")
+    o = torch.tensor([[0.5, 0.5, -1.0], [5.0, 5.0, -1.0], [0.05, 0.05, -1.0]])
+    d = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    bg = torch.rand(3, 3, generator=torch.Generator().manual_seed(0))
+    out = renderer.render_rays(field, o, d, bg, jitter=True)
+    assert out["rgb"].shape == (3, 3) and out["opacity"].shape == (3, 1) and out["depth"].shape == (3, 1)
+    # ray 1 misses the box, ray 2 passes outside the sphere: both show their background
+    torch.testing.assert_close(out["rgb"][1:], bg[1:])
+    assert out["opacity"][1:].abs().max() == 0
+    assert out["packed_info"][1, 1] == 0 and out["packed_info"][2, 1] > 0
+    assert out["opacity"][0].item() == pytest.approx(1 - math.exp(-1.0), abs=4e-3)
+
+
+def test_zero_samples_give_background_and_backward_works() -> None:
+    field = SphereField()
+    grid = OccupancyGrid(resolution=16)
+    renderer = Renderer(grid, ops_backend="torch")
+    o, d = _axis_rays(4)
+    o[:, 0] = 7.0  # all rays miss
+    out = renderer.render_rays(field, o, d, torch.tensor([0.3, 0.3, 0.3]), jitter=True)
+    assert int(out["n_samples"]) == 0 and out["t_starts"].shape == (0,)
+    torch.testing.assert_close(out["rgb"], torch.full((4, 3), 0.3))
+    out["rgb"].sum().backward()
+    assert field.log_sigma.grad is not None and field.log_sigma.grad == 0
+    # an empty grid gives no samples either
+    grid.binaries.zero_()
+    out = renderer.render_rays(field, *_axis_rays(2), None, jitter=False)
+    assert int(out["n_samples"]) == 0 and out["rgb"].abs().max() == 0
+
+
+def test_gradient_matches_analytic_derivative() -> None:
+    sigma, chord = 2.0, 0.5
+    field = SphereField(sigma=sigma)
+    renderer = Renderer(OccupancyGrid(resolution=16), ops_backend="torch")
+    out = renderer.render_rays(field, *_axis_rays(), None, jitter=False)
+    out["opacity"].sum().backward()
+    # d/d(log sigma) of 1 - exp(-sigma L) = sigma L exp(-sigma L)
+    assert field.log_sigma.grad.item() == pytest.approx(sigma * chord * math.exp(-sigma * chord), abs=5e-3)
+    field.zero_grad()
+    out = renderer.render_rays(field, *_axis_rays(), None, jitter=True)
+    out["rgb"][0, 0].backward()
+    assert field.logits.grad[0] > 0 and field.logits.grad[1:].abs().max() == 0
+
+
+def test_occupancy_skipping_does_not_change_the_image() -> None:
+    field = BoxField()
+    g = torch.Generator().manual_seed(0)
+    o = torch.rand(200, 3, generator=g) * torch.tensor([1.0, 1.0, 0.0]) + torch.tensor([0.0, 0.0, -0.5])
+    d = torch.nn.functional.normalize(
+        torch.tensor([0.0, 0.0, 1.0]) + 0.3 * torch.randn(200, 3, generator=g), dim=-1
+    )
+    dense = Renderer(OccupancyGrid(resolution=16), ops_backend="torch")
+    grid = OccupancyGrid(resolution=16)
+    grid.update(0, field.density)
+    assert grid.occupied_fraction() == pytest.approx(0.125)  # exactly the 8^3 cells of the box
+    sparse = Renderer(grid, ops_backend="torch")
+    a = dense.render_rays(field, o, d, torch.ones(3), jitter=False)
+    b = sparse.render_rays(field, o, d, torch.ones(3), jitter=False)
+    assert int(b["n_samples"]) < 0.5 * int(a["n_samples"])
+    for k in ("rgb", "opacity", "depth"):
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-5)
+    assert a["opacity"].max() > 0.9
+
+
+def test_render_image_equals_render_rays() -> None:
+    field = BoxField()
+    grid = OccupancyGrid(resolution=16)
+    grid.update(0, field.density)
+    renderer = Renderer(grid, ops_backend="torch")
+    h = w = 12
+    ys, xs = torch.meshgrid(torch.linspace(0.1, 0.9, h), torch.linspace(0.1, 0.9, w), indexing="ij")
+    o = torch.stack([xs, ys, torch.full_like(xs, -1.0)], -1).reshape(-1, 3)
+    d = torch.tensor([0.0, 0.0, 1.0]).expand(h * w, 3)
+    bg = torch.rand(h * w, 3, generator=torch.Generator().manual_seed(1))
+    img = renderer.render_image(field, o, d, bg, chunk=50)
+    ref = renderer.render_rays(field, o, d, bg, jitter=False)
+    for k in ("rgb", "opacity", "depth", "n_samples"):
+        torch.testing.assert_close(img[k], ref[k].detach())
+    assert not img["rgb"].requires_grad
+
+
+def test_renderer_deep_copies_and_moves_buffers_with_state_dict() -> None:
+    renderer = Renderer(OccupancyGrid(resolution=8, ops="torch"), ops_backend="torch")
+    clone = copy.deepcopy(renderer)
+    assert clone.ops is renderer.ops and clone.occupancy.ops is renderer.occupancy.ops
+    assert set(renderer.state_dict()) == {"occupancy.density_grid", "occupancy.binaries"}
+    with pytest.raises(ValueError, match="unknown ops backend"):
+        Renderer(OccupancyGrid(resolution=8), ops_backend="nope")

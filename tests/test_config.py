@@ -1,0 +1,74 @@
+"""The config contract: every group composes and builds the Lightning objects it names."""
+
+from __future__ import annotations
+
+import hydra
+import pytest
+import torch
+from lightning.pytorch.plugins.precision import DoublePrecision, MixedPrecision, Precision
+from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, SingleDeviceStrategy
+from omegaconf import OmegaConf
+
+STRATEGIES = {"single": SingleDeviceStrategy, "ddp": DDPStrategy, "fsdp": FSDPStrategy}
+PRECISIONS = {"32": "32-true", "16-mixed": "16-mixed", "bf16-mixed": "bf16-mixed"}
+
+
+def test_default_config_resolves(compose_cfg) -> None:
+    cfg = compose_cfg()
+    container = OmegaConf.to_container(cfg, resolve=True)
+    assert container["data"]["path"] is None
+    assert container["model"]["field"]["encoding"]["n_levels"] == 16
+    assert container["trainer"]["precision"] == "32-true"
+    assert cfg.optimized_metric == "val/psnr"
+
+
+def test_issue_example_overrides_compose(compose_cfg) -> None:
+    cfg = compose_cfg("strategy=ddp", "devices=4", "precision=bf16-mixed", "accumulate_grad_batches=2")
+    assert cfg.trainer.devices == 4
+    assert cfg.trainer.accumulate_grad_batches == 2
+    assert cfg.trainer.precision == "bf16-mixed"
+    assert cfg.trainer.strategy._target_.endswith("DDPStrategy")
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("precision", sorted(PRECISIONS))
+def test_strategy_precision_build_a_trainer(compose_cfg, strategy: str, precision: str) -> None:
+    """Each strategy x precision builds its Lightning objects; the Trainer accepts those valid on this machine."""
+    cfg = compose_cfg(f"strategy={strategy}", f"precision='{precision}'", "accelerator=cpu", "devices=1",
+                      "logger=none")
+    strategy_obj = hydra.utils.instantiate(cfg.trainer.strategy)
+    assert isinstance(strategy_obj, STRATEGIES[strategy])
+    assert cfg.trainer.precision == PRECISIONS[precision]
+    if strategy == "fsdp" and not torch.cuda.is_available():
+        with pytest.raises(Exception, match="requires a GPU"):
+            hydra.utils.instantiate(cfg.trainer, logger=False)
+        return
+    if precision == "16-mixed" and not torch.cuda.is_available():
+        # fp16 AMP does not exist on CPUs: Lightning says so and falls back to bf16 autocast.
+        with pytest.warns(UserWarning, match="not supported on CPU"):
+            trainer = hydra.utils.instantiate(cfg.trainer, logger=False)
+    else:
+        trainer = hydra.utils.instantiate(cfg.trainer, logger=False)
+    assert isinstance(trainer.strategy, STRATEGIES[strategy])
+    plugin = trainer.strategy.precision_plugin
+    assert isinstance(plugin, Precision)
+    if precision == "32":
+        assert not isinstance(plugin, (MixedPrecision, DoublePrecision))
+    else:
+        assert getattr(plugin, "precision", "") in ("bf16-mixed", "16-mixed", "bf16-true", "16-true")
+
+
+def test_numeric_precision_override_is_accepted() -> None:
+    """`precision=32` on the command line selects the group option "32" (Hydra alone parses it as an int)."""
+    from nerf_lightning.train import normalize_overrides
+
+    assert normalize_overrides(["precision=32", "devices=2", "precision=bf16-mixed"]) == [
+        "precision='32'", "devices=2", "precision=bf16-mixed"]
+
+
+@pytest.mark.parametrize("logger", ["csv", "tensorboard", "wandb", "none"])
+def test_logger_group(compose_cfg, logger: str, monkeypatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cfg = compose_cfg(f"logger={logger}")
+    built = [hydra.utils.instantiate(node) for node in (cfg.logger or {}).values()]
+    assert len(built) == (0 if logger == "none" else 1)
