@@ -18,7 +18,7 @@ FOX_DIR = REPO_ROOT.parent / "shared" / "data" / "fox"
 
 
 def compose_train_config(overrides: list[str], output_dir: Path) -> DictConfig:
-    """The config `python -m nerf_lightning.train <overrides>` would run, with outputs under ``output_dir``."""
+    """The config `python -m nerf_lightning.train <overrides>` runs, outputs in ``output_dir``."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)

@@ -33,9 +33,10 @@ def test_issue_example_overrides_compose(compose_cfg) -> None:
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 @pytest.mark.parametrize("precision", sorted(PRECISIONS))
 def test_strategy_precision_build_a_trainer(compose_cfg, strategy: str, precision: str) -> None:
-    """Each strategy x precision builds its Lightning objects; the Trainer accepts those valid on this machine."""
-    cfg = compose_cfg(f"strategy={strategy}", f"precision='{precision}'", "accelerator=cpu", "devices=1",
-                      "logger=none")
+    """Each strategy x precision builds its Lightning objects and a Trainer where valid here."""
+    cfg = compose_cfg(
+        f"strategy={strategy}", f"precision='{precision}'", "accelerator=cpu", "devices=1", "logger=none"
+    )
     strategy_obj = hydra.utils.instantiate(cfg.trainer.strategy)
     assert isinstance(strategy_obj, STRATEGIES[strategy])
     assert cfg.trainer.precision == PRECISIONS[precision]
@@ -63,7 +64,10 @@ def test_numeric_precision_override_is_accepted() -> None:
     from nerf_lightning.train import normalize_overrides
 
     assert normalize_overrides(["precision=32", "devices=2", "precision=bf16-mixed"]) == [
-        "precision='32'", "devices=2", "precision=bf16-mixed"]
+        "precision='32'",
+        "devices=2",
+        "precision=bf16-mixed",
+    ]
 
 
 @pytest.mark.parametrize("logger", ["csv", "tensorboard", "wandb", "none"])
@@ -72,3 +76,20 @@ def test_logger_group(compose_cfg, logger: str, monkeypatch) -> None:
     cfg = compose_cfg(f"logger={logger}")
     built = [hydra.utils.instantiate(node) for node in (cfg.logger or {}).values()]
     assert len(built) == (0 if logger == "none" else 1)
+
+
+def test_cpu_preset_is_added_only_without_gpu_and_without_an_explicit_choice() -> None:
+    from nerf_lightning.train import with_device_preset
+
+    assert with_device_preset(["data.downscale=8"], has_cuda=False) == ["data.downscale=8", "experiment=cpu"]
+    assert with_device_preset(["-m", "seed=1,2"], has_cuda=False) == ["-m", "seed=1,2", "experiment=cpu"]
+    assert with_device_preset(["data.downscale=8"], has_cuda=True) == ["data.downscale=8"]
+    assert with_device_preset(["experiment=fox"], has_cuda=False) == ["experiment=fox"]
+    assert with_device_preset(["experiment=null"], has_cuda=False) == ["experiment=null"]
+
+
+def test_cpu_preset_composes(compose_cfg) -> None:
+    cfg = compose_cfg("experiment=cpu", "data.downscale=8", "trainer.max_steps=200")
+    assert cfg.accelerator == "cpu"
+    assert cfg.data.downscale == 8 and cfg.trainer.max_steps == 200  # user overrides win over the preset
+    assert cfg.model.ops_backend == "torch"

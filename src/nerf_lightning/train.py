@@ -14,6 +14,7 @@ import logging
 import re
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,20 @@ from nerf_lightning.utils.tracking import finish_loggers
 
 log = logging.getLogger("nerf_lightning.train")
 
+# Known-harmless noise: our step loader is an IterableDataset with __len__ (no workers), and a
+# deprecation inside Lightning's own pytree helper.
+warnings.filterwarnings("ignore", message=".*IterableDataset.*has `__len__` defined.*")
+warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
+warnings.filterwarnings("ignore", message=".*is smaller than the logging interval.*")
+
 
 def instantiate_group(group: DictConfig | None) -> list[Any]:
     """Instantiate every ``_target_`` entry of a dict-of-configs group (callbacks, loggers)."""
     if not group:
         return []
-    return [hydra.utils.instantiate(node) for node in group.values() if node is not None and "_target_" in node]
+    return [
+        hydra.utils.instantiate(node) for node in group.values() if node is not None and "_target_" in node
+    ]
 
 
 def _resolve_ckpt(ckpt_path: str | None, output_dir: Path) -> str | None:
@@ -83,9 +92,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
         finish_loggers(loggers, metrics, exit_code=exit_code)
     if trainer.is_global_zero:
         atomic_write_json(output_dir / "metrics.json", metrics)
-        log.info("val/psnr %.2f dB  val/ssim %.4f  (%d steps, %.0f s training)",
-                 metrics.get("val/psnr", float("nan")), metrics.get("val/ssim", float("nan")), metrics["steps"],
-                 metrics.get("time/train_s", metrics["time/wall_s"]))
+        log.info(
+            "val/psnr %.2f dB  val/ssim %.4f  (%d steps, %.0f s training)",
+            metrics.get("val/psnr", float("nan")),
+            metrics.get("val/ssim", float("nan")),
+            metrics["steps"],
+            metrics.get("time/train_s", metrics["time/wall_s"]),
+        )
         print(f"val/psnr: {metrics.get('val/psnr', float('nan')):.2f} dB")
         print(f"run dir: {output_dir}")
     return metrics
@@ -113,8 +126,26 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     return float(value) if value is not None else None
 
 
+def with_device_preset(argv: list[str], has_cuda: bool) -> list[str]:
+    """Add ``experiment=cpu`` when there is no CUDA GPU and the user picked no experiment.
+
+    instant-ngp's defaults assume a GPU; on a CPU they would take hours. The CPU preset keeps the
+    same scene and pipeline with a smaller grid and coarser marching. ``experiment=null`` opts out.
+    """
+    if has_cuda or any(a.lstrip("+~").startswith(("experiment=", "hparams_search=")) for a in argv):
+        return argv
+    if any(a in ("--help", "-h", "--hydra-help", "--info") for a in argv):
+        return argv
+    print(
+        "[nerf_lightning] no CUDA GPU: using the CPU preset (experiment=cpu) (experiment=null: off)",
+        file=sys.stderr,
+    )
+    return [*argv, "experiment=cpu"]  # after the user's args: before `-m` Hydra would reject them
+
+
 def main() -> None:
-    sys.argv = [sys.argv[0], *normalize_overrides(sys.argv[1:])]
+    argv = normalize_overrides(sys.argv[1:])
+    sys.argv = [sys.argv[0], *with_device_preset(argv, torch.cuda.is_available())]
     _hydra_main()
 
 

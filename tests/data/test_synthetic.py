@@ -189,7 +189,7 @@ def test_ensure_default_scene_is_cached(tmp_path: Path, monkeypatch: pytest.Monk
         {**gen_mod.DEFAULT_SCENE, "n_views": 2, "width": 16, "height": 16, "supersample": 1},
     )
     out = ensure_default_scene(tmp_path)
-    assert out == tmp_path / "scenes" / f"default-v{GENERATOR_VERSION}"
+    assert out == tmp_path / f"default-v{GENERATOR_VERSION}"
     stamp = (out / "transforms.json").stat().st_mtime_ns
     assert ensure_default_scene(tmp_path) == out
     assert (out / "transforms.json").stat().st_mtime_ns == stamp

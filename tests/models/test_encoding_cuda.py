@@ -44,7 +44,9 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"L{c['n_levels']}F{c['n_features_per_level']}")
 @pytest.mark.parametrize("n", [0, 1, 1000, 1 << 17])
-def test_hash_fp32_equal(cfg, n):
+@pytest.mark.parametrize("order", ["point", "level"])
+def test_hash_fp32_equal(cfg, n, order, monkeypatch):
+    monkeypatch.setenv("NERF_LIGHTNING_HASH_ORDER", order)  # thread order of the kernels
     torch.manual_seed(n)
     enc = HashEncoding(**cfg, backend="cuda").to(DEV)
     with torch.no_grad():

@@ -161,3 +161,32 @@ def test_renderer_deep_copies_and_moves_buffers_with_state_dict() -> None:
     assert set(renderer.state_dict()) == {"occupancy.density_grid", "occupancy.binaries"}
     with pytest.raises(ValueError, match="unknown ops backend"):
         Renderer(OccupancyGrid(resolution=8), ops_backend="nope")
+
+
+def test_compaction_keeps_outputs_and_gradients_and_drops_terminated_samples() -> None:
+    """Dropping samples behind early termination changes neither the image nor the gradients."""
+    from nerf_lightning.models.field import NGPField
+
+    torch.manual_seed(0)
+    field = NGPField(
+        aabb_scale=1,
+        encoding=dict(n_levels=4, log2_hashmap_size=10, max_resolution=64, backend="torch"),
+        density_bias=4.0,
+    )  # opaque early
+    grid = OccupancyGrid(aabb_scale=1, resolution=16)
+    rays_o = torch.rand(64, 3) * 0.2 + torch.tensor([0.4, 0.4, -0.5])
+    rays_d = torch.nn.functional.normalize(torch.tensor([0.0, 0.0, 1.0]) + 0.1 * torch.randn(64, 3), dim=-1)
+    results = {}
+    for compact in (False, True):
+        renderer = Renderer(grid, step_size=1 / 64, compact_samples=compact, ops_backend="torch")
+        field.zero_grad()
+        out = renderer.render_rays(field, rays_o, rays_d, torch.ones(3), jitter=False)
+        out["rgb"].square().sum().backward()
+        grads = torch.cat([p.grad.reshape(-1) for p in field.parameters() if p.grad is not None])
+        results[compact] = (out["rgb"].detach(), out["n_samples"], out["n_samples_rendered"], grads)
+    rgb_full, marched_full, rendered_full, g_full = results[False]
+    rgb_compact, marched_compact, rendered_compact, g_compact = results[True]
+    torch.testing.assert_close(rgb_compact, rgb_full, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(g_compact, g_full, rtol=1e-4, atol=1e-7)
+    assert marched_compact == marched_full == rendered_full
+    assert rendered_compact < 0.5 * rendered_full  # an opaque field terminates rays early

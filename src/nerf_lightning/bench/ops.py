@@ -19,7 +19,9 @@ Times are medians of CUDA-event timings after warm-up. The table is printed last
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -99,6 +101,16 @@ def bench_hash(results: list[dict], quick: bool, copy_bw: float) -> None:
                 out.backward(g)
 
             row[label] = n / timeit(step, warmup=5, iters=30)
+            if label == "cuda":
+                os.environ["NERF_LIGHTNING_HASH_ORDER"] = "level"
+                row["cuda_level_major"] = n / timeit(step, warmup=5, iters=30)
+                os.environ.pop("NERF_LIGHTNING_HASH_ORDER")
+                with torch.no_grad():
+                    row["cuda_fwd_only"] = n / timeit(
+                        lambda p=p, x=x: cu.hash_encode(x, p, enc.scales, enc.resolutions, enc.offsets),
+                        warmup=5,
+                        iters=30,
+                    )
         # minimum traffic per point: x 12 B + out L*F*4; bwd: grad_out L*F*4, x 12 B, 8 corner RMW
         bytes_pt = 12 + 4 * L * F + 8 * L * F * 4 + 12 + 4 * L * F + 8 * L * F * 4 * 2
         table_bytes = rows * F * 4  # zeroing the fp32 gradient table
@@ -165,7 +177,9 @@ def bench_rays(results: list[dict], quick: bool) -> dict[str, Any]:
     return {"samples_per_ray": n_samples / n_rays}
 
 
-def make_step(ops_backend: str, enc_backend: str, n_rays: int) -> tuple[Callable[[], None], Any]:
+def make_step(
+    ops_backend: str, enc_backend: str, n_rays: int, autocast: torch.dtype | None = None
+) -> tuple[Callable[[], None], Any]:
     from nerf_lightning.models.field import NGPField
     from nerf_lightning.render.occupancy import OccupancyGrid
     from nerf_lightning.render.renderer import Renderer
@@ -184,8 +198,10 @@ def make_step(ops_backend: str, enc_backend: str, n_rays: int) -> tuple[Callable
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        out = renderer.render_rays(field, o, d, bg, jitter=True)
-        loss = torch.nn.functional.huber_loss(out["rgb"], target, delta=0.1)
+        ctx = torch.autocast("cuda", dtype=autocast) if autocast is not None else contextlib.nullcontext()
+        with ctx:
+            out = renderer.render_rays(field, o, d, bg, jitter=True)
+            loss = torch.nn.functional.huber_loss(out["rgb"].float(), target, delta=0.1)
         loss.backward()
         opt.step()
 
@@ -193,23 +209,37 @@ def make_step(ops_backend: str, enc_backend: str, n_rays: int) -> tuple[Callable
 
 
 def bench_step(results: list[dict], quick: bool, profile: bool) -> str | None:
-    n_rays = 1 << 13
-    row: dict[str, Any] = {"name": "train step 2^13 rays (default field)", "unit": "steps/s"}
-    cuda_step, _ = make_step("cuda", "cuda", n_rays)
-    row["cuda"] = 1.0 / timeit(cuda_step, warmup=5, iters=30)
-    ref_step, _ = make_step("torch", "torch", n_rays)
-    row["reference"] = 1.0 / timeit(ref_step, warmup=2, iters=3 if quick else 6)
-    results.append(row)
-    if not profile:
+    cuda_fp32 = None
+    first: dict[str, Any] = {}
+    for log2r, prec, ac in ((13, "32/tf32", None), (13, "bf16-mixed", torch.bfloat16), (15, "32/tf32", None)):
+        if quick and log2r != 13:
+            continue
+        n_rays = 1 << log2r
+        row: dict[str, Any] = {"name": f"train step 2^{log2r} rays {prec}", "unit": "steps/s"}
+        cuda_step, _ = make_step("cuda", "cuda", n_rays, ac)
+        row["cuda"] = 1.0 / timeit(cuda_step, warmup=5, iters=30)
+        ref_step, _ = make_step("torch", "torch", n_rays, ac)
+        row["reference"] = 1.0 / timeit(ref_step, warmup=2, iters=3 if quick else 6)
+        results.append(row)
+        if cuda_fp32 is None:
+            cuda_fp32, first = cuda_step, row
+    if not profile or cuda_fp32 is None:
         return None
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as tprofile
 
-    with tprofile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+    with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(5):
-            cuda_step()
+            cuda_fp32()
         torch.cuda.synchronize()
-    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=15)
+    events = prof.key_averages()
+    busy_us = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in events)
+    table = events.table(sort_by="self_cuda_time_total", row_limit=12, max_name_column_width=60)
+    first["gpu_busy_ms"] = busy_us / 1e3 / 5
+    return (
+        f"{table}\nGPU busy {first['gpu_busy_ms']:.2f} ms per CUDA-path step ({first['name']}); "
+        f"step time {1e3 / first['cuda']:.2f} ms"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"CUDA extension unavailable: {_ext.error()}", file=sys.stderr)
         return 1
     print(f"extension ready in {time.perf_counter() - t0:.1f} s", flush=True)
-    torch.backends.cuda.matmul.allow_tf32 = False
+    # As nerf_lightning.train does: TF32 matmuls for float32 (the "32" precision preset).
+    torch.set_float32_matmul_precision("high")
     results: list[dict] = []
     copy_bw = copy_bandwidth()
     bench_hash(results, args.quick, copy_bw)
@@ -257,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             notes = (
                 f"fp16 table {r['cuda_fp16']:.3g}/s; {r['bytes_per_s_cuda'] / 1e12:.2f} TB/s min-traffic "
                 f"= {100 * r['frac_copy_bw']:.0f}% of copy; torch backend {r['torch_backend']:.3g}/s "
-                f"({r['cuda'] / r['torch_backend']:.1f}x)"
+                f"({r['cuda'] / r['torch_backend']:.1f}x); fwd only {r['cuda_fwd_only']:.3g}/s; "
+                f"level-major threads {r['cuda_level_major']:.3g}/s"
             )
         print(
             f"{r['name']:40s} {r['unit']:8s} {r['reference']:12.4g} {r['cuda']:12.4g} "

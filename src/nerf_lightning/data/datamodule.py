@@ -16,7 +16,7 @@ costs no host->device copy and no host synchronization.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,8 @@ class NeRFDataModule(L.LightningDataModule):
         batch_size: rays per training step.
         steps_per_epoch: length of one training "epoch" (validation runs every
             ``trainer.check_val_every_n_epoch`` of these).
-        sampler: a ``RaySampler`` factory (``_partial_`` config) taking ``widths``/``heights``.
+        sampler: name of the training ray sampler, a key of ``samplers``.
+        samplers: ``RaySampler`` factories (``_partial_`` configs) taking ``widths``/``heights``.
         max_val_views: validate on at most this many held-out views (evenly spaced); ``None`` = all.
         image_workers / cache_dir: parallel decoding and the uint8 image cache.
     """
@@ -116,7 +117,8 @@ class NeRFDataModule(L.LightningDataModule):
         test_every: int = 8,
         batch_size: int = 4096,
         steps_per_epoch: int = 1000,
-        sampler: Callable[..., RaySampler] | None = None,
+        sampler: str = "uniform",
+        samplers: Mapping[str, Callable[..., RaySampler]] | None = None,
         max_val_views: int | None = None,
         min_sharpness: float | None = None,
         image_workers: int | None = None,
@@ -131,7 +133,11 @@ class NeRFDataModule(L.LightningDataModule):
         self.test_every = int(test_every)
         self.batch_size = int(batch_size)
         self.steps_per_epoch = int(steps_per_epoch)
-        self.sampler_factory = sampler
+        factories = dict(samplers or {"uniform": UniformRaySampler})
+        if sampler not in factories:
+            raise ValueError(f"data.sampler={sampler!r} is not one of data.samplers: {sorted(factories)}")
+        self.sampler_name = sampler
+        self.sampler_factory = factories[sampler]
         self.max_val_views = max_val_views
         self.min_sharpness = min_sharpness
         self.image_workers = image_workers
@@ -176,14 +182,22 @@ class NeRFDataModule(L.LightningDataModule):
             stride = len(val_frames) / self.max_val_views
             val_frames = [val_frames[int(i * stride)] for i in range(self.max_val_views)]
         if val_frames:
-            self.val_set = _ViewSet(val_frames, load_images(val_frames, self.downscale, self.image_workers,
-                                                            self.cache_dir), model)
-        factory = self.sampler_factory or UniformRaySampler
-        self.sampler = factory(widths=self.train_set.widths.clone(), heights=self.train_set.heights.clone())
+            self.val_set = _ViewSet(
+                val_frames, load_images(val_frames, self.downscale, self.image_workers, self.cache_dir), model
+            )
+        self.sampler = self.sampler_factory(
+            widths=self.train_set.widths.clone(), heights=self.train_set.heights.clone()
+        )
         log.info(
             "capture %s (%s): %d train / %d val views, %dx%d (downscale %d), aabb_scale %d",
-            path, capture.format, len(capture.train), len(val_frames),
-            int(train_images.widths[0]), int(train_images.heights[0]), self.downscale, capture.aabb_scale,
+            path,
+            capture.format,
+            len(capture.train),
+            len(val_frames),
+            int(train_images.widths[0]),
+            int(train_images.heights[0]),
+            self.downscale,
+            capture.aabb_scale,
         )
 
     @property
@@ -243,8 +257,15 @@ class NeRFDataModule(L.LightningDataModule):
         else:
             background = torch.zeros(n_rays, 3, device=device)
             rgb = color
-        return {"rays_o": rays_o, "rays_d": rays_d, "rgb": rgb, "background": background,
-                "view_ids": view_ids, "px": ix, "py": iy}
+        return {
+            "rays_o": rays_o,
+            "rays_d": rays_d,
+            "rgb": rgb,
+            "background": background,
+            "view_ids": view_ids,
+            "px": ix,
+            "py": iy,
+        }
 
     def val_batch(self, view: int) -> dict[str, Any]:
         """All pixels of held-out view ``view`` (row-major), composited over the eval background."""
@@ -261,8 +282,18 @@ class NeRFDataModule(L.LightningDataModule):
         rgb = color[:, :3]
         if color.shape[1] == 4:
             rgb = rgb * color[:, 3:] + background * (1.0 - color[:, 3:])
-        return {"rays_o": rays_o, "rays_d": rays_d, "rgb": rgb, "background": background,
-                "view_ids": view_ids, "px": ix, "py": iy, "height": h, "width": w, "view": view}
+        return {
+            "rays_o": rays_o,
+            "rays_d": rays_d,
+            "rgb": rgb,
+            "background": background,
+            "view_ids": view_ids,
+            "px": ix,
+            "py": iy,
+            "height": h,
+            "width": w,
+            "view": view,
+        }
 
     # ------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

@@ -53,7 +53,9 @@ class Intrinsics:
             return self
         w, h = self.width // factor, self.height // factor
         sx, sy = w / self.width, h / self.height
-        return replace(self, fx=self.fx * sx, fy=self.fy * sy, cx=self.cx * sx, cy=self.cy * sy, width=w, height=h)
+        return replace(
+            self, fx=self.fx * sx, fy=self.fy * sy, cx=self.cx * sx, cy=self.cy * sy, width=w, height=h
+        )
 
     def as_array(self) -> np.ndarray:
         """[fx, fy, cx, cy, k1, k2, k3, k4, p1, p2] as float32, the layout the ray generator takes."""

@@ -89,7 +89,9 @@ class NGPField(nn.Module):
         self.encoding = HashEncoding(**enc)
         self.geo_feat_dim = geo_feat_dim
         self.density_bias = density_bias
-        self.density_mlp = _mlp(self.encoding.n_output_dims, hidden_dim, density_hidden_layers, 1 + geo_feat_dim)
+        self.density_mlp = _mlp(
+            self.encoding.n_output_dims, hidden_dim, density_hidden_layers, 1 + geo_feat_dim
+        )
         self.direction_encoding = SHEncoding(sh_degree)
         self.color_mlp = _mlp(
             1 + geo_feat_dim + self.direction_encoding.n_output_dims, hidden_dim, color_hidden_layers, 3

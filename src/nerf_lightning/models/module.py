@@ -36,6 +36,9 @@ class NeRFModule(L.LightningModule):
         step_size: minimum marching step in NGP units (instant-ngp: sqrt(3)/1024).
         cone_angle: step grows as t * cone_angle (0 = constant; instant-ngp uses 1/256 for large scenes).
         max_samples_per_ray: per-ray cap on kept samples.
+        early_stop_eps: transmittance below which a ray stops contributing.
+        compact_samples: drop samples behind the early-termination point before the differentiable
+            pass (see ``Renderer``).
         loss: ``huber`` (instant-ngp's NeRF default, delta 0.1) or ``mse``.
         val_chunk: rays per chunk when rendering validation images.
         ops_backend: ``auto | cuda | torch`` for the ray ops.
@@ -57,6 +60,7 @@ class NeRFModule(L.LightningModule):
         cone_angle: float = 0.0,
         max_samples_per_ray: int = 1024,
         early_stop_eps: float = 1e-4,
+        compact_samples: bool = True,
         loss: str = "huber",
         huber_delta: float = 0.1,
         val_chunk: int = 1 << 15,
@@ -75,6 +79,7 @@ class NeRFModule(L.LightningModule):
             cone_angle=cone_angle,
             max_samples_per_ray=max_samples_per_ray,
             early_stop_eps=early_stop_eps,
+            compact_samples=compact_samples,
             ops_backend=ops_backend,
         )
         self.optimizer_factory = optimizer
@@ -94,7 +99,9 @@ class NeRFModule(L.LightningModule):
         ts = getattr(dm, "train_set", None)
         if ts is not None and self.global_step == 0:
             self.occupancy.mark_invisible_cells(
-                ts.poses.to(self.device), ts.intrinsics.to(self.device), ts.widths.to(self.device),
+                ts.poses.to(self.device),
+                ts.intrinsics.to(self.device),
+                ts.widths.to(self.device),
                 ts.heights.to(self.device),
             )
 
@@ -105,8 +112,9 @@ class NeRFModule(L.LightningModule):
         return F.huber_loss(pred, target, reduction="none", delta=self.hparams.huber_delta).mean(dim=-1)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
-        out = self.renderer.render_rays(self.field, batch["rays_o"], batch["rays_d"], batch["background"],
-                                        jitter=True)
+        out = self.renderer.render_rays(
+            self.field, batch["rays_o"], batch["rays_d"], batch["background"], jitter=True
+        )
         per_ray = self._loss(out["rgb"], batch["rgb"])
         loss = per_ray.mean()
         sampler = getattr(self.trainer.datamodule, "sampler", None)
@@ -131,7 +139,10 @@ class NeRFModule(L.LightningModule):
         hp = self.hparams
         if step % hp.grid_update_every == 0:
             self.occupancy.update(
-                step, self.field.density, warmup_steps=hp.grid_warmup_steps, decay=hp.grid_decay,
+                step,
+                self.field.density,
+                warmup_steps=hp.grid_warmup_steps,
+                decay=hp.grid_decay,
                 threshold=hp.grid_threshold,
             )
             if self.trainer.world_size > 1:
@@ -140,8 +151,9 @@ class NeRFModule(L.LightningModule):
     # -------------------------------------------------------------------------- validation
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         h, w = batch["height"], batch["width"]
-        out = self.renderer.render_image(self.field, batch["rays_o"], batch["rays_d"], batch["background"],
-                                         chunk=self.hparams.val_chunk)
+        out = self.renderer.render_image(
+            self.field, batch["rays_o"], batch["rays_d"], batch["background"], chunk=self.hparams.val_chunk
+        )
         pred = out["rgb"].reshape(h, w, 3).clamp(0, 1)
         gt = batch["rgb"].reshape(h, w, 3)
         pred_chw, gt_chw = pred.permute(2, 0, 1)[None], gt.permute(2, 0, 1)[None]
@@ -169,8 +181,12 @@ class NeRFModule(L.LightningModule):
         for logger in self.loggers:
             log_image = getattr(logger, "log_image", None)
             if callable(log_image):
-                log_image(key="val/panel", images=[image], step=self.global_step,
-                          caption=["GT | prediction | depth | error"])
+                log_image(
+                    key="val/panel",
+                    images=[image],
+                    step=self.global_step,
+                    caption=["GT | prediction | depth | error"],
+                )
 
     # --------------------------------------------------------------------------- optimizer
     def configure_optimizers(self) -> dict[str, Any]:

@@ -58,7 +58,9 @@ class _FusedHashGrid(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, params: Tensor, level_data: tuple[Tensor, ...]) -> Tensor:
         cdtype = torch.float64 if params.dtype == torch.float64 else torch.float32
         scales, resolutions, sizes, offsets, dense = level_data
-        idx, w = _corner_indices_and_weights(x.to(cdtype), scales.to(cdtype), resolutions, sizes, offsets, dense)
+        idx, w = _corner_indices_and_weights(
+            x.to(cdtype), scales.to(cdtype), resolutions, sizes, offsets, dense
+        )
         n, n_levels = x.shape[0], scales.shape[0]
         n_feat = params.shape[1]
         feats = params.index_select(0, idx.reshape(-1)).to(cdtype).view(n, n_levels, 8, n_feat)

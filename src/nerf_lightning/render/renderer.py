@@ -35,6 +35,10 @@ class Renderer(nn.Module):
         near_plane: samples start at ``t >= near_plane``.
         early_stop_eps: transmittance under which samples get weight 0.
         ops_backend: ``"auto"``, ``"cuda"`` or ``"torch"`` (see ``nerf_lightning.ops.get_ops``).
+        compact_samples: when gradients are on, first evaluate densities without gradients, drop the
+            samples behind the early-termination point (transmittance < ``early_stop_eps``; their
+            weight is exactly 0) and run the differentiable pass on the rest only, as instant-ngp's
+            training kernels do. Same outputs and gradients; far less work behind opaque surfaces.
     """
 
     def __init__(
@@ -47,6 +51,7 @@ class Renderer(nn.Module):
         near_plane: float = 0.0,
         early_stop_eps: float = 1e-4,
         ops_backend: str = "auto",
+        compact_samples: bool = True,
     ) -> None:
         super().__init__()
         self.occupancy = occupancy
@@ -55,6 +60,7 @@ class Renderer(nn.Module):
         self.max_samples_per_ray = int(max_samples_per_ray)
         self.near_plane = float(near_plane)
         self.early_stop_eps = float(early_stop_eps)
+        self.compact_samples = bool(compact_samples)
         # Keep the name, not the namespace: modules cannot be deep-copied/pickled with the renderer.
         self.ops_backend = ops_backend
         get_ops(ops_backend)  # validate the name now
@@ -108,6 +114,11 @@ class Renderer(nn.Module):
                 t_jitter=t_jitter,
             )
         ray_indices, t_starts, t_ends, packed_info = packed
+        n_marched = packed_info[:, 1].sum()
+        if self.compact_samples and torch.is_grad_enabled() and t_starts.shape[0] > 0:
+            ray_indices, t_starts, t_ends, packed_info = self._drop_terminated(
+                field, rays_o, rays_d, ray_indices, t_starts, t_ends, packed_info
+            )
         if t_starts.shape[0] > 0:
             t_mid = (t_starts + t_ends) * 0.5
             dirs = rays_d[ray_indices]
@@ -140,7 +151,8 @@ class Renderer(nn.Module):
         if connect is not None:
             out["rgb"] = out["rgb"] + connect
         out.update(
-            n_samples=packed_info[:, 1].sum(),
+            n_samples=n_marched,
+            n_samples_rendered=packed_info[:, 1].sum(),
             sigmas=sigmas,
             ray_indices=ray_indices,
             t_starts=t_starts,
@@ -148,6 +160,36 @@ class Renderer(nn.Module):
             packed_info=packed_info,
         )
         return out
+
+    @torch.no_grad()
+    def _drop_terminated(
+        self,
+        field: Any,
+        rays_o: Tensor,
+        rays_d: Tensor,
+        ray_indices: Tensor,
+        t_starts: Tensor,
+        t_ends: Tensor,
+        packed_info: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Packed samples whose transmittance is still >= ``early_stop_eps`` under the current field."""
+        n_rays = rays_o.shape[0]
+        positions = rays_o[ray_indices] + rays_d[ray_indices] * ((t_starts + t_ends) * 0.5)[:, None]
+        sigmas = field.density(positions).reshape(-1).float()
+        _, transmittance = self.ops.render_weights(
+            sigmas,
+            t_starts,
+            t_ends,
+            ray_indices,
+            n_rays,
+            packed_info=packed_info,
+            early_stop_eps=self.early_stop_eps,
+        )
+        keep = transmittance >= self.early_stop_eps
+        ray_indices, t_starts, t_ends = ray_indices[keep], t_starts[keep], t_ends[keep]
+        counts = torch.bincount(ray_indices, minlength=n_rays)
+        starts = torch.cumsum(counts, 0) - counts
+        return ray_indices, t_starts, t_ends, torch.stack([starts, counts], dim=-1).to(packed_info.dtype)
 
     @torch.no_grad()
     def render_image(

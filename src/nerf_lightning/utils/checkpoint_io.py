@@ -13,9 +13,11 @@ from nerf_lightning.utils.io import atomic_write_bytes
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``torch.save`` into memory, then an atomic replace: an interrupted save never corrupts ``last.ckpt``."""
+    """``torch.save`` into memory, then an atomic replace: a crash never corrupts ``last.ckpt``."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
+    ) -> None:
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         atomic_write_bytes(path, buffer.getvalue())

@@ -7,6 +7,6 @@ from lightning.pytorch.strategies import SingleDeviceStrategy
 
 
 def single_device_strategy(accelerator: str = "auto") -> SingleDeviceStrategy:
-    """One process on one device: the first GPU when there is one (and accelerator allows it), else the CPU."""
+    """One process on one device: the first GPU when there is one, else the CPU."""
     use_cuda = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
     return SingleDeviceStrategy(device=torch.device("cuda", 0) if use_cuda else torch.device("cpu"))

@@ -122,14 +122,13 @@ def auto_group(task_name: str = "train") -> str:
 
 
 def auto_name() -> str | None:
-    """A multirun job's overrides (``model.field.encoding.log2_hashmap_size=15``), else W&B's random name."""
+    """A multirun job: ``<job num>:<overrides>`` (``0:model.field.encoding.log2_hashmap_size=15,...``);
+    a single run: None (W&B picks a name; the overrides are in the logged config)."""
     hc = _hydra_runtime()
-    if hc is None:
+    if hc is None or not _in_multirun():
         return None
     name = str(hc.job.get("override_dirname") or "")
-    if _in_multirun():
-        name = f"{hc.job.num}:{name}" if name else str(hc.job.num)
-    return name or None
+    return f"{hc.job.num}:{name}" if name else str(hc.job.num)
 
 
 class WandbLogger(_LightningWandbLogger):
@@ -179,6 +178,8 @@ class WandbLogger(_LightningWandbLogger):
             mode=resolved,
             **kwargs,
         )
+        if self._wandb_init.get("anonymous") is None:
+            self._wandb_init.pop("anonymous", None)  # wandb >= 0.2x warns about the setting at all
 
     def _settings(self, mode: str) -> Any:
         import wandb
@@ -291,7 +292,7 @@ def _iter_record_bytes(path: Path) -> Iterator[bytes]:
         if kind == 0 and length == 0:
             pos += left  # zero padding to the next block
             continue
-        payload = data[pos + 7: pos + 7 + length]
+        payload = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == _FULL:
             yield payload
@@ -326,10 +327,10 @@ def read_offline_run(run_dir: str | Path) -> dict[str, Any]:
             out["group"], out["name"] = rec.run.run_group, rec.run.display_name
             out["tags"] = list(rec.run.tags)
             for item in rec.run.config.update:
-                out["config"][item.key] = json.loads(item.value_json)
+                out["config"][item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
         elif kind == "config":
             for item in rec.config.update:
-                out["config"][item.key] = json.loads(item.value_json)
+                out["config"][item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
         elif kind == "history":
             row = {}
             for item in rec.history.item:
@@ -378,8 +379,12 @@ def _varying_overrides(rows: list[dict[str, Any]]) -> list[list[str]]:
     return [[o for o in r["overrides"] if o not in common] for r in rows]
 
 
-def write_sweep_summary(sweep_dir: str | Path, optimized_metric: str | None = "val/psnr",
-                        direction: str = "maximize", print_table: bool = True) -> Path | None:
+def write_sweep_summary(
+    sweep_dir: str | Path,
+    optimized_metric: str | None = "val/psnr",
+    direction: str = "maximize",
+    print_table: bool = True,
+) -> Path | None:
     """Write ``<sweep_dir>/summary.csv`` and print the rich table; returns the CSV path (None: no jobs)."""
     from rich.console import Console
     from rich.table import Table
@@ -398,8 +403,16 @@ def write_sweep_summary(sweep_dir: str | Path, optimized_metric: str | None = "v
         writer = csv.writer(f)
         writer.writerow(["job", "status", "overrides", "sweep_overrides", *metric_keys, "dir"])
         for r, v in zip(rows, varying, strict=True):
-            writer.writerow([r["job"], r["status"], " ".join(r["overrides"]), " ".join(v),
-                             *[r.get(k, "") for k in metric_keys], r["dir"]])
+            writer.writerow(
+                [
+                    r["job"],
+                    r["status"],
+                    " ".join(r["overrides"]),
+                    " ".join(v),
+                    *[r.get(k, "") for k in metric_keys],
+                    r["dir"],
+                ]
+            )
 
     scored = [r for r in rows if isinstance(r.get(optimized_metric), (int, float))]
     best = None
@@ -407,11 +420,21 @@ def write_sweep_summary(sweep_dir: str | Path, optimized_metric: str | None = "v
         pick = max if direction == "maximize" else min
         best = pick(scored, key=lambda r: r[optimized_metric])
     if print_table:
-        shown = [k for k in (optimized_metric, "val/ssim", "train/samples_per_s", "train/rays_per_s",
-                             "perf/step_time_ms", "time/train_s") if k in metric_keys]
+        shown = [
+            k
+            for k in (
+                optimized_metric,
+                "val/ssim",
+                "train/samples_per_s",
+                "train/rays_per_s",
+                "perf/step_time_ms",
+                "time/train_s",
+            )
+            if k in metric_keys
+        ]
         table = Table(title=f"sweep {sweep_dir}", title_justify="left")
         table.add_column("job", justify="right")
-        table.add_column("overrides")
+        table.add_column("overrides", overflow="fold")
         for k in shown:
             table.add_column(k, justify="right")
         for r, v in zip(rows, varying, strict=True):
@@ -419,13 +442,18 @@ def write_sweep_summary(sweep_dir: str | Path, optimized_metric: str | None = "v
             style = "bold green" if r is best else None
             table.add_row(r["job"], " ".join(v) or "-", *cells, style=style)
         console = Console()
+        if not console.is_terminal:  # logs and pipes: no 80-column squeeze
+            console = Console(width=160)
         console.print(table)
         console.print(f"summary: {csv_path}")
         offline = sorted(sweep_dir.glob("*/wandb/offline-run-*"))
         if offline:
             pattern = sweep_dir / "*" / "wandb" / "offline-run-*"
-            console.print(f"W&B offline: upload the {len(offline)} runs with `wandb sync {pattern}`",
-                          highlight=False, soft_wrap=True)
+            console.print(
+                f"W&B offline: upload the {len(offline)} runs with `wandb sync {pattern}`",
+                highlight=False,
+                soft_wrap=True,
+            )
     return csv_path
 
 

@@ -6,6 +6,7 @@
 // (rounded), never fused (the extension is built with --fmad=false as well).
 #include <cuda_fp16.h>
 
+#include <cstdlib>
 #include <vector>
 
 #include "common.h"
@@ -20,7 +21,19 @@ struct LevelMeta {
   uint32_t offset[kMaxLevels + 1];  // first row of each level in the table
   uint32_t dense_mask;              // bit l: level l indexes densely
   int n_levels;
+  int level_major;  // thread order: 0 = levels of one point adjacent, 1 = points of one level adjacent
 };
+
+// (point, level) of thread tid; see LevelMeta::level_major.
+__device__ __forceinline__ void thread_item(int64_t tid, int64_t n_points, const LevelMeta& meta, int64_t& n, int& l) {
+  if (meta.level_major) {
+    l = static_cast<int>(tid / n_points);
+    n = tid - static_cast<int64_t>(l) * n_points;
+  } else {
+    n = tid / meta.n_levels;
+    l = static_cast<int>(tid - n * meta.n_levels);
+  }
+}
 
 template <typename T, int F>
 struct alignas(sizeof(T) * F) Vec {
@@ -70,8 +83,9 @@ __global__ void hash_fwd_kernel(const float* __restrict__ x, const T* __restrict
   const int L = meta.n_levels;
   const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (tid >= n_points * L) return;
-  const int64_t n = tid / L;
-  const int l = static_cast<int>(tid - n * L);
+  int64_t n;
+  int l;
+  thread_item(tid, n_points, meta, n, l);
   uint32_t rows[8];
   float wts[8];
   level_corners(x, n, l, meta, rows, wts);
@@ -89,7 +103,7 @@ __global__ void hash_fwd_kernel(const float* __restrict__ x, const T* __restrict
   Vec<float, F> o;
 #pragma unroll
   for (int f = 0; f < F; ++f) o.v[f] = acc[f];
-  reinterpret_cast<Vec<float, F>*>(out)[tid] = o;  // out row n, level l == element tid of [N*L] vecs
+  reinterpret_cast<Vec<float, F>*>(out)[n * L + l] = o;  // out row n, level l
 }
 
 template <int F>
@@ -113,9 +127,10 @@ __global__ void hash_bwd_kernel(const float* __restrict__ x, const float* __rest
   const int L = meta.n_levels;
   const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (tid >= n_points * L) return;
-  const int64_t n = tid / L;
-  const int l = static_cast<int>(tid - n * L);
-  const Vec<float, F> g = reinterpret_cast<const Vec<float, F>*>(grad_out)[tid];
+  int64_t n;
+  int l;
+  thread_item(tid, n_points, meta, n, l);
+  const Vec<float, F> g = reinterpret_cast<const Vec<float, F>*>(grad_out)[n * L + l];
   bool any = false;
 #pragma unroll
   for (int f = 0; f < F; ++f) any |= g.v[f] != 0.0f;
@@ -151,6 +166,9 @@ static LevelMeta make_meta(const std::vector<double>& scales, const std::vector<
     if (r * r * r <= static_cast<double>(size)) m.dense_mask |= (1u << l);
   }
   m.offset[L] = static_cast<uint32_t>(offsets[L]);
+  // Benchmark switch (default 0); read per call so that a benchmark can compare both orders.
+  const char* order = std::getenv("NERF_LIGHTNING_HASH_ORDER");
+  m.level_major = (order != nullptr && order[0] == 'l') ? 1 : 0;
   return m;
 }
 
