@@ -2,8 +2,9 @@
 
 The extension is built with ``torch.utils.cpp_extension.load`` (ninja) the first time a CUDA op is
 wanted and cached in ``$TORCH_EXTENSIONS_DIR`` (if set) or ``~/.cache/nerf_lightning/torch_extensions``,
-in a folder per torch/CUDA version; a later process only re-links/imports it (seconds). While it
-builds, ONE line is printed to stderr. Nothing here runs at import or install time.
+in a folder per torch/CUDA version; a later process only checks and imports it (seconds). While it
+builds (first use, or sources/flags/architectures changed: a stamp file in the cache records the
+last build), ONE line is printed to stderr. Nothing here runs at import or install time.
 
 Any failure (no GPU, CPU-only torch, no ``nvcc``/ninja, a compiler error) makes :func:`load` return
 None, with ONE ``RuntimeWarning`` naming the reason; callers then use the PyTorch reference ops.
@@ -22,6 +23,7 @@ extension entirely (reference ops, no warning).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -80,6 +82,16 @@ def _why_unavailable(require_gpu: bool) -> str | None:
     return None
 
 
+def _stamp(arch: str) -> str:
+    """Identity of a build: sources, flags, architectures and torch version (decides the log line)."""
+    h = hashlib.sha256()
+    for name in sorted(p.name for p in CSRC.iterdir() if p.is_file()):
+        h.update(name.encode())
+        h.update((CSRC / name).read_bytes())
+    h.update(repr((CUDA_FLAGS, CXX_FLAGS, arch, torch.__version__, torch.version.cuda)).encode())
+    return h.hexdigest()
+
+
 def build(verbose: bool = False, require_gpu: bool = True) -> ModuleType:
     """Compile (or load the cached build of) the extension; raises on failure."""
     reason = _why_unavailable(require_gpu)
@@ -89,8 +101,10 @@ def build(verbose: bool = False, require_gpu: bool = True) -> ModuleType:
 
     bdir = cache_dir()
     bdir.mkdir(parents=True, exist_ok=True)
-    cached = any(bdir.glob(f"{EXT_NAME}*.so"))
     arch = _arch_list()
+    stamp = _stamp(arch or os.environ.get("TORCH_CUDA_ARCH_LIST", ""))
+    stamp_file = bdir / "nerf_lightning.stamp"
+    cached = any(bdir.glob(f"{EXT_NAME}*.so")) and stamp_file.exists() and stamp_file.read_text() == stamp
     old_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if arch:
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
@@ -99,7 +113,7 @@ def build(verbose: bool = False, require_gpu: bool = True) -> ModuleType:
         print(
             "[nerf_lightning] building the CUDA extension for arch "
             f"{os.environ.get('TORCH_CUDA_ARCH_LIST', '?')} "
-            f"in {bdir} (first use, about 1-2 minutes; cached afterwards)...",
+            f"in {bdir} (first use or changed sources: about 1-2 minutes; cached afterwards)...",
             file=sys.stderr,
             flush=True,
         )
@@ -119,6 +133,10 @@ def build(verbose: bool = False, require_gpu: bool = True) -> ModuleType:
                 os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
             else:
                 os.environ["TORCH_CUDA_ARCH_LIST"] = old_arch
+    try:
+        stamp_file.write_text(stamp)
+    except OSError:  # a read-only shared cache still loads; only the log line is affected
+        pass
     if not cached:
         print(
             f"[nerf_lightning] CUDA extension built in {time.perf_counter() - start:.0f} s",

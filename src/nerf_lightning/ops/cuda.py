@@ -15,6 +15,11 @@ call. Differences from the reference, all within float rounding:
   reference functions (a few fused torch kernels already; not on the hot path or already one
   ``index_add``).
 
+Kernel shapes: marching and compositing run one warp per ray (32 candidates / samples per step,
+warp ballots and float64 warp scans), the hash encoding one thread per (point, level). Switches for
+cross-checks and benchmarks (same results): ``NERF_LIGHTNING_SERIAL_RENDER=1`` (thread-per-ray
+compositing kernels), ``NERF_LIGHTNING_HASH_ORDER=level`` (level-major thread order).
+
 Autograd functions use ``torch.amp.custom_fwd/custom_bwd(device_type="cuda")``: under autocast
 (16-mixed, bf16-mixed) compositing inputs are cast to float32; the hash encoding keeps fp16/fp32
 params as they are and returns float32.
