@@ -3,8 +3,8 @@
 Batches (what ``on_after_batch_transfer`` hands the LightningModule):
 
 training ``dict``:
-    ``rays_o`` [R, 3] f32, ``rays_d`` [R, 3] f32 unit (NGP space), ``rgb`` [R, 3] f32 target already
-    composited over ``background`` [R, 3] (random colours for RGBA captures, else zeros and unused),
+    ``rays_o`` [R, 3] f32, ``rays_d`` [R, 3] f32 unit (NGP space), ``rgb`` [R, 3] f32 target (RGBA
+    captures: composited over ``background``), ``background`` [R, 3] random colours for every capture,
     ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler).
 validation ``dict`` (one whole held-out view):
     same keys for all ``H * W`` pixels in row-major order plus ``height``, ``width`` (ints), ``view`` (int).
@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from nerf_lightning.data.cameras import intrinsics_tensor, pixel_rays, poses_tensor
+from nerf_lightning.data.cameras import UndistortionTable, intrinsics_tensor, pixel_rays, poses_tensor
 from nerf_lightning.data.formats import load_capture
 from nerf_lightning.data.images import ImageSet, load_images
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
@@ -71,10 +71,12 @@ class _ViewSet:
         self.heights = images.heights
         self.poses = poses_tensor(frames)  # [V, 3, 4]
         self.intrinsics = intrinsics_tensor(frames)  # [V, 10]
+        self.undistortion = UndistortionTable(self.intrinsics, self.widths, self.heights, camera_model)
 
     def to(self, device: torch.device) -> _ViewSet:
         for name in ("pixels", "offsets", "widths", "heights", "poses", "intrinsics"):
             setattr(self, name, getattr(self, name).to(device, non_blocking=True))
+        self.undistortion.to(device)
         return self
 
     @property
@@ -83,6 +85,8 @@ class _ViewSet:
 
     def rays(self, view_ids: Tensor, px: Tensor, py: Tensor) -> tuple[Tensor, Tensor]:
         """Rays through continuous pixel positions (pixel centre at i + 0.5)."""
+        if self.undistortion.enabled:
+            return self.undistortion.rays(self.poses[view_ids], view_ids, px, py)
         return pixel_rays(self.poses[view_ids], self.intrinsics[view_ids], px, py, model=self.camera_model)
 
     def colors(self, view_ids: Tensor, ix: Tensor, iy: Tensor) -> Tensor:
@@ -251,12 +255,13 @@ class NeRFDataModule(L.LightningDataModule):
         py = iy.float() + torch.rand(n_rays, device=device)
         rays_o, rays_d = ts.rays(view_ids, px, py)
         color = ts.colors(view_ids, ix, iy)
+        # Random backgrounds for every capture, as instant-ngp: RGBA targets are composited over them,
+        # and on opaque RGB targets any leftover transparency is penalized, so the field learns to be
+        # opaque and renders the same over whatever background evaluation uses.
+        background = torch.rand(n_rays, 3, device=device)
+        rgb = color[:, :3]
         if color.shape[1] == 4:
-            background = torch.rand(n_rays, 3, device=device)
-            rgb = color[:, :3] * color[:, 3:] + background * (1.0 - color[:, 3:])
-        else:
-            background = torch.zeros(n_rays, 3, device=device)
-            rgb = color
+            rgb = rgb * color[:, 3:] + background * (1.0 - color[:, 3:])
         return {
             "rays_o": rays_o,
             "rays_d": rays_d,

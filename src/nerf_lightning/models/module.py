@@ -34,7 +34,8 @@ class NeRFModule(L.LightningModule):
         grid_update_every / grid_warmup_steps / grid_decay / grid_threshold: occupancy schedule
             (instant-ngp: every 16 steps, all cells during the first 256 steps, EMA decay 0.95).
         step_size: minimum marching step in NGP units (instant-ngp: sqrt(3)/1024).
-        cone_angle: step grows as t * cone_angle (0 = constant; instant-ngp uses 1/256 for large scenes).
+        cone_angle: step grows as t * cone_angle (0 = constant). ``None`` follows instant-ngp:
+            1/256 when ``aabb_scale > 1`` (real captures with background), else 0.
         max_samples_per_ray: per-ray cap on kept samples.
         early_stop_eps: transmittance below which a ray stops contributing.
         compact_samples: drop samples behind the early-termination point before the differentiable
@@ -57,7 +58,7 @@ class NeRFModule(L.LightningModule):
         grid_decay: float = 0.95,
         grid_threshold: float = 0.01 * 1024 / math.sqrt(3),
         step_size: float = math.sqrt(3) / 1024,
-        cone_angle: float = 0.0,
+        cone_angle: float | None = None,
         max_samples_per_ray: int = 1024,
         early_stop_eps: float = 1e-4,
         compact_samples: bool = True,
@@ -76,7 +77,7 @@ class NeRFModule(L.LightningModule):
         self.renderer = Renderer(
             self.occupancy,
             step_size=step_size,
-            cone_angle=cone_angle,
+            cone_angle=(1.0 / 256 if aabb_scale > 1 else 0.0) if cone_angle is None else cone_angle,
             max_samples_per_ray=max_samples_per_ray,
             early_stop_eps=early_stop_eps,
             compact_samples=compact_samples,
