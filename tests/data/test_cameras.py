@@ -210,5 +210,14 @@ def test_undistortion_table_matches_newton_rays() -> None:
     # angular error well below a thousandth of a pixel's angle (1 / fx rad)
     err = torch.linalg.vector_norm(d_t - d_n, dim=-1).max()
     assert err < 1e-3 / 343.0, err
-    assert not UndistortionTable(intr[:, :4].clone().expand(2, 4).contiguous().new_zeros(2, 10).add_(
-        torch.tensor([300.0, 300, 100, 100] + [0.0] * 6)), widths, heights, "opencv").enabled
+    assert not UndistortionTable(
+        intr[:, :4]
+        .clone()
+        .expand(2, 4)
+        .contiguous()
+        .new_zeros(2, 10)
+        .add_(torch.tensor([300.0, 300, 100, 100] + [0.0] * 6)),
+        widths,
+        heights,
+        "opencv",
+    ).enabled

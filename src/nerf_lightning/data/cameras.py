@@ -255,7 +255,9 @@ class UndistortionTable:
         w_max, h_max = int(unique[:, 10].max()), int(unique[:, 11].max())
         self.table = torch.zeros(unique.shape[0], h_max + 1, w_max + 1, 3)
         gy, gx = torch.meshgrid(
-            torch.arange(h_max + 1, dtype=torch.float64), torch.arange(w_max + 1, dtype=torch.float64), indexing="ij"
+            torch.arange(h_max + 1, dtype=torch.float64),
+            torch.arange(w_max + 1, dtype=torch.float64),
+            indexing="ij",
         )
         for u, row in enumerate(unique):  # a handful of distinct cameras, once at setup
             k = row[:10][None].expand(gx.numel(), 10)
