@@ -35,7 +35,8 @@ class NeRFModule(L.LightningModule):
             (instant-ngp: every 16 steps, all cells during the first 256 steps, EMA decay 0.95).
         step_size: minimum marching step in NGP units (instant-ngp: sqrt(3)/1024).
         cone_angle: step grows as t * cone_angle (0 = constant). ``None`` follows instant-ngp:
-            1/256 when ``aabb_scale > 1`` (real captures with background), else 0.
+            ``large_scene_cone_angle`` (1/256) when ``aabb_scale > 1`` (real captures with
+            background), else 0.
         max_samples_per_ray: per-ray cap on kept samples.
         early_stop_eps: transmittance below which a ray stops contributing.
         compact_samples: drop samples behind the early-termination point before the differentiable
@@ -59,6 +60,7 @@ class NeRFModule(L.LightningModule):
         grid_threshold: float = 0.01 * 1024 / math.sqrt(3),
         step_size: float = math.sqrt(3) / 1024,
         cone_angle: float | None = None,
+        large_scene_cone_angle: float = 1.0 / 256,
         max_samples_per_ray: int = 1024,
         early_stop_eps: float = 1e-4,
         compact_samples: bool = True,
@@ -77,7 +79,9 @@ class NeRFModule(L.LightningModule):
         self.renderer = Renderer(
             self.occupancy,
             step_size=step_size,
-            cone_angle=(1.0 / 256 if aabb_scale > 1 else 0.0) if cone_angle is None else cone_angle,
+            cone_angle=(large_scene_cone_angle if aabb_scale > 1 else 0.0)
+            if cone_angle is None
+            else cone_angle,
             max_samples_per_ray=max_samples_per_ray,
             early_stop_eps=early_stop_eps,
             compact_samples=compact_samples,
