@@ -89,6 +89,25 @@ class _ViewSet:
             return self.undistortion.rays(self.poses[view_ids], view_ids, px, py)
         return pixel_rays(self.poses[view_ids], self.intrinsics[view_ids], px, py, model=self.camera_model)
 
+    def batch(
+        self, view_ids: Tensor, ix: Tensor, iy: Tensor, px: Tensor, py: Tensor, background: Tensor
+    ) -> dict[str, Tensor]:
+        """Rays through (px, py) of integer pixels (ix, iy), targets composited over ``background``."""
+        rays_o, rays_d = self.rays(view_ids, px, py)
+        color = self.colors(view_ids, ix, iy)
+        rgb = color[:, :3]
+        if color.shape[1] == 4:
+            rgb = rgb * color[:, 3:] + background * (1.0 - color[:, 3:])
+        return {
+            "rays_o": rays_o,
+            "rays_d": rays_d,
+            "rgb": rgb,
+            "background": background,
+            "view_ids": view_ids,
+            "px": ix,
+            "py": iy,
+        }
+
     def colors(self, view_ids: Tensor, ix: Tensor, iy: Tensor) -> Tensor:
         """RGB(A) in [0, 1], [R, C] f32, of integer pixels."""
         flat = self.offsets[view_ids] + iy * self.widths[view_ids] + ix
@@ -253,24 +272,11 @@ class NeRFDataModule(L.LightningDataModule):
         # Random sub-pixel positions: the targets are area-averaged pixels.
         px = ix.float() + torch.rand(n_rays, device=device)
         py = iy.float() + torch.rand(n_rays, device=device)
-        rays_o, rays_d = ts.rays(view_ids, px, py)
-        color = ts.colors(view_ids, ix, iy)
         # Random backgrounds for every capture, as instant-ngp: RGBA targets are composited over them,
         # and on opaque RGB targets any leftover transparency is penalized, so the field learns to be
         # opaque and renders the same over whatever background evaluation uses.
         background = torch.rand(n_rays, 3, device=device)
-        rgb = color[:, :3]
-        if color.shape[1] == 4:
-            rgb = rgb * color[:, 3:] + background * (1.0 - color[:, 3:])
-        return {
-            "rays_o": rays_o,
-            "rays_d": rays_d,
-            "rgb": rgb,
-            "background": background,
-            "view_ids": view_ids,
-            "px": ix,
-            "py": iy,
-        }
+        return ts.batch(view_ids, ix, iy, px, py, background)
 
     def val_batch(self, view: int) -> dict[str, Any]:
         """All pixels of held-out view ``view`` (row-major), composited over the eval background."""
@@ -281,24 +287,9 @@ class NeRFDataModule(L.LightningDataModule):
         iy, ix = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
         ix, iy = ix.reshape(-1), iy.reshape(-1)
         view_ids = torch.full_like(ix, view)
-        rays_o, rays_d = vs.rays(view_ids, ix.float() + 0.5, iy.float() + 0.5)
-        color = vs.colors(view_ids, ix, iy)
         background = self.eval_background(device).expand(ix.shape[0], 3)
-        rgb = color[:, :3]
-        if color.shape[1] == 4:
-            rgb = rgb * color[:, 3:] + background * (1.0 - color[:, 3:])
-        return {
-            "rays_o": rays_o,
-            "rays_d": rays_d,
-            "rgb": rgb,
-            "background": background,
-            "view_ids": view_ids,
-            "px": ix,
-            "py": iy,
-            "height": h,
-            "width": w,
-            "view": view,
-        }
+        batch = vs.batch(view_ids, ix, iy, ix.float() + 0.5, iy.float() + 0.5, background)
+        return {**batch, "height": h, "width": w, "view": view}
 
     # ------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
