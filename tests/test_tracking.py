@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -96,7 +97,12 @@ def test_failed_online_init_falls_back_offline_and_reads_back(
     sync = [line for line in out.splitlines() if "wandb sync" in line]
     assert sync == [f"W&B offline (wandb.init online failed): upload with `wandb sync {run_dir}`"]
 
-    run = tracking.read_offline_run(run_dir)
+    # wandb's service may still be flushing the run file for a moment after finish() returns.
+    for _ in range(50):
+        run = tracking.read_offline_run(run_dir)
+        if run["group"]:
+            break
+        time.sleep(0.1)
     assert (run["group"], run["tags"], run["name"]) == ("g", ["t1"], "n")
     assert run["config"]["model"] == {"lr": 0.01}
     logged = [row["perf/samples_per_s"] for row in run["history"] if "perf/samples_per_s" in row]

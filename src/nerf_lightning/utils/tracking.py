@@ -324,8 +324,10 @@ def read_offline_run(run_dir: str | Path) -> dict[str, Any]:
         rec.ParseFromString(payload)
         kind = rec.WhichOneof("record_type")
         if kind == "run":
-            out["group"], out["name"] = rec.run.run_group, rec.run.display_name
-            out["tags"] = list(rec.run.tags)
+            # A run can be recorded again later (updates) with fields left empty: keep what was set.
+            out["group"] = rec.run.run_group or out["group"]
+            out["name"] = rec.run.display_name or out["name"]
+            out["tags"] = list(rec.run.tags) or out["tags"]
             for item in rec.run.config.update:
                 out["config"][item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
         elif kind == "config":
