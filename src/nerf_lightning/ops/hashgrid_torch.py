@@ -27,7 +27,6 @@ def _corner_indices_and_weights(
     frac = pos - p0f
     p0 = p0f.to(torch.int64)
     # Per axis: the two candidate coordinates, each already multiplied by its dense stride or hash prime.
-    res = resolutions[None, :]
     dense_mult = torch.stack([torch.ones_like(resolutions), resolutions, resolutions * resolutions], -1)
     hash_mult = torch.tensor(_PRIMES, dtype=torch.int64, device=x.device).expand_as(dense_mult)
     mult = torch.where(dense[:, None], dense_mult, hash_mult)  # [L, 3]
@@ -49,7 +48,6 @@ def _corner_indices_and_weights(
         w_corners.append(w * (w_hi if pick[2] else w_lo)[..., 2])
     idx = torch.stack(idx_corners, dim=-1)  # [N, L, 8]
     idx = torch.remainder(idx & _MASK32, sizes[None, :, None]) + offsets[None, :, None]
-    del res
     return idx, torch.stack(w_corners, dim=-1)
 
 
