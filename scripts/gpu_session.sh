@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # One batched GPU-machine session (see BENCHMARKS.md): CUDA tests, a GPU training run on the default
 # scene, the data-path benchmark on fox, and the sampler A/B. Each part is time-boxed; results land in $OUT.
+# Expects an ignored .devdata/ folder (carried to the GPU machine) holding copies of the data:
+#   .devdata/fox (../shared/data/fox), .devdata/scenes/default-v1 (outputs/scenes/default-v1) and
+#   .devdata/scenes/default-hard16 (python -c "from nerf_lightning.bench.sampler_ab import hard_scene;
+#   from pathlib import Path; hard_scene(Path('.devdata/scenes'), 16)").
 set -u
 export TORCH_EXTENSIONS_DIR=$PWD/.torch_extensions WANDB_MODE=offline PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
