@@ -75,9 +75,8 @@ class NeRFModule(L.LightningModule):
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
-        self.occupancy = OccupancyGrid(aabb_scale=aabb_scale, resolution=grid_resolution)
         self.renderer = Renderer(
-            self.occupancy,
+            OccupancyGrid(aabb_scale=aabb_scale, resolution=grid_resolution),
             step_size=step_size,
             cone_angle=(large_scene_cone_angle if aabb_scale > 1 else 0.0)
             if cone_angle is None
@@ -94,6 +93,11 @@ class NeRFModule(L.LightningModule):
         # Device-side counters read by the throughput callback (no host sync in the step).
         self.register_buffer("rays_seen", torch.zeros((), dtype=torch.float64), persistent=False)
         self.register_buffer("samples_seen", torch.zeros((), dtype=torch.float64), persistent=False)
+
+    @property
+    def occupancy(self) -> OccupancyGrid:
+        """The renderer's occupancy grid (one instance; saved under ``renderer.occupancy.*``)."""
+        return self.renderer.occupancy
 
     # ---------------------------------------------------------------------------- training
     def on_fit_start(self) -> None:
