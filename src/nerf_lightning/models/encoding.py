@@ -33,6 +33,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from nerf_lightning.ops.hashgrid_torch import LevelTables, hash_encode_fused
+
 log = logging.getLogger(__name__)
 
 HASH_BACKENDS = ("auto", "cuda", "tcnn", "torch")
@@ -206,6 +208,7 @@ class HashEncoding(nn.Module):
             torch.empty(offsets[-1], n_features_per_level, dtype=param_dtype).uniform_(-1e-4, 1e-4)
         )
         self._tcnn_holder: list = []  # tcnn module kept out of the nn.Module tree (params are ours)
+        self._level_tables = LevelTables(scales, resolutions, offsets)  # per-device constants, fused path
 
     @property
     def n_output_dims(self) -> int:
@@ -263,10 +266,6 @@ class HashEncoding(nn.Module):
             return self._forward_tcnn(x)
         if not x.requires_grad:
             # Same numbers as the oracle below, several times faster (one gather, one scatter).
-            from nerf_lightning.ops.hashgrid_torch import LevelTables, hash_encode_fused
-
-            if getattr(self, "_level_tables", None) is None:
-                self._level_tables = LevelTables(self.scales, self.resolutions, self.offsets)
             return hash_encode_fused(x, self.params, self._level_tables)
         return hash_encode_torch(x, self.params, self.scales, self.resolutions, self.offsets)
 

@@ -120,9 +120,7 @@ class Renderer(nn.Module):
                 field, rays_o, rays_d, ray_indices, t_starts, t_ends, packed_info
             )
         if t_starts.shape[0] > 0:
-            t_mid = (t_starts + t_ends) * 0.5
-            dirs = rays_d[ray_indices]
-            positions = rays_o[ray_indices] + dirs * t_mid[:, None]
+            positions, dirs = _sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
             sigmas, rgbs = field(positions, dirs)
             sigmas, rgbs = sigmas.reshape(-1), rgbs.reshape(-1, 3)
             connect = None
@@ -174,7 +172,7 @@ class Renderer(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Packed samples whose transmittance is still >= ``early_stop_eps`` under the current field."""
         n_rays = rays_o.shape[0]
-        positions = rays_o[ray_indices] + rays_d[ray_indices] * ((t_starts + t_ends) * 0.5)[:, None]
+        positions, _ = _sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
         sigmas = field.density(positions).reshape(-1).float()
         _, transmittance = self.ops.render_weights(
             sigmas,
@@ -187,7 +185,9 @@ class Renderer(nn.Module):
         )
         keep = transmittance >= self.early_stop_eps
         ray_indices, t_starts, t_ends = ray_indices[keep], t_starts[keep], t_ends[keep]
-        counts = torch.bincount(ray_indices, minlength=n_rays)
+        # index_add_ rather than bincount: no device->host sync to size the output.
+        counts = torch.zeros(n_rays, dtype=torch.int64, device=ray_indices.device)
+        counts.index_add_(0, ray_indices, torch.ones_like(ray_indices))
         starts = torch.cumsum(counts, 0) - counts
         return ray_indices, t_starts, t_ends, torch.stack([starts, counts], dim=-1).to(packed_info.dtype)
 
@@ -232,3 +232,11 @@ class Renderer(nn.Module):
             dims = {"rgb": 3, "opacity": 1, "depth": 1}
             return {**{k: rays_o.new_zeros(0, d) for k, d in dims.items()}, "n_samples": n_samples}
         return {**{k: torch.cat(v) for k, v in parts.items()}, "n_samples": n_samples}
+
+
+def _sample_points(
+    rays_o: Tensor, rays_d: Tensor, ray_indices: Tensor, t_starts: Tensor, t_ends: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Positions [S, 3] at the packed samples' interval midpoints and their ray directions [S, 3]."""
+    dirs = rays_d[ray_indices]
+    return rays_o[ray_indices] + dirs * ((t_starts + t_ends) * 0.5)[:, None], dirs
