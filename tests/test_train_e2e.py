@@ -13,6 +13,7 @@ from nerf_lightning.train import train
 
 TINY = [
     "data.batch_size=1024",
+    "model.sample_budget=null",  # the CPU preset's fixed rays per step (the budget path: test below)
     "data.steps_per_epoch=60",
     "model.grid_resolution=32",
     "model.grid_warmup_steps=16",
@@ -57,3 +58,21 @@ def test_training_raises_psnr_and_writes_run_outputs(scene: Path, compose_cfg, t
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert ckpt["global_step"] == 120
     assert any(k.startswith("field.encoding.params") for k in ckpt["state_dict"])
+
+
+@pytest.mark.slow
+def test_budgeted_training_learns_and_adapts_its_ray_count(scene: Path, compose_cfg) -> None:
+    """The GPU default (a fixed sample budget, static shapes) on the CPU reference path."""
+    torch.set_num_threads(2)
+    budget = ["model.sample_budget=3072", "model.march_budget=8192", "model.n_rays_init=128"]
+    untrained = train(compose_cfg(f"data.path={scene}", "trainer.max_steps=0", *TINY, *budget))
+    metrics = train(compose_cfg(f"data.path={scene}", "trainer.max_steps=80", *TINY, *budget))
+    assert metrics["steps"] == 80
+    assert metrics["val/psnr"] > untrained["val/psnr"] + 5.0, (untrained["val/psnr"], metrics["val/psnr"])
+    # the ray count grew from 128 as the occupancy grid emptied, and the steps filled the sample
+    # budget (3072 rendered samples, at least as many marched) within the marching budget (8192)
+    steps_s = metrics["time/train_s"] / 80
+    rays_per_step = metrics["train/rays_per_s"] * steps_s
+    marched_per_step = metrics["train/samples_per_s"] * steps_s
+    assert 128 < rays_per_step <= 1024, rays_per_step
+    assert 0.8 * 3072 < marched_per_step <= 8192, marched_per_step

@@ -52,8 +52,10 @@ def _resolve_ckpt(ckpt_path: str | None, output_dir: Path) -> str | None:
     return ckpt_path
 
 
-def train(cfg: DictConfig) -> dict[str, float]:
-    """Run one training job described by ``cfg``; returns the final metrics (also in metrics.json)."""
+def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> dict[str, float]:
+    """Run one training job described by ``cfg``; returns the final metrics (also in metrics.json).
+
+    ``extra_callbacks`` (benchmarks, tests) are added to the configured ones."""
     output_dir = Path(cfg.paths.output_dir)
     L.seed_everything(cfg.seed, workers=True)
 
@@ -63,7 +65,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     datamodule.setup("fit")
     model: L.LightningModule = hydra.utils.instantiate(cfg.model, aabb_scale=datamodule.aabb_scale)
 
-    callbacks = instantiate_group(cfg.get("callbacks"))
+    callbacks = [*instantiate_group(cfg.get("callbacks")), *(extra_callbacks or [])]
     loggers = instantiate_group(cfg.get("logger"))
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]

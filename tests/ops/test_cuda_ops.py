@@ -210,16 +210,9 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp(min=1e-12))
 
 
-@pytest.fixture(params=["warp", "serial"])
-def render_kernels(request, monkeypatch):
-    """Both compositing kernel families: warp per ray (default) and thread per ray."""
-    monkeypatch.setenv("NERF_LIGHTNING_SERIAL_RENDER", "1" if request.param == "serial" else "0")
-    return request.param
-
-
 @pytest.mark.parametrize("n_rays", [0, 1, 500, 20_000])
 @pytest.mark.parametrize("with_info", [True, False])
-def test_render_weights_equal(n_rays, with_info, render_kernels):
+def test_render_weights_equal(n_rays, with_info):
     gen = torch.Generator(device=DEV).manual_seed(n_rays + 11)
     sig, t_s, t_e, ray_idx, info = random_packed(n_rays, gen)
     gw = torch.randn(sig.shape, generator=gen, device=DEV)
@@ -244,7 +237,7 @@ def test_render_weights_equal(n_rays, with_info, render_kernels):
 @pytest.mark.parametrize("n_rays", [0, 3, 4096])
 @pytest.mark.parametrize("background", [None, "vec", "rays"])
 @pytest.mark.parametrize("max_per_ray", [64, 700])
-def test_volume_render_equal(n_rays, background, max_per_ray, render_kernels):
+def test_volume_render_equal(n_rays, background, max_per_ray):
     gen = torch.Generator(device=DEV).manual_seed(n_rays * 3 + 1)
     sig, t_s, t_e, ray_idx, info = random_packed(n_rays, gen, max_per_ray)
     if max_per_ray > 64:

@@ -75,11 +75,20 @@ def test_post_warmup_sampling_and_decay() -> None:
     # per cascade: G^3/4 uniform cells + G^3/4 among the occupied ones (both cascades hold occupied cells)
     assert sum(counts) == 2 * 2 * (g**3 // 4)
     torch.testing.assert_close(grid.density_grid, before * 0.9)
-    # a cascade without occupied cells only gets the uniform samples
+    # a cascade without occupied cells only learns from its uniform samples
     grid.binaries[1] = False
-    counts.clear()
-    grid.update(301, zero_density, generator=torch.Generator().manual_seed(3))
-    assert sum(counts) == 2 * (g**3 // 4) + g**3 // 4
+    before = grid.density_grid.clone()
+
+    def one_density(p: torch.Tensor) -> torch.Tensor:
+        return torch.ones(p.shape[0])
+
+    grid.update(301, one_density, decay=0.5, generator=torch.Generator().manual_seed(3))
+    uniform = torch.Generator().manual_seed(3)  # the update draws its uniform cells first
+    cells = torch.randint(0, g**3, (2, g**3 // 4), generator=uniform)[1]
+    touched = torch.zeros(g**3, dtype=torch.bool)
+    touched[cells] = True
+    expected = torch.where(touched, torch.maximum(before[1] * 0.5, torch.ones(())), before[1] * 0.5)
+    torch.testing.assert_close(grid.density_grid[1], expected)
 
 
 def _camera_looking_at_centre(z: float = -2.0) -> torch.Tensor:

@@ -35,14 +35,17 @@ log = logging.getLogger(__name__)
 
 
 class _StepIndices(IterableDataset):
-    """Yields ``steps_per_epoch`` step numbers: a training "batch" is just a request for rays."""
+    """Yields ``steps_per_epoch`` step numbers: a training "batch" is just a request for rays.
+
+    Plain ints, not tensors: Lightning copies tensor batches to the device, and a host->device copy
+    from pageable memory waits for the GPU's queue to drain, a host sync every step.
+    """
 
     def __init__(self, steps_per_epoch: int) -> None:
         self.steps_per_epoch = steps_per_epoch
 
-    def __iter__(self) -> Iterator[Tensor]:
-        for i in range(self.steps_per_epoch):
-            yield torch.tensor(i)
+    def __iter__(self) -> Iterator[int]:
+        yield from range(self.steps_per_epoch)
 
     def __len__(self) -> int:
         return self.steps_per_epoch
@@ -55,8 +58,8 @@ class _ViewIndices(Dataset):
     def __len__(self) -> int:
         return self.n_views
 
-    def __getitem__(self, i: int) -> Tensor:
-        return torch.tensor(i)
+    def __getitem__(self, i: int) -> int:
+        return i
 
 
 class _ViewSet:
@@ -256,9 +259,12 @@ class NeRFDataModule(L.LightningDataModule):
         self._device = device
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:
-        device = batch.device if isinstance(batch, Tensor) else torch.device("cpu")
-        self._ensure_device(device)
         trainer = self.trainer
+        if isinstance(batch, Tensor):
+            device = batch.device
+        else:
+            device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+        self._ensure_device(device)
         if trainer is not None and trainer.training:
             return self.train_batch(self.batch_size)
         return self.val_batch(int(batch))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,11 @@ import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
 from nerf_lightning.models.field import NGPField
+from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
 from nerf_lightning.render.occupancy import OccupancyGrid
 from nerf_lightning.render.renderer import Renderer
 
@@ -42,6 +44,15 @@ class NeRFModule(L.LightningModule):
         compact_samples: drop samples behind the early-termination point before the differentiable
             pass (see ``Renderer``).
         loss: ``huber`` (instant-ngp's NeRF default, delta 0.1) or ``mse``.
+        sample_budget: samples per training step in the differentiable pass (instant-ngp: 2^18);
+            the number of rays adapts to it (at most the batch's ``data.batch_size`` ray slots) and
+            every shape of the step is static (``models/train_step.py``). ``None``: a fixed number
+            of rays per step (``data.batch_size``) with data-dependent shapes (the CPU preset).
+        march_budget: sample slots of the marching / no-grad density pass (default 4x
+            ``sample_budget``).
+        n_rays_init: rays marched in the first step under a sample budget.
+        cuda_graph: ``auto`` (capture the budgeted step as CUDA graphs on a GPU, except under FSDP,
+            whose parameters are re-gathered every step), ``true`` or ``false``.
         val_chunk: rays per chunk when rendering validation images.
         ops_backend: ``auto | cuda | torch`` for the ray ops.
         save_val_images: write ``val/view{v}_step{s}.png`` (GT | prediction | depth | error).
@@ -66,6 +77,10 @@ class NeRFModule(L.LightningModule):
         compact_samples: bool = True,
         loss: str = "huber",
         huber_delta: float = 0.1,
+        sample_budget: int | None = None,
+        march_budget: int | None = None,
+        n_rays_init: int = 4096,
+        cuda_graph: bool | str = "auto",
         val_chunk: int = 1 << 15,
         ops_backend: str = "auto",
         save_val_images: bool = True,
@@ -86,6 +101,23 @@ class NeRFModule(L.LightningModule):
             compact_samples=compact_samples,
             ops_backend=ops_backend,
         )
+        if cuda_graph not in (True, False, "auto"):
+            raise ValueError(f"model.cuda_graph must be true, false or auto, got {cuda_graph!r}")
+        step = None
+        if sample_budget is not None:
+            step = FixedBudgetStep(
+                self.field,
+                self.renderer,
+                self._loss,
+                sample_budget=sample_budget,
+                march_budget=march_budget or 4 * sample_budget,
+                n_rays_init=n_rays_init,
+            )
+        # Not a registered submodule: it shares the field and renderer, which must appear once in
+        # the state dict and the parameter list.
+        self.train_step_fn: nn.Module | None
+        object.__setattr__(self, "train_step_fn", step)
+        self._graphed = False
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.val_psnr = PeakSignalNoiseRatio(data_range=1.0)
@@ -104,6 +136,8 @@ class NeRFModule(L.LightningModule):
         # Same initial weights everywhere (the strategy broadcasts them), different rays per rank.
         seed = torch.initial_seed() % (2**31)
         torch.manual_seed(seed + 1000 * self.global_rank)
+        if self.train_step_fn is not None:
+            self.train_step_fn.to(self.device)  # its own buffers (n_active); not a registered child
         dm = self.trainer.datamodule
         ts = getattr(dm, "train_set", None)
         if ts is not None and self.global_step == 0:
@@ -121,6 +155,8 @@ class NeRFModule(L.LightningModule):
         return F.huber_loss(pred, target, reduction="none", delta=self.hparams.huber_delta).mean(dim=-1)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        if self.train_step_fn is not None:
+            return self._budgeted_training_step(batch)
         out = self.renderer.render_rays(
             self.field, batch["rays_o"], batch["rays_d"], batch["background"], jitter=True
         )
@@ -137,6 +173,39 @@ class NeRFModule(L.LightningModule):
         self.log("train/loss", loss)
         self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)))
         return loss
+
+    def _budgeted_training_step(self, batch: dict[str, Any]) -> Tensor:
+        args = (batch["rays_o"], batch["rays_d"], batch["rgb"], batch["background"])
+        step = self.train_step_fn
+        if not self._graphed and self._use_cuda_graph():
+            step = capture(step, args, self.trainer.precision)
+            object.__setattr__(self, "train_step_fn", step)
+            self._graphed = True
+        with autocast_for(self.trainer.precision) if self._graphed else nullcontext():
+            loss, per_ray, valid, stats = step(*args)
+        sampler = getattr(self.trainer.datamodule, "sampler", None)
+        if sampler is not None:
+            sampler.update(batch["view_ids"], batch["px"], batch["py"], per_ray, valid=valid)
+        self.rays_seen += stats[0]
+        self.samples_seen += stats[1]
+        mse = stats[3] / stats[0].clamp_min(1.0)
+        self.log("train/loss", loss)
+        self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)).float())
+        self.log("train/rays_per_step", stats[0].float())
+        return loss
+
+    def _use_cuda_graph(self) -> bool:
+        mode = self.hparams.cuda_graph
+        if mode is False or self.device.type != "cuda":
+            return False
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        return not isinstance(self.trainer.strategy, FSDPStrategy)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        # Graph replays write gradients into static buffers that autograd adds to `.grad`: keep the
+        # `.grad` tensors (zeroed in place) so that they never alias those buffers.
+        optimizer.zero_grad(set_to_none=not self._graphed)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if (batch_idx + 1) % self.trainer.accumulate_grad_batches != 0:
