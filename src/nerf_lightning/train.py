@@ -25,9 +25,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO
 from nerf_lightning.utils.io import atomic_write_json
+from nerf_lightning.utils.run_dir import register_resolvers
 from nerf_lightning.utils.tracking import finish_loggers
 
 log = logging.getLogger("nerf_lightning.train")
+register_resolvers()  # before Hydra resolves hydra.run.dir (one run directory for all ranks)
 
 # Known-harmless noise: our step loader is an IterableDataset with __len__ (no workers), and a
 # deprecation inside Lightning's own pytree helper.
@@ -65,8 +67,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     callbacks = instantiate_group(cfg.get("callbacks"))
     loggers = instantiate_group(cfg.get("logger"))
+    # cluster=slurm|torchelastic|...: the ClusterEnvironment plugin (none: Lightning detects it)
+    cluster = [hydra.utils.instantiate(cfg.cluster)] if cfg.get("cluster") else []
     trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO(), *cluster]
     )
     metrics: dict[str, float] = {}
     exit_code = 1
