@@ -20,7 +20,7 @@ TINY_RUN = [
     "experiment=cpu",
     "logger=none",
     "callbacks.progress_bar=null",
-    "data.batch_size=256",
+    "data.batch_size=128",
     "data.steps_per_epoch=16",
     "model.grid_resolution=16",
     "model.grid_warmup_steps=4",
@@ -28,8 +28,8 @@ TINY_RUN = [
     "model.field.encoding.n_levels=4",
     "model.field.encoding.log2_hashmap_size=12",
     "model.field.encoding.max_resolution=64",
-    "model.max_samples_per_ray=64",
-    "model.step_size=0.027",
+    "model.max_samples_per_ray=32",
+    "model.step_size=0.054",
     "model.save_val_images=false",
 ]
 

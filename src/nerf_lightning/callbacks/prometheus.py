@@ -142,7 +142,8 @@ class PrometheusExporter(L.Callback):
         # Families without samples until the device reports them (none on CPU).
         self._gpu_util = Gauge("nerf_gpu_utilization_percent", "GPU utilization (NVML)", labels, registry=reg)
         self._gpu_used = Gauge("nerf_gpu_memory_used_bytes", "GPU memory in use (NVML)", labels, registry=reg)
-        self._gpu_peak = Gauge("nerf_gpu_memory_peak_bytes", "Allocator peak, latest window", labels, registry=reg)
+        self._gpu_peak = Gauge("nerf_gpu_memory_peak_bytes", "Allocator peak memory, latest window", labels,
+                               registry=reg)
         self._rank_label = value
         self._job: dict[str, Any] = {}
         if rank == 0:

@@ -208,8 +208,9 @@ class ThroughputMonitor(L.Callback):
         metrics = self._window_metrics(record)
         self.latest_step, self.latest = step, metrics
         self.latest_local = {
-            "rays": rays - rays0, "samples": samples - samples0, "seconds": now - t0, "steps": float(step - step0),
-            "gpu_util": util, "mem_peak_gb": peak, "mem_used_gb": used, "rays_seen": rays, "samples_seen": samples,
+            "rays": rays - rays0, "samples": samples - samples0, "seconds": now - t0,
+            "steps": float(step - step0), "gpu_util": util, "mem_peak_gb": peak, "mem_used_gb": used,
+            "rays_seen": rays, "samples_seen": samples,
         }
         if metrics.get("gpu/utilization", -1.0) >= 0:
             self._util.append(metrics["gpu/utilization"])

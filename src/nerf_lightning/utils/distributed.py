@@ -23,7 +23,7 @@ def slurm_environment(auto_requeue: bool = True, requeue_signal: str = "SIGUSR1"
         sig = signal.Signals[name]
     except KeyError:
         raise ValueError(
-            f"cluster.requeue_signal: {requeue_signal!r} is not a signal name (e.g. SIGUSR1, SIGUSR2, SIGTERM); "
-            "use the one of sbatch --signal"
+            f"cluster.requeue_signal: {requeue_signal!r} is not a signal name (e.g. SIGUSR1, SIGUSR2); "
+            "use the signal of sbatch --signal"
         ) from None
     return SLURMEnvironment(auto_requeue=auto_requeue, requeue_signal=sig)
