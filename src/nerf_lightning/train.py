@@ -17,10 +17,12 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import hydra
 import lightning as L
 import torch
+from lightning.pytorch.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO
@@ -54,6 +56,14 @@ def _resolve_ckpt(ckpt_path: str | None, output_dir: Path) -> str | None:
     return ckpt_path
 
 
+def validate_trained(trainer: L.Trainer, model: L.LightningModule, datamodule: Any) -> list[dict[str, float]]:
+    """Validate the weights just trained. Under SLURM, ``validate(ckpt_path=None)`` would load the run's
+    newest ``hpc_ckpt_<n>.ckpt`` (what a requeued job resumed from) instead: Lightning picks it whenever
+    it detects SLURM, so detection is switched off for this call."""
+    with mock.patch.object(SLURMEnvironment, "detect", staticmethod(lambda: False)):
+        return trainer.validate(model, datamodule=datamodule, verbose=False)
+
+
 def train(cfg: DictConfig) -> dict[str, float]:
     """Run one training job described by ``cfg``; returns the final metrics (also in metrics.json)."""
     output_dir = Path(cfg.paths.output_dir)
@@ -81,7 +91,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         start = time.perf_counter()
         trainer.fit(model, datamodule=datamodule, ckpt_path=_resolve_ckpt(cfg.get("ckpt_path"), output_dir))
         wall_s = time.perf_counter() - start
-        results = trainer.validate(model, datamodule=datamodule, verbose=False)
+        results = validate_trained(trainer, model, datamodule)
 
         metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
         for cb in callbacks:

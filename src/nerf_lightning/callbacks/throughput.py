@@ -142,6 +142,12 @@ class ThroughputMonitor(L.Callback):
         self._t0 = time.perf_counter()
         self._open_window(trainer, pl_module)
 
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # A run resumed mid-epoch (SLURM requeue, a crash) gets no on_train_epoch_start: start here.
+        if self._t0 is None:
+            self.on_train_epoch_start(trainer, pl_module)
+
     def _stop_clock(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._t0 is None:
             return
