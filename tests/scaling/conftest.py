@@ -34,17 +34,24 @@ TINY_RUN = [
 ]
 
 # Variables by which a launcher tells a process its place; the tests set their own.
-LAUNCHER_VARS = ("NERF_LIGHTNING_RUN_ID", "RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GROUP_RANK",
-                 "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
+LAUNCHER_VARS = (
+    "NERF_LIGHTNING_RUN_ID",
+    "RANK",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "LOCAL_WORLD_SIZE",
+)
 LAUNCHER_PREFIXES = ("SLURM_", "TORCHELASTIC_", "PET_")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The test process's environment without any launcher's variables, CPU only, this source tree."""
     env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)
+        k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)
     }
     env.update(
         PYTHONPATH=os.pathsep.join([str(SRC_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),

@@ -71,8 +71,14 @@ def scraped(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
     torch.set_num_threads(2)
     out = tmp_path_factory.mktemp("prometheus")
     cfg = compose_train_config(
-        [f"data.path={tiny_scene}", "trainer.max_steps=12", "callbacks.prometheus.port=0",
-         "callbacks.prometheus.addr=127.0.0.1", "callbacks.throughput.log_every_n_steps=5", *TINY_RUN],
+        [
+            f"data.path={tiny_scene}",
+            "trainer.max_steps=12",
+            "callbacks.prometheus.port=0",
+            "callbacks.prometheus.addr=127.0.0.1",
+            "callbacks.throughput.log_every_n_steps=5",
+            *TINY_RUN,
+        ],
         out,
     )
     with open_dict(cfg):
@@ -126,9 +132,16 @@ def test_grafana_dashboard_queries_exported_series(scraped: dict[str, Any]) -> N
     exprs = [t["expr"] for p in panels for t in p.get("targets", [])]
     assert len(panels) >= 8 and all(p.get("targets") for p in panels)
     queried = {m for e in exprs for m in re.findall(r"\bnerf_[a-z_]+\b", e)}
-    for needed in ("nerf_rays_total", "nerf_samples_per_second", "nerf_step_time_seconds", "nerf_train_loss",
-                   "nerf_train_psnr_db", "nerf_gpu_utilization_percent", "nerf_gpu_memory_used_bytes",
-                   "nerf_global_step"):
+    for needed in (
+        "nerf_rays_total",
+        "nerf_samples_per_second",
+        "nerf_step_time_seconds",
+        "nerf_train_loss",
+        "nerf_train_psnr_db",
+        "nerf_gpu_utilization_percent",
+        "nerf_gpu_memory_used_bytes",
+        "nerf_global_step",
+    ):
         assert needed in queried, f"dashboard has no panel for {needed}"
     assert queried <= exported, f"dashboard queries series nobody exports: {sorted(queried - exported)}"
     # every query is scoped by the dashboard's job variable, so two runs never mix
@@ -138,8 +151,14 @@ def test_grafana_dashboard_queries_exported_series(scraped: dict[str, Any]) -> N
 
 # ------------------------------------------------------------------------------- unit tests
 def _trainer(rank: int, local_rank: int, world: int, callbacks: list) -> SimpleNamespace:
-    return SimpleNamespace(callbacks=callbacks, global_rank=rank, local_rank=local_rank, world_size=world,
-                           global_step=0, callback_metrics={})
+    return SimpleNamespace(
+        callbacks=callbacks,
+        global_rank=rank,
+        local_rank=local_rank,
+        world_size=world,
+        global_step=0,
+        callback_metrics={},
+    )
 
 
 def _free_pair() -> int:
@@ -169,9 +188,17 @@ def test_every_rank_serves_on_port_plus_local_rank() -> None:
         # a known window: 5 steps of 1024 rays in 2 s, 20 samples per ray, GPU counters
         trainer.global_step = 5
         monitor.latest_step, monitor.latest = 5, {"perf/rays_per_s": 1.0}
-        monitor.latest_local = {"rays": 5120.0, "samples": 102400.0, "seconds": 2.0, "steps": 5.0,
-                                "gpu_util": 87.0, "mem_peak_gb": 0.25, "mem_used_gb": 1.5,
-                                "rays_seen": 5120.0, "samples_seen": 102400.0}
+        monitor.latest_local = {
+            "rays": 5120.0,
+            "samples": 102400.0,
+            "seconds": 2.0,
+            "steps": 5.0,
+            "gpu_util": 87.0,
+            "mem_peak_gb": 0.25,
+            "mem_used_gb": 1.5,
+            "rays_seen": 5120.0,
+            "samples_seen": 102400.0,
+        }
         trainer.callback_metrics = {"train/loss": torch.tensor(0.125), "train/psnr": torch.tensor(18.5)}
         exporter.on_train_batch_end(trainer, None, None, None, 4)
         s = _samples(_get(port + 1))

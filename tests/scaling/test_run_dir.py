@@ -23,8 +23,9 @@ FALLBACK = "2026-01-01_00-00-00"
         ({"NERF_LIGHTNING_RUN_ID": "exp1", "SLURM_JOB_ID": "123", "TORCHELASTIC_RUN_ID": "abc"}, "exp1"),
     ],
 )
-def test_run_id(env: dict[str, str], expected: str, monkeypatch: pytest.MonkeyPatch,
-                launcher_free_env: None) -> None:
+def test_run_id(
+    env: dict[str, str], expected: str, monkeypatch: pytest.MonkeyPatch, launcher_free_env: None
+) -> None:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert run_dir.run_id(FALLBACK) == expected
@@ -41,8 +42,9 @@ def test_run_id(env: dict[str, str], expected: str, monkeypatch: pytest.MonkeyPa
         ({"NODE_RANK": "2"}, "node2_local0"),
     ],
 )
-def test_rank_tag(env: dict[str, str], tag: str | None, monkeypatch: pytest.MonkeyPatch,
-                  launcher_free_env: None) -> None:
+def test_rank_tag(
+    env: dict[str, str], tag: str | None, monkeypatch: pytest.MonkeyPatch, launcher_free_env: None
+) -> None:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert run_dir.rank_tag() == tag

@@ -72,8 +72,15 @@ def test_submitit_launcher_config_composes_into_an_sbatch_submission(
     finally:
         GlobalHydra.instance().clear()
     script = str(sub.value)
-    for line in ("--partition=gpu", "--time=240", "--gpus-per-node=1", "--ntasks-per-node=1",
-                 "--cpus-per-task=8", "--mem=64GB", "--signal=USR2@120"):
+    for line in (
+        "--partition=gpu",
+        "--time=240",
+        "--gpus-per-node=1",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=8",
+        "--mem=64GB",
+        "--signal=USR2@120",
+    ):
         assert f"#SBATCH {line}\n" in script, (line, script)
     assert "--requeue" not in script or "#SBATCH --requeue" in script
 

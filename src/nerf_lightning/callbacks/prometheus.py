@@ -142,8 +142,9 @@ class PrometheusExporter(L.Callback):
         # Families without samples until the device reports them (none on CPU).
         self._gpu_util = Gauge("nerf_gpu_utilization_percent", "GPU utilization (NVML)", labels, registry=reg)
         self._gpu_used = Gauge("nerf_gpu_memory_used_bytes", "GPU memory in use (NVML)", labels, registry=reg)
-        self._gpu_peak = Gauge("nerf_gpu_memory_peak_bytes", "Allocator peak memory, latest window", labels,
-                               registry=reg)
+        self._gpu_peak = Gauge(
+            "nerf_gpu_memory_peak_bytes", "Allocator peak memory, latest window", labels, registry=reg
+        )
         self._rank_label = value
         self._job: dict[str, Any] = {}
         if rank == 0:
@@ -155,8 +156,9 @@ class PrometheusExporter(L.Callback):
         self._world.set(world_size)
 
     # ----------------------------------------------------------------------------- updates
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._server is None:
             return
         self._step.set(trainer.global_step)  # a host integer: no device sync
