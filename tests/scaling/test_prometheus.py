@@ -17,7 +17,6 @@ import pytest
 import torch
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
-from prometheus_client.parser import text_string_to_metric_families
 
 from nerf_lightning.callbacks.prometheus import PrometheusExporter
 from nerf_lightning.callbacks.throughput import ThroughputMonitor
@@ -25,6 +24,10 @@ from nerf_lightning.train import train
 from nerf_lightning.utils.config import compose_train_config
 
 from .conftest import REPO_ROOT, TINY_RUN, free_port
+
+text_string_to_metric_families = pytest.importorskip(
+    "prometheus_client.parser"
+).text_string_to_metric_families
 
 BATCH = 128  # rays per step in TINY_RUN
 SCRAPE_AT = 10  # optimizer step of the mid-run scrape; throughput windows of 5 steps
@@ -66,18 +69,17 @@ class ScrapeMidRun(L.Callback):
         )
 
 
-@pytest.fixture(scope="module")
-def scraped(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    torch.set_num_threads(2)
-    out = tmp_path_factory.mktemp("prometheus")
+def scrape_a_run(scene: Path, out: Path, *overrides: str) -> dict[str, Any]:
+    """Train a few steps with the exporter on a free port; what ``ScrapeMidRun`` saw at step 10."""
     cfg = compose_train_config(
         [
-            f"data.path={tiny_scene}",
+            f"data.path={scene}",
             "trainer.max_steps=12",
             "callbacks.prometheus.port=0",
             "callbacks.prometheus.addr=127.0.0.1",
             "callbacks.throughput.log_every_n_steps=5",
             *TINY_RUN,
+            *overrides,
         ],
         out,
     )
@@ -90,6 +92,12 @@ def scraped(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
         GlobalHydra.instance().clear()
     assert "text" in ScrapeMidRun.found, "the run never reached the scrape step"
     return dict(ScrapeMidRun.found)
+
+
+@pytest.fixture(scope="module")
+def scraped(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    torch.set_num_threads(2)
+    return scrape_a_run(tiny_scene, tmp_path_factory.mktemp("prometheus"))
 
 
 @pytest.mark.slow
@@ -147,6 +155,19 @@ def test_grafana_dashboard_queries_exported_series(scraped: dict[str, Any]) -> N
     # every query is scoped by the dashboard's job variable, so two runs never mix
     assert all('job=~"$job"' in e for e in exprs), exprs
     assert {v["name"] for v in dashboard["templating"]["list"]} >= {"datasource", "job"}
+
+
+@pytest.mark.cuda
+def test_gpu_series_on_a_gpu(tiny_scene: Path, tmp_path: Path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    s = _samples(scrape_a_run(tiny_scene, tmp_path, "accelerator=gpu")["text"])
+    r0 = (("rank", "0"),)
+    assert 0.0 <= s["nerf_gpu_utilization_percent"][r0] <= 100.0
+    total = torch.cuda.get_device_properties(0).total_memory
+    assert 0.0 < s["nerf_gpu_memory_used_bytes"][r0] <= total
+    assert 0.0 < s["nerf_gpu_memory_peak_bytes"][r0] <= s["nerf_gpu_memory_used_bytes"][r0]
+    assert s["nerf_rays_total"][r0] == BATCH * SCRAPE_AT
 
 
 # ------------------------------------------------------------------------------- unit tests
