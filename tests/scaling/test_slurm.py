@@ -163,6 +163,24 @@ def test_slurm_variables_give_each_task_its_rank(
     assert not trainer.is_global_zero
 
 
+@pytest.mark.parametrize(
+    ("choice", "cls"),
+    [("slurm", "SLURMEnvironment"), ("torchelastic", "TorchElasticEnvironment"),
+     ("lightning", "LightningEnvironment"), ("kubeflow", "KubeflowEnvironment")],
+)  # fmt: skip
+def test_cluster_options(choice: str, cls: str, tmp_path: Path) -> None:
+    from lightning.pytorch.plugins import environments
+
+    try:
+        cfg = compose_train_config([f"cluster={choice}"], tmp_path)
+        env = hydra.utils.instantiate(cfg.cluster)
+        default = compose_train_config([], tmp_path)
+    finally:
+        GlobalHydra.instance().clear()
+    assert type(env) is getattr(environments, cls)
+    assert default.get("cluster") is None  # by default Lightning detects the environment
+
+
 def test_requeue_signal_name_is_checked() -> None:
     from nerf_lightning.utils.distributed import slurm_environment
 
