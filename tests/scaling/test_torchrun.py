@@ -110,7 +110,7 @@ def test_when_one_node_dies_the_other_exits_with_an_error(tiny_scene: Path, tmp_
             assert all(n.poll() is None for n in nodes), "a node exited before training started"
             assert time.monotonic() < deadline, "the two nodes never formed a process group"
             time.sleep(0.2)
-        time.sleep(2.0)  # into the training loop
+        time.sleep(1.0)  # into the training loop
         assert all(n.poll() is None for n in nodes)
         _kill_node(nodes[1])  # node 1 dies: its agent and its worker
         killed_at = time.monotonic()
