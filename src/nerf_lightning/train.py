@@ -17,17 +17,21 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import hydra
 import lightning as L
 import torch
+from lightning.pytorch.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO
 from nerf_lightning.utils.io import atomic_write_json
+from nerf_lightning.utils.run_dir import register_resolvers
 from nerf_lightning.utils.tracking import finish_loggers
 
 log = logging.getLogger("nerf_lightning.train")
+register_resolvers()  # before Hydra resolves hydra.run.dir (one run directory for all ranks)
 
 # Known-harmless noise: our step loader is an IterableDataset with __len__ (no workers), and a
 # deprecation inside Lightning's own pytree helper.
@@ -52,6 +56,14 @@ def _resolve_ckpt(ckpt_path: str | None, output_dir: Path) -> str | None:
     return ckpt_path
 
 
+def validate_trained(trainer: L.Trainer, model: L.LightningModule, datamodule: Any) -> list[dict[str, float]]:
+    """Validate the weights just trained. Under SLURM, ``validate(ckpt_path=None)`` would load the run's
+    newest ``hpc_ckpt_<n>.ckpt`` (what a requeued job resumed from) instead: Lightning picks it whenever
+    it detects SLURM, so detection is switched off for this call."""
+    with mock.patch.object(SLURMEnvironment, "detect", staticmethod(lambda: False)):
+        return trainer.validate(model, datamodule=datamodule, verbose=False)
+
+
 def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> dict[str, float]:
     """Run one training job described by ``cfg``; returns the final metrics (also in metrics.json).
 
@@ -67,8 +79,10 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
 
     callbacks = [*instantiate_group(cfg.get("callbacks")), *(extra_callbacks or [])]
     loggers = instantiate_group(cfg.get("logger"))
+    # cluster=slurm|torchelastic|...: the ClusterEnvironment plugin (none: Lightning detects it)
+    cluster = [hydra.utils.instantiate(cfg.cluster)] if cfg.get("cluster") else []
     trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO(), *cluster]
     )
     metrics: dict[str, float] = {}
     exit_code = 1
@@ -79,7 +93,7 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         start = time.perf_counter()
         trainer.fit(model, datamodule=datamodule, ckpt_path=_resolve_ckpt(cfg.get("ckpt_path"), output_dir))
         wall_s = time.perf_counter() - start
-        results = trainer.validate(model, datamodule=datamodule, verbose=False)
+        results = validate_trained(trainer, model, datamodule)
 
         metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
         for cb in callbacks:

@@ -103,6 +103,13 @@ class ThroughputMonitor(L.Callback):
         self._mem_peak = 0.0
         self._gpu: _GpuCounters | None = None
         self._pbar: dict[str, float] = {}
+        #: the latest reading, for other consumers (the Prometheus exporter): its optimizer step (-1: none
+        #: yet), this rank's own window (``rays``, ``samples``, ``seconds``, ``steps``, ``gpu_util``,
+        #: ``mem_peak_gb``, ``mem_used_gb``; -1 = unknown; ``rays_seen``/``samples_seen`` since the
+        #: start) and the logged metrics over all ranks (``perf/rays_per_s``, ...).
+        self.latest_step = -1
+        self.latest_local: dict[str, float] = {}
+        self.latest: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------ helpers
     @staticmethod
@@ -134,6 +141,12 @@ class ThroughputMonitor(L.Callback):
         self._sync(trainer)
         self._t0 = time.perf_counter()
         self._open_window(trainer, pl_module)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # A run resumed mid-epoch (SLURM requeue, a crash) gets no on_train_epoch_start: start here.
+        if self._t0 is None:
+            self.on_train_epoch_start(trainer, pl_module)
 
     def _stop_clock(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._t0 is None:
@@ -199,6 +212,12 @@ class ThroughputMonitor(L.Callback):
         self._window = (now, rays, samples, step)
         record = self._gather(trainer, local).cpu()  # [W, _K]
         metrics = self._window_metrics(record)
+        self.latest_step, self.latest = step, metrics
+        self.latest_local = {
+            "rays": rays - rays0, "samples": samples - samples0, "seconds": now - t0,
+            "steps": float(step - step0), "gpu_util": util, "mem_peak_gb": peak, "mem_used_gb": used,
+            "rays_seen": rays, "samples_seen": samples,
+        }
         if metrics.get("gpu/utilization", -1.0) >= 0:
             self._util.append(metrics["gpu/utilization"])
         self._mem_peak = max(self._mem_peak, metrics.get("gpu/mem_peak_gb", 0.0))

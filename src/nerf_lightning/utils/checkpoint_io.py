@@ -21,3 +21,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         atomic_write_bytes(path, buffer.getvalue())
+
+    def load_checkpoint(
+        self,
+        path: str | Path,
+        map_location: Any = lambda storage, loc: storage,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
+        # A run's own checkpoints hold the hyperparameters Hydra built (partial factories, configs), which
+        # torch.load's default weights_only=True refuses: resuming (ckpt_path=..., SLURM requeue) needs the
+        # full unpickler. Pass weights_only=True explicitly for files of unknown origin.
+        return super().load_checkpoint(
+            path, map_location=map_location, weights_only=False if weights_only is None else weights_only
+        )

@@ -9,6 +9,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from nerf_lightning.utils.run_dir import register_resolvers
+
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
@@ -20,6 +22,7 @@ def compose_train_config(
     ``cwd`` stands for the launch directory (``paths.root_dir``: scene and image caches); default
     ``output_dir``. Registers the config as the current Hydra config so ``${hydra:...}`` resolves.
     """
+    register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
