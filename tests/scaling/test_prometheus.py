@@ -78,6 +78,8 @@ def scrape_a_run(scene: Path, out: Path, *overrides: str) -> dict[str, Any]:
             "callbacks.prometheus.port=0",
             "callbacks.prometheus.addr=127.0.0.1",
             "callbacks.throughput.log_every_n_steps=5",
+            # the module logs loss/PSNR on the loggers' steps only (no host sync on the others)
+            "trainer.log_every_n_steps=5",
             *TINY_RUN,
             *overrides,
         ],

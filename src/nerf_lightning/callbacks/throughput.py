@@ -228,10 +228,13 @@ class ThroughputMonitor(L.Callback):
                       "ms/step": metrics["perf/step_time_ms"]}
         if "gpu/utilization" in metrics:
             self._pbar["gpu%"] = metrics["gpu/utilization"]
-        if self.prog_bar:
-            # Only at readings: the bar keeps the last value (Lightning updates, never clears, its dict)
-            # and a progress-bar metric logged every step would cost a host sync every step.
-            pl_module.log_dict(self._pbar, prog_bar=True, logger=False, on_step=True, on_epoch=False)
+
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """The latest reading as plain floats, for ``callbacks.progress.ProgressBar``.
+
+        Not logged through ``LightningModule.log(prog_bar=True)``: Lightning stores logged values as
+        device tensors and reads them back at every refresh of the bar, a host sync each time."""
+        return dict(self._pbar) if self.prog_bar else {}
 
     def _window_metrics(self, record: torch.Tensor) -> dict[str, float]:
         """Metrics of one window from the gathered per-rank record ``[W, _K]`` (float64, host)."""

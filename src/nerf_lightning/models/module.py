@@ -167,11 +167,10 @@ class NeRFModule(L.LightningModule):
             sampler.update(batch["view_ids"], batch["px"], batch["py"], per_ray.detach())
         self.rays_seen += per_ray.shape[0]
         self.samples_seen += out["n_samples"].detach().to(torch.float64)
-        with torch.no_grad():
+        if self._logging_step():
             mse = ((out["rgb"].detach() - batch["rgb"]) ** 2).mean()
-        # Logged tensors are read by the logger every `log_every_n_steps`, not synchronized here.
-        self.log("train/loss", loss)
-        self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)))
+            self.log("train/loss", loss.detach())
+            self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)))
         return loss
 
     def _budgeted_training_step(self, batch: dict[str, Any]) -> Tensor:
@@ -188,11 +187,18 @@ class NeRFModule(L.LightningModule):
             sampler.update(batch["view_ids"], batch["px"], batch["py"], per_ray, valid=valid)
         self.rays_seen += stats[0]
         self.samples_seen += stats[1]
-        mse = stats[3] / stats[0].clamp_min(1.0)
-        self.log("train/loss", loss)
-        self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)).float())
-        self.log("train/rays_per_step", stats[0].float())
+        if self._logging_step():
+            mse = stats[3] / stats[0].clamp_min(1.0)
+            self.log("train/loss", loss.detach())
+            self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)).float())
+            self.log("train/rays_per_step", stats[0].float())
         return loss
+
+    def _logging_step(self) -> bool:
+        """Whether the loggers write this step. ``self.log`` costs a host->device copy (a sync)
+        per call in Lightning, so the hot path logs only on the steps that are written."""
+        connector = getattr(self.trainer, "_logger_connector", None)
+        return bool(getattr(connector, "should_update_logs", True))
 
     def _use_cuda_graph(self) -> bool:
         mode = self.hparams.cuda_graph

@@ -446,7 +446,10 @@ def repack(
         ray_valid = torch.ones(n_rays, dtype=torch.bool, device=device)
     ray_indices = ray_indices.long()
     keep = keep & samples_in_use(packed) & ray_valid[ray_indices]
-    counts = torch.zeros(n_rays, dtype=torch.long, device=device).index_add_(0, ray_indices, keep.long())
+    # kept samples per ray as differences of one cumsum at the rays' range ends (no atomics)
+    kept_before = torch.nn.functional.pad(torch.cumsum(keep, 0), (1, 0))
+    first, count = packed_info[:, 0], packed_info[:, 1]
+    counts = kept_before[first + count] - kept_before[first]
     incl = torch.cumsum(counts, 0)
     valid = ray_valid & (incl <= capacity)
     counts = torch.where(valid, counts, 0)
