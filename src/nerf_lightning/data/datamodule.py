@@ -132,6 +132,9 @@ class NeRFDataModule(L.LightningDataModule):
         sampler: name of the training ray sampler, a key of ``samplers``.
         samplers: ``RaySampler`` factories (``_partial_`` configs) taking ``widths``/``heights``.
         max_val_views: validate on at most this many held-out views (evenly spaced); ``None`` = all.
+        cuda_graph: ``auto`` (on a GPU, draw each training batch by replaying a CUDA graph: one
+            launch instead of ~40, the batch lands in the same buffers every step), ``true`` or
+            ``false``.
         image_workers / cache_dir: parallel decoding and the uint8 image cache.
     """
 
@@ -151,8 +154,13 @@ class NeRFDataModule(L.LightningDataModule):
         cache_dir: str | None = None,
         scene_root: str = "outputs/scenes",
         camera_model: str | None = None,
+        cuda_graph: bool | str = "auto",
     ) -> None:
         super().__init__()
+        if cuda_graph not in (True, False, "auto"):
+            raise ValueError(f"data.cuda_graph must be true, false or auto, got {cuda_graph!r}")
+        self.cuda_graph = cuda_graph
+        self._batch_graphs: dict[int, tuple[torch.cuda.CUDAGraph, dict[str, Any]] | None] = {}
         self.path = path
         self.format = format
         self.downscale = int(downscale)
@@ -266,8 +274,42 @@ class NeRFDataModule(L.LightningDataModule):
             device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
         self._ensure_device(device)
         if trainer is not None and trainer.training:
+            if device.type == "cuda" and self.cuda_graph is not False:
+                return self._replay_train_batch(self.batch_size)
             return self.train_batch(self.batch_size)
         return self.val_batch(int(batch))
+
+    def _replay_train_batch(self, n_rays: int) -> dict[str, Any]:
+        """:meth:`train_batch` replayed from a CUDA graph captured on first use (per ray count).
+
+        The returned tensors are the graph's static outputs: the next replay overwrites them, so a
+        step must consume its batch before asking for the next one (the training loop does)."""
+        if n_rays not in self._batch_graphs:
+            self._batch_graphs[n_rays] = self._capture_train_batch(n_rays)
+        entry = self._batch_graphs[n_rays]
+        if entry is None:
+            return self.train_batch(n_rays)
+        graph, batch = entry
+        graph.replay()
+        return batch
+
+    def _capture_train_batch(self, n_rays: int) -> tuple[torch.cuda.CUDAGraph, dict[str, Any]] | None:
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up off the capture (allocator, lazy init)
+                for _ in range(2):
+                    self.train_batch(n_rays)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                batch = self.train_batch(n_rays)
+            return graph, batch
+        except Exception as err:  # noqa: BLE001 - an uncapturable sampler still trains, eagerly
+            if self.cuda_graph is True:
+                raise
+            log.warning("data.cuda_graph=auto: drawing batches eagerly (capture failed: %s)", err)
+            return None
 
     def train_batch(self, n_rays: int) -> dict[str, Any]:
         """Draw ``n_rays`` training rays on the data's device (no host sync)."""
