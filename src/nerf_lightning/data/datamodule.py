@@ -52,14 +52,16 @@ class _StepIndices(IterableDataset):
 
 
 class _ViewIndices(Dataset):
-    def __init__(self, n_views: int) -> None:
-        self.n_views = n_views
+    """The held-out views one process renders."""
+
+    def __init__(self, views: list[int]) -> None:
+        self.views = views
 
     def __len__(self) -> int:
-        return self.n_views
+        return len(self.views)
 
     def __getitem__(self, i: int) -> int:
-        return i
+        return self.views[i]
 
 
 class _ViewSet:
@@ -252,8 +254,14 @@ class NeRFDataModule(L.LightningDataModule):
         return DataLoader(_StepIndices(self.steps_per_epoch), batch_size=None, num_workers=0)
 
     def val_dataloader(self) -> DataLoader:
+        """Each held-out view exactly once over all ranks: rank r renders views r, r + W, ...
+
+        (Lightning's DistributedSampler would pad the list to a multiple of the world size and count
+        some views twice; ``trainer.use_distributed_sampler`` is off.)"""
         n = len(self.val_set.frames) if self.val_set is not None else 0
-        return DataLoader(_ViewIndices(n), batch_size=None, num_workers=0)
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        return DataLoader(_ViewIndices(list(range(rank, n, world))), batch_size=None, num_workers=0)
 
     # -------------------------------------------------------------------------- device batches
     def _ensure_device(self, device: torch.device) -> None:

@@ -20,6 +20,7 @@ from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
 from nerf_lightning.render.occupancy import OccupancyGrid
 from nerf_lightning.render.renderer import Renderer
+from nerf_lightning.utils.distributed import throttle_sigterm_broadcast
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,11 @@ class NeRFModule(L.LightningModule):
         n_rays_init: rays marched in the first step under a sample budget.
         cuda_graph: ``auto`` (capture the budgeted step as CUDA graphs on a GPU, except under FSDP,
             whose parameters are re-gathered every step), ``true`` or ``false``.
+        jitter: shift each training ray's first sample by a random fraction of a step (off only for
+            deterministic comparisons).
+        sigterm_check_every: under DDP/FSDP, Lightning checks every step whether a rank received
+            SIGTERM, with a broadcast and a host sync; this runs it every N optimizer steps instead
+            (a SIGTERM is then honoured within N steps).
         val_chunk: rays per chunk when rendering validation images.
         ops_backend: ``auto | cuda | torch`` for the ray ops.
         save_val_images: write ``val/view{v}_step{s}.png`` (GT | prediction | depth | error).
@@ -81,6 +87,8 @@ class NeRFModule(L.LightningModule):
         march_budget: int | None = None,
         n_rays_init: int = 4096,
         cuda_graph: bool | str = "auto",
+        jitter: bool = True,
+        sigterm_check_every: int = 100,
         val_chunk: int = 1 << 15,
         ops_backend: str = "auto",
         save_val_images: bool = True,
@@ -112,6 +120,7 @@ class NeRFModule(L.LightningModule):
                 sample_budget=sample_budget,
                 march_budget=march_budget or 4 * sample_budget,
                 n_rays_init=n_rays_init,
+                jitter=jitter,
             )
         # Not a registered submodule: it shares the field and renderer, which must appear once in
         # the state dict and the parameter list.
@@ -138,6 +147,8 @@ class NeRFModule(L.LightningModule):
         torch.manual_seed(seed + 1000 * self.global_rank)
         if self.train_step_fn is not None:
             self.train_step_fn.to(self.device)  # its own buffers (n_active); not a registered child
+        if self.trainer.world_size > 1:
+            throttle_sigterm_broadcast(self.trainer, every_n_steps=self.hparams.sigterm_check_every)
         dm = self.trainer.datamodule
         ts = getattr(dm, "train_set", None)
         if ts is not None and self.global_step == 0:
@@ -158,7 +169,7 @@ class NeRFModule(L.LightningModule):
         if self.train_step_fn is not None:
             return self._budgeted_training_step(batch)
         out = self.renderer.render_rays(
-            self.field, batch["rays_o"], batch["rays_d"], batch["background"], jitter=True
+            self.field, batch["rays_o"], batch["rays_d"], batch["background"], jitter=self.hparams.jitter
         )
         per_ray = self._loss(out["rgb"], batch["rgb"])
         loss = per_ray.mean()
@@ -222,15 +233,31 @@ class NeRFModule(L.LightningModule):
             sampler.step(step)
         hp = self.hparams
         if step % hp.grid_update_every == 0:
-            self.occupancy.update(
-                step,
-                self.field.density,
-                warmup_steps=hp.grid_warmup_steps,
-                decay=hp.grid_decay,
-                threshold=hp.grid_threshold,
-            )
+            with self._full_parameters():
+                self.occupancy.update(
+                    step,
+                    self.field.density,
+                    warmup_steps=hp.grid_warmup_steps,
+                    decay=hp.grid_decay,
+                    threshold=hp.grid_threshold,
+                )
             if self.trainer.world_size > 1:
                 self.occupancy.sync_(_all_reduce_max)
+
+    def _full_parameters(self) -> Any:
+        """A context in which the field holds its whole hash table.
+
+        FSDP keeps only this rank's shard of each parameter between forward passes; the occupancy
+        update evaluates the field outside one, so the table is gathered for it (every rank takes
+        part: the update runs on the same steps everywhere)."""
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        strategy = self.trainer.strategy
+        if not isinstance(strategy, FSDPStrategy):
+            return nullcontext()
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel.summon_full_params(strategy.model, writeback=False)
 
     # -------------------------------------------------------------------------- validation
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
