@@ -34,6 +34,11 @@ from nerf_lightning.data.types import Capture, Frame
 log = logging.getLogger(__name__)
 
 
+BATCH_SCALINGS = ("per_device", "global", "throughput")
+#: A validation "view" index for a rank without a held-out view of its own.
+NO_VIEW = -1
+
+
 class _StepIndices(IterableDataset):
     """Yields ``steps_per_epoch`` step numbers: a training "batch" is just a request for rays.
 
@@ -134,6 +139,12 @@ class NeRFDataModule(L.LightningDataModule):
         sampler: name of the training ray sampler, a key of ``samplers``.
         samplers: ``RaySampler`` factories (``_partial_`` configs) taking ``widths``/``heights``.
         max_val_views: validate on at most this many held-out views (evenly spaced); ``None`` = all.
+        batch_scaling: how ``batch_size`` (and the model's sample budget) is read with several
+            processes: ``per_device`` (each rank draws ``batch_size`` rays: the global batch grows
+            with the number of ranks, the learning rate stays), ``global`` (each rank draws
+            ``batch_size / world_size``: the same global batch, and steps, as one GPU) or
+            ``throughput`` (``per_device`` in total, split between ranks in proportion to their
+            measured speed, see ``callbacks/load_balance.py``).
         cuda_graph: ``auto`` (on a GPU, draw each training batch by replaying a CUDA graph: one
             launch instead of ~40, the batch lands in the same buffers every step), ``true`` or
             ``false``.
@@ -156,9 +167,15 @@ class NeRFDataModule(L.LightningDataModule):
         cache_dir: str | None = None,
         scene_root: str = "outputs/scenes",
         camera_model: str | None = None,
+        batch_scaling: str = "per_device",
         cuda_graph: bool | str = "auto",
     ) -> None:
         super().__init__()
+        if batch_scaling not in BATCH_SCALINGS:
+            raise ValueError(f"data.batch_scaling must be one of {BATCH_SCALINGS}, got {batch_scaling!r}")
+        self.batch_scaling = batch_scaling
+        #: this rank's share of the work under batch_scaling=throughput (mean 1 over ranks)
+        self.work_scale = 1.0
         if cuda_graph not in (True, False, "auto"):
             raise ValueError(f"data.cuda_graph must be true, false or auto, got {cuda_graph!r}")
         self.cuda_graph = cuda_graph
@@ -261,7 +278,10 @@ class NeRFDataModule(L.LightningDataModule):
         n = len(self.val_set.frames) if self.val_set is not None else 0
         trainer = self.trainer
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-        return DataLoader(_ViewIndices(list(range(rank, n, world))), batch_size=None, num_workers=0)
+        views = list(range(rank, n, world))
+        if not views and world > 1 and n > 0:
+            views = [NO_VIEW]  # more ranks than views: this rank takes part in the metric sync only
+        return DataLoader(_ViewIndices(views), batch_size=None, num_workers=0)
 
     # -------------------------------------------------------------------------- device batches
     def _ensure_device(self, device: torch.device) -> None:
@@ -282,10 +302,24 @@ class NeRFDataModule(L.LightningDataModule):
             device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
         self._ensure_device(device)
         if trainer is not None and trainer.training:
+            n_rays = self.rays_per_step()
             if device.type == "cuda" and self.cuda_graph is not False:
-                return self._replay_train_batch(self.batch_size)
-            return self.train_batch(self.batch_size)
+                return self._replay_train_batch(n_rays)
+            return self.train_batch(n_rays)
         return self.val_batch(int(batch))
+
+    def rays_per_step(self) -> int:
+        """This rank's rays per step: ``batch_size`` as ``batch_scaling`` and ``work_scale`` say
+        (scaled sizes are multiples of 1/64 of the batch, so that batch graphs are captured for at
+        most ~100 distinct sizes)."""
+        n = self.batch_size
+        world = self.trainer.world_size if self.trainer is not None else 1
+        if self.batch_scaling == "global":
+            n = max(1, n // world)
+        if self.work_scale != 1.0:
+            quantum = max(1, n // 64)
+            n = max(quantum, int(round(n * self.work_scale / quantum)) * quantum)
+        return n
 
     def _replay_train_batch(self, n_rays: int) -> dict[str, Any]:
         """:meth:`train_batch` replayed from a CUDA graph captured on first use (per ray count).
@@ -335,7 +369,11 @@ class NeRFDataModule(L.LightningDataModule):
         return ts.batch(view_ids, ix, iy, px, py, background)
 
     def val_batch(self, view: int) -> dict[str, Any]:
-        """All pixels of held-out view ``view`` (row-major), composited over the eval background."""
+        """All pixels of held-out view ``view`` (row-major), composited over the eval background.
+
+        ``view == NO_VIEW`` gives ``{"view": NO_VIEW}``: nothing to render (see ``val_dataloader``)."""
+        if view == NO_VIEW:
+            return {"view": NO_VIEW}
         vs = self.val_set
         assert vs is not None
         device = vs.pixels.device

@@ -24,6 +24,9 @@ from nerf_lightning.utils.distributed import throttle_sigterm_broadcast
 
 log = logging.getLogger(__name__)
 
+#: Under data.batch_scaling=throughput a rank may take up to this many times its even share.
+THROUGHPUT_HEADROOM = 1.5
+
 
 class NeRFModule(L.LightningModule):
     """instant-ngp NeRF training as a LightningModule.
@@ -147,6 +150,7 @@ class NeRFModule(L.LightningModule):
         torch.manual_seed(seed + 1000 * self.global_rank)
         if self.train_step_fn is not None:
             self.train_step_fn.to(self.device)  # its own buffers (n_active); not a registered child
+            self._scale_budget_to_ranks()
         if self.trainer.world_size > 1:
             throttle_sigterm_broadcast(self.trainer, every_n_steps=self.hparams.sigterm_check_every)
         dm = self.trainer.datamodule
@@ -158,6 +162,26 @@ class NeRFModule(L.LightningModule):
                 ts.widths.to(self.device),
                 ts.heights.to(self.device),
             )
+
+    def _scale_budget_to_ranks(self) -> None:
+        """Per-rank sample budget for ``data.batch_scaling`` (before the step is captured)."""
+        if self._graphed:
+            return
+        scaling = getattr(self.trainer.datamodule, "batch_scaling", "per_device")
+        if scaling == "global":
+            self.train_step_fn.set_capacity_scale(1.0 / self.trainer.world_size)
+        elif scaling == "throughput":
+            self.train_step_fn.set_capacity_scale(THROUGHPUT_HEADROOM, 1.0 / THROUGHPUT_HEADROOM)
+        else:
+            self.train_step_fn.set_capacity_scale(1.0)
+
+    def set_work_scale(self, scale: float) -> None:
+        """This rank's share of the work (mean 1 over the ranks) under ``data.batch_scaling=throughput``:
+        the fraction of the sample budget its ray count aims at, or its rays per step."""
+        if self.train_step_fn is not None:
+            self.train_step_fn.target_fraction.fill_(min(scale, THROUGHPUT_HEADROOM) / THROUGHPUT_HEADROOM)
+        else:
+            self.trainer.datamodule.work_scale = float(scale)
 
     def _loss(self, pred: Tensor, target: Tensor) -> Tensor:
         """Per-ray loss [R]."""
@@ -261,6 +285,10 @@ class NeRFModule(L.LightningModule):
 
     # -------------------------------------------------------------------------- validation
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        if batch["view"] < 0:  # a rank without a view of its own: log (sync) the metrics only
+            self.log("val/psnr", self.val_psnr, prog_bar=True, batch_size=1)
+            self.log("val/ssim", self.val_ssim, batch_size=1)
+            return
         h, w = batch["height"], batch["width"]
         out = self.renderer.render_image(
             self.field, batch["rays_o"], batch["rays_d"], batch["background"], chunk=self.hparams.val_chunk

@@ -73,6 +73,7 @@ class FixedBudgetStep(nn.Module):
         self.field = field
         self.renderer = renderer
         self.per_ray_loss = per_ray_loss
+        self.base_sample_budget, self.base_march_budget = int(sample_budget), int(march_budget)
         self.sample_budget = int(sample_budget)
         self.march_budget = int(march_budget)
         self.min_rays = int(min_rays)
@@ -80,6 +81,17 @@ class FixedBudgetStep(nn.Module):
         self.jitter = bool(jitter)
         self.register_buffer("n_active", torch.tensor(int(n_rays_init), dtype=torch.int64))
         self.register_buffer("n_active_f", torch.tensor(float(n_rays_init), dtype=torch.float32))
+        # share of the capacities the ray count aims at (< 1 leaves headroom for load balancing)
+        self.register_buffer("target_fraction", torch.tensor(1.0))
+
+    def set_capacity_scale(self, scale: float, target_fraction: float = 1.0) -> None:
+        """Capacities = ``scale`` x the constructor's budgets; aim at ``target_fraction`` of them.
+
+        Call before the first step (capacities are baked into a captured graph); the fraction is a
+        buffer and may change at any time."""
+        self.sample_budget = max(1, int(self.base_sample_budget * scale))
+        self.march_budget = max(self.sample_budget, int(self.base_march_budget * scale))
+        self.target_fraction.fill_(float(target_fraction))
 
     def forward(
         self, rays_o: Tensor, rays_d: Tensor, target: Tensor, background: Tensor
@@ -115,7 +127,7 @@ class FixedBudgetStep(nn.Module):
         rays = n_valid.float().clamp_min(1.0)
         per_ray_rendered = (n_rendered.float() / rays).clamp_min(0.25)
         per_ray_marched = (n_marched.float() / rays).clamp_min(0.25)
-        fill = 0.98  # aim just under the budgets: an overflow drops whole rays after marching them
+        fill = 0.98 * self.target_fraction  # just under the budgets: an overflow drops whole rays
         target = torch.minimum(
             fill * self.sample_budget / per_ray_rendered, fill * self.march_budget / per_ray_marched
         )
