@@ -64,7 +64,12 @@ def _kill_node(proc: subprocess.Popen) -> None:
 
 def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path: Path) -> None:
     port = free_port()
-    args = [f"data.path={tiny_scene}", f"trainer.max_steps={STEPS}", "debug=rank_state", *TINY_RUN]
+    args = [
+        f"data.path={tiny_scene}", f"trainer.max_steps={STEPS}", "debug=rank_state", *TINY_RUN,
+        # the loss-weighted sampler's statistics are all-reduced too; compare inside the run
+        "data.sampler=loss_weighted", "data.samplers.loss_weighted.warmup_steps=4",
+        "data.samplers.loss_weighted.update_every=4", "+callbacks.rank_state.check_every_n_steps=4",
+    ]  # fmt: skip
     nodes = [_agent(n, port, "job42", tmp_path, tmp_path / f"node{n}.log", *args) for n in range(2)]
     try:
         codes = [p.wait(timeout=240) for p in nodes]
@@ -96,6 +101,9 @@ def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path:
     assert 0.0 < states[0]["occupancy"]["occupied_fraction"] < 1.0
     assert states[0]["occupancy"] == states[1]["occupancy"]
     assert states[0]["parameters"] == states[1]["parameters"]
+    assert states[0]["sampler"] == states[1]["sampler"]
+    assert states[0]["checks"] == states[1]["checks"] == STEPS // 4  # equal at every check in the run
+    assert states[0]["first_batch"] != states[1]["first_batch"]  # but each rank drew its own rays
 
 
 def test_when_one_node_dies_the_other_exits_with_an_error(tiny_scene: Path, tmp_path: Path) -> None:
