@@ -84,7 +84,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             summary = getattr(cb, "summary", None)
             if callable(summary):
                 metrics.update(summary())
-        metrics.setdefault("steps", trainer.global_step)
+        metrics["steps"] = trainer.global_step  # also when a resumed run had nothing left to train
         metrics["time/wall_s"] = wall_s
         metrics["model/occupied_fraction"] = float(model.occupancy.occupied_fraction())
         exit_code = 0
