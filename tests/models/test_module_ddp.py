@@ -31,9 +31,6 @@ class _SaveRankState(L.Callback):
     def __init__(self, out_dir: Path) -> None:
         self.out_dir = out_dir
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        torch.set_num_threads(1)  # two forked ranks share the two cores
-
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         state = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
         sampler = trainer.datamodule.sampler
@@ -86,7 +83,14 @@ def test_two_rank_training_keeps_grid_sampler_and_weights_identical(tmp_path: Pa
         enable_model_summary=False,
         callbacks=[_SaveRankState(tmp_path)],
     )
-    trainer.fit(model, datamodule=dm)
+    # One intra-op thread from before the fork on: the ranks share two cores, and OpenMP's thread pool
+    # does not survive a fork.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        trainer.fit(model, datamodule=dm)
+    finally:
+        torch.set_num_threads(threads)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     assert r0["step"] == r1["step"] == 6
 

@@ -164,9 +164,9 @@ WORLD = 2
 
 
 def _sync_worker(rank: int, init_file: str, out_dir: str) -> None:
+    torch.set_num_threads(1)  # OpenMP's thread pool does not survive the fork
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     try:
-        torch.set_num_threads(1)
         grid = OccupancyGrid(aabb_scale=2, resolution=8, ops="torch")
         gen = torch.Generator().manual_seed(100 + rank)
         # each rank's own estimate: positive everywhere (so SUM and MAX differ in every cell) ...

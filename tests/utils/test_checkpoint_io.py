@@ -2,7 +2,8 @@
 
 The interruptions are real ones, in forked children (torch is already imported there): the file-size
 limit (``RLIMIT_FSIZE``) makes the OS refuse the write part-way through the data, and ``SIGKILL``
-stops a checkpoint save while it is still serializing.
+stops a checkpoint save while it is still serializing. The children run no tensor kernels (their
+checkpoints are built by the parent; one intra-op thread): OpenMP is not fork-safe.
 """
 
 from __future__ import annotations
@@ -37,12 +38,12 @@ def _assert_old_checkpoint(path: Path, old_bytes: bytes) -> None:
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
-def _save_under_file_size_limit(path: str, limit: int) -> None:
+def _save_under_file_size_limit(checkpoint: dict, path: str, limit: int) -> None:
+    torch.set_num_threads(1)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing us
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    big = {"state_dict": {"w": torch.zeros(1 << 18)}, "global_step": 8}  # 1 MiB of tensor data
     try:
-        AtomicCheckpointIO().save_checkpoint(big, path)
+        AtomicCheckpointIO().save_checkpoint(checkpoint, path)
     except OSError:
         os._exit(3)  # the expected failure reached the caller
     os._exit(0)
@@ -51,7 +52,8 @@ def _save_under_file_size_limit(path: str, limit: int) -> None:
 def test_save_failing_mid_write_keeps_old_checkpoint(tmp_path: Path) -> None:
     path = tmp_path / "last.ckpt"
     old = _write_old_checkpoint(path)
-    child = FORK.Process(target=_save_under_file_size_limit, args=(str(path), 256 * 1024))
+    big = {"state_dict": {"w": torch.zeros(1 << 18)}, "global_step": 8}  # 1 MiB of tensor data
+    child = FORK.Process(target=_save_under_file_size_limit, args=(big, str(path), 256 * 1024))
     child.start()
     child.join(30)
     assert child.exitcode == 3, "the failed write must raise OSError in the saving process"
@@ -70,11 +72,9 @@ class _BlockWhenPickled:
         raise AssertionError("unreachable")
 
 
-def _save_blocking(path: str, ready) -> None:
-    AtomicCheckpointIO().save_checkpoint(
-        {"state_dict": {"w": torch.ones(1 << 16)}, "global_step": 8, "callbacks": _BlockWhenPickled(ready)},
-        path,
-    )
+def _save_blocking(checkpoint: dict, path: str) -> None:
+    torch.set_num_threads(1)
+    AtomicCheckpointIO().save_checkpoint(checkpoint, path)
     os._exit(0)
 
 
@@ -82,7 +82,12 @@ def test_save_killed_mid_way_keeps_old_checkpoint(tmp_path: Path) -> None:
     path = tmp_path / "last.ckpt"
     old = _write_old_checkpoint(path)
     ready = FORK.Event()
-    child = FORK.Process(target=_save_blocking, args=(str(path), ready))
+    checkpoint = {
+        "state_dict": {"w": torch.ones(1 << 16)},
+        "global_step": 8,
+        "callbacks": _BlockWhenPickled(ready),
+    }
+    child = FORK.Process(target=_save_blocking, args=(checkpoint, str(path)))
     child.start()
     try:
         assert ready.wait(30), "the child never reached the save"
