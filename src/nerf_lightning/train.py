@@ -100,7 +100,7 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
             summary = getattr(cb, "summary", None)
             if callable(summary):
                 metrics.update(summary())
-        metrics.setdefault("steps", trainer.global_step)
+        metrics["steps"] = trainer.global_step  # also when a resumed run had nothing left to train
         metrics["time/wall_s"] = wall_s
         metrics["model/occupied_fraction"] = float(model.occupancy.occupied_fraction())
         exit_code = 0

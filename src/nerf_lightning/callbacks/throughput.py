@@ -135,7 +135,10 @@ class ThroughputMonitor(L.Callback):
     # --------------------------------------------------------------------------- the clock
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._gpu = _GpuCounters(trainer.strategy.root_device)
-        self._steps_at_start = trainer.global_step
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Not in on_fit_start: a resumed run restores its global step only after that hook.
+        self._steps = self._steps_at_start = trainer.global_step
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._sync(trainer)

@@ -97,7 +97,9 @@ class NeRFModule(L.LightningModule):
         save_val_images: bool = True,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(logger=False)
+        # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
+        # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
+        self.save_hyperparameters(logger=False, ignore=["field", "optimizer", "scheduler"])
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
