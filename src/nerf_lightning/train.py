@@ -26,6 +26,7 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO
+from nerf_lightning.utils.distributed import unshard_fsdp_root
 from nerf_lightning.utils.io import atomic_write_json
 from nerf_lightning.utils.run_dir import register_resolvers
 from nerf_lightning.utils.tracking import finish_loggers
@@ -59,7 +60,9 @@ def _resolve_ckpt(ckpt_path: str | None, output_dir: Path) -> str | None:
 def validate_trained(trainer: L.Trainer, model: L.LightningModule, datamodule: Any) -> list[dict[str, float]]:
     """Validate the weights just trained. Under SLURM, ``validate(ckpt_path=None)`` would load the run's
     newest ``hpc_ckpt_<n>.ckpt`` (what a requeued job resumed from) instead: Lightning picks it whenever
-    it detects SLURM, so detection is switched off for this call."""
+    it detects SLURM, so detection is switched off for this call. Under FSDP the module first gets its
+    full parameters back (``unshard_fsdp_root``)."""
+    unshard_fsdp_root(trainer, model)
     with mock.patch.object(SLURMEnvironment, "detect", staticmethod(lambda: False)):
         return trainer.validate(model, datamodule=datamodule, verbose=False)
 
