@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2086  # override lists ($LEGO, $OUT paths) are split into words on purpose
 # GPU session A: build, CUDA tests, first lego profile (new budgeted default vs the fixed-ray path).
 set -u
 export TORCH_EXTENSIONS_DIR=$PWD/.torch_extensions WANDB_MODE=offline PYTHONUNBUFFERED=1

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2086  # override lists ($LEGO, $OUT paths) are split into words on purpose
 # x2 session: CUDA tests, DDP scaling 1->2 GPUs, time to PSNR, precision under DDP, FSDP (memory + e2e),
 # torchrun vs Lightning's launcher. Every part time-boxed; table last.
 set -u
@@ -31,6 +32,7 @@ run g2_1500 strategy=ddp devices=2 trainer.max_steps=1500
 run g2_bf16 strategy=ddp devices=2 trainer.max_steps=3000 precision=bf16-mixed
 run g2_fp16 strategy=ddp devices=2 trainer.max_steps=3000 precision=16-mixed
 TO=120 run fsdp2_1000 strategy=fsdp devices=2 trainer.max_steps=1000
+# shellcheck disable=SC2043  # one size in this session (22 did not fit the time)
 for t in 24; do
   CUDA_VISIBLE_DEVICES=0 TO=60 run mem_single_$t trainer.max_steps=200 model.field.encoding.log2_hashmap_size=$t
   TO=70 run mem_ddp2_$t strategy=ddp devices=2 trainer.max_steps=200 model.field.encoding.log2_hashmap_size=$t
