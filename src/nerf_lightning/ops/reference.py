@@ -482,7 +482,7 @@ def march_rays_fixed(
     near_plane: float = 0.0,
     t_jitter: Tensor | None = None,
 ) -> tuple[PackedSamples, Tensor]:
-    """:func:`march_rays` into fixed buffers of ``capacity`` samples (the fixed layout, no host sync).
+    """:func:`march_rays` into fixed buffers of ``capacity`` samples (the fixed layout).
 
     The samples are those of :func:`march_rays`; rays are kept in index order while they fit
     (:func:`repack`), and rays ``r >= n_active`` are not marched at all (invalid).
@@ -495,20 +495,28 @@ def march_rays_fixed(
     Returns:
         (PackedSamples with ``S = capacity``, ray_valid bool [R]).
     """
+    n_rays = rays_o.shape[0]
+    # The oracle marches only the active rays (one host read of n_active; the CUDA kernel skips the
+    # others on the device) and gives the rest no samples.
+    n = n_rays if n_active is None else max(0, min(n_rays, int(n_active)))
     packed = march_rays(
-        rays_o,
-        rays_d,
-        t_near,
-        t_far,
+        rays_o[:n],
+        rays_d[:n],
+        t_near[:n],
+        t_far[:n],
         binaries,
         step_size=step_size,
         cone_angle=cone_angle,
         max_step=max_step,
         max_samples_per_ray=max_samples_per_ray,
         near_plane=near_plane,
-        t_jitter=t_jitter,
+        t_jitter=None if t_jitter is None else t_jitter[:n],
     )
-    ray_valid = _active_rays(rays_o.shape[0], n_active, rays_o.device)
+    counts = torch.zeros(n_rays, dtype=torch.long, device=rays_o.device)
+    counts[:n] = packed.packed_info[:, 1]
+    info = torch.stack([torch.cumsum(counts, 0) - counts, counts], dim=-1)
+    packed = PackedSamples(packed.ray_indices, packed.t_starts, packed.t_ends, info)
+    ray_valid = _active_rays(n_rays, n_active, rays_o.device)
     return repack(packed, torch.ones_like(packed.ray_indices, dtype=torch.bool), capacity, ray_valid)
 
 
