@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from nerf_lightning.data.types import Capture, Frame, Intrinsics
+from nerf_lightning.errors import UserError
 
 __all__ = [
     "CaptureError",
@@ -72,7 +73,7 @@ _NERFSTUDIO_MODELS = {
 }
 
 
-class CaptureError(ValueError):
+class CaptureError(UserError, ValueError):
     """A capture on disk is missing, malformed or inconsistent; the message names file and key."""
 
 

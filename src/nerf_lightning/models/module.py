@@ -71,7 +71,9 @@ class NeRFModule(L.LightningModule):
         save_val_images: bool = True,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(logger=False)
+        # Only plain values go into the checkpoint (it loads with torch.load(weights_only=True)); the
+        # factories are rebuilt from the run's resolved config (see callbacks/checkpointing.py).
+        self.save_hyperparameters(ignore=["field", "optimizer", "scheduler"], logger=False)
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
@@ -158,7 +160,7 @@ class NeRFModule(L.LightningModule):
                 self.occupancy.sync_(_all_reduce_max)
 
     # -------------------------------------------------------------------------- validation
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
         h, w = batch["height"], batch["width"]
         out = self.renderer.render_image(
             self.field, batch["rays_o"], batch["rays_d"], batch["background"], chunk=self.hparams.val_chunk
@@ -170,9 +172,11 @@ class NeRFModule(L.LightningModule):
         self.val_ssim.update(pred_chw, gt_chw)
         self.log("val/psnr", self.val_psnr, prog_bar=True, batch_size=1)
         self.log("val/ssim", self.val_ssim, batch_size=1)
+        depth = out["depth"].reshape(h, w)
         if self.hparams.save_val_images and batch_idx == 0 and self.trainer.is_global_zero:
-            depth = out["depth"].reshape(h, w)
             self._save_panel(batch["view"], gt, pred, depth)
+        # for callbacks (eval writes every view): prediction [H, W, 3], depth and opacity [H, W]
+        return {"rgb": pred, "depth": depth, "opacity": out["opacity"].reshape(h, w)}
 
     def _save_panel(self, view: int, gt: Tensor, pred: Tensor, depth: Tensor) -> None:
         """GT | prediction | depth | error as one PNG under ``<run>/val/``, and on the logger."""

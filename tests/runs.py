@@ -1,0 +1,63 @@
+"""Running the real entry points in subprocesses, on a tiny scene (shared by the resume/app/error tests)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+#: the CPU preset shrunk to a few seconds of training (same pipeline: hash grid, occupancy grid, ...)
+TINY_TRAIN = [
+    "experiment=cpu",
+    "accelerator=cpu",
+    "logger=csv",
+    "data.batch_size=512",
+    "data.steps_per_epoch=20",
+    "model.grid_resolution=32",
+    "model.grid_warmup_steps=16",
+    "model.field.encoding.n_levels=4",
+    "model.field.encoding.log2_hashmap_size=12",
+    "model.field.encoding.max_resolution=64",
+    "model.step_size=0.0135",
+    "model.max_samples_per_ray=64",
+    "callbacks.progress_bar=null",
+    "trainer.enable_model_summary=false",
+]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This checkout's sources first; one intra-op thread (deterministic floats, no oversubscription)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "WANDB_MODE")}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT), env.get("PYTHONPATH", "")]),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        WANDB_MODE="disabled",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def app_cmd(app: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", f"nerf_lightning.{app}", *args]
+
+
+def start(app: str, *args: str, cwd: Path, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        app_cmd(app, *args),
+        cwd=cwd,
+        env=child_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run(app: str, *args: str, cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        app_cmd(app, *args), cwd=cwd, env=child_env(**env), capture_output=True, text=True, timeout=timeout
+    )
