@@ -603,7 +603,16 @@ def _load_nerfstudio(
         scale=scale,
         offset=offset3,
         has_alpha=alpha,
+        world_transform=_similarity(info),
     )
+
+
+def _similarity(info: dict[str, Any]) -> np.ndarray:
+    """[4, 4] matrix of ``normalize_nerfstudio_poses``'s point map p -> scale * (R p - center)."""
+    m = np.eye(4)
+    m[:3, :3] = info["scale"] * np.asarray(info["rotation"], dtype=np.float64)
+    m[:3, 3] = -info["scale"] * np.asarray(info["center"], dtype=np.float64)
+    return m
 
 
 def load_capture(

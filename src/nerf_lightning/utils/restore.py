@@ -21,6 +21,7 @@ import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.callbacks.checkpointing import CHECKPOINT_KEY
+from nerf_lightning.data.types import Capture
 from nerf_lightning.errors import UserError
 from nerf_lightning.utils.checkpoint_io import read_checkpoint
 
@@ -81,6 +82,19 @@ class RestoredRun:
     def build_datamodule(self, overrides: Mapping[str, Any] | None = None) -> L.LightningDataModule:
         """The run's DataModule (not set up)."""
         return hydra.utils.instantiate(self.node("data", overrides))
+
+    def load_capture(self, overrides: Mapping[str, Any] | None = None) -> Capture:
+        """The run's capture (cameras, splits, scene box; no pixels), as its DataModule reads it."""
+        from nerf_lightning.data.formats import load_capture
+
+        dm = self.build_datamodule(overrides)
+        return load_capture(
+            dm.resolve_path(),
+            format=dm.format,
+            downscale=dm.downscale,
+            test_every=dm.test_every,
+            min_sharpness=dm.min_sharpness,
+        )
 
 
 def load_run(ckpt: str | Path | None) -> RestoredRun:
