@@ -9,6 +9,24 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+#: a short CPU training on a small rendering of the default scene (its objects, at 40x40 pixels)
+TINY = [
+    "data.batch_size=1024",
+    "data.steps_per_epoch=60",
+    "model.grid_resolution=32",
+    "model.grid_warmup_steps=16",
+    "model.field.encoding.n_levels=8",
+    "model.field.encoding.log2_hashmap_size=14",
+    "model.field.encoding.max_resolution=256",
+    "model.step_size=0.0135",
+    "model.max_samples_per_ray=128",
+    "trainer.check_val_every_n_epoch=1000",
+    "callbacks.progress_bar=null",
+    "accelerator=cpu",
+    "logger=csv",
+]
+TRAINED_STEPS = 120
+
 #: the CPU preset shrunk to a few seconds of training (same pipeline: hash grid, occupancy grid, ...)
 TINY_TRAIN = [
     "experiment=cpu",
