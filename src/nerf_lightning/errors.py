@@ -51,7 +51,7 @@ def as_user_error(err: BaseException) -> UserError | None:
             return UserError(f"config key `{key}` has no value (???): pass `{key}=...` on the command line")
         if isinstance(cur, InterpolationResolutionError):
             key = getattr(cur, "full_key", None) or "?"
-            msg = str(cur).splitlines()[0]
+            msg = str(cur).splitlines()[0].split("resolving interpolation: ", 1)[-1].strip("\"'")
             return UserError(f"config key `{key}`: {msg} (set it on the command line or in the environment)")
         cur = cur.__cause__ or cur.__context__
     if isinstance(err, InstantiationException):

@@ -78,6 +78,7 @@ def _load_state_error(err: RuntimeError, ckpt_path: str) -> UserError | None:
 def train(cfg: DictConfig) -> dict[str, float]:
     """Run one training job described by ``cfg``; returns the final metrics (also in metrics.json)."""
     output_dir = Path(cfg.paths.output_dir)
+    plain_config = run_config(cfg)  # resolves every value first: an unset one names its key here
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), str(cfg.get("resume") or "never"), output_dir)
     if ckpt_path is not None:
         log.info("resuming from %s", ckpt_path)
@@ -97,7 +98,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     callbacks = instantiate_group(cfg.get("callbacks"))
     # Always on: the run's config and exact-resume state go into every checkpoint.
-    callbacks.append(RunState(run_config(cfg), {"model": model_kwargs}, seed=int(cfg.seed)))
+    callbacks.append(RunState(plain_config, {"model": model_kwargs}, seed=int(cfg.seed)))
     loggers = instantiate_group(cfg.get("logger"))
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]

@@ -1,0 +1,113 @@
+"""Errors a user can act on (one line, no traceback, exit status 2) and a DDP rank crash that ends the run."""
+
+from __future__ import annotations
+
+import socket
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import hydra
+import pytest
+from runs import TINY_TRAIN, child_env, run
+
+from nerf_lightning.errors import EXIT_USER_ERROR, user_errors
+from nerf_lightning.train import train
+
+
+def _user_error_line(capsys: pytest.CaptureFixture, fn) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        with user_errors():
+            fn()
+    assert exit_info.value.code == EXIT_USER_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_user_errors_of_train_are_one_line(compose_cfg, tiny_scene: Path, capsys, monkeypatch) -> None:
+    line = _user_error_line(capsys, lambda: train(compose_cfg("data.path=/no/such/capture", "logger=none")))
+    assert "/no/such/capture: capture path does not exist" in line
+
+    cfg = compose_cfg(f"data.path={tiny_scene}", "model.loss=l1", "logger=none", "accelerator=cpu")
+    line = _user_error_line(capsys, lambda: train(cfg))
+    assert "config `model`" in line and "model.loss must be 'huber' or 'mse', got 'l1'" in line
+
+    monkeypatch.delenv("NERF_LIGHTNING_FOX", raising=False)
+    line = _user_error_line(capsys, lambda: train(compose_cfg("experiment=fox", "logger=none")))
+    assert "`data.path`" in line and "NERF_LIGHTNING_FOX" in line
+
+    cfg = compose_cfg(f"data.path={tiny_scene}", "ckpt_path=/no/run/last.ckpt", "logger=none")
+    line = _user_error_line(capsys, lambda: train(cfg))
+    assert "ckpt_path=/no/run/last.ckpt: no such checkpoint" in line
+
+
+def test_bugs_keep_their_traceback() -> None:
+    with pytest.raises(ZeroDivisionError):
+        with user_errors():
+            _ = 1 / 0
+
+
+def test_entry_point_prints_one_line_and_hydra_full_error_shows_the_trace(tmp_path: Path) -> None:
+    short = run("eval", "ckpt=/no/such.ckpt", f"hydra.run.dir={tmp_path / 'a'}", cwd=tmp_path)
+    assert short.returncode == EXIT_USER_ERROR
+    assert "Traceback" not in short.stderr
+    assert short.stderr.strip().splitlines()[-1] == (
+        "error: ckpt=/no/such.ckpt: no such file; expected a .ckpt file or a training run folder"
+    )
+    assert "no such file" in (tmp_path / "a" / "eval.log").read_text()  # and in the job's log
+
+    full = run("eval", "ckpt=/no/such.ckpt", f"hydra.run.dir={tmp_path / 'b'}", cwd=tmp_path,
+               HYDRA_FULL_ERROR="1")
+    assert full.returncode != 0 and "Traceback" in full.stderr and "UserError" in full.stderr
+
+
+def test_dist_timeout_reaches_the_strategies(compose_cfg) -> None:
+    for name in ("ddp", "fsdp"):
+        cfg = compose_cfg(f"strategy={name}", "dist_timeout_s=42")
+        strategy = hydra.utils.instantiate(cfg.trainer.strategy)
+        assert strategy._timeout == timedelta(seconds=42)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["raise", "hang"])
+def test_ddp_rank_failure_ends_the_run(mode: str, tiny_scene: Path, tmp_path: Path) -> None:
+    """Two gloo ranks launched externally (as torchrun / SLURM do); at step 2 rank 1 raises (its process
+    dies: gloo sees the closed connection) or hangs (alive, silent: only the timeout can end the wait).
+    Either way rank 0, blocked in a collective, fails and exits non-zero; when hung, after
+    ``dist_timeout_s``, not torch's default of 30 minutes."""
+    import subprocess
+    import sys
+
+    timeout_s = 10
+    port = str(_free_port())
+    args = [*TINY_TRAIN, f"data.path={tiny_scene}", "strategy=ddp", "devices=2", f"dist_timeout_s={timeout_s}",
+            "trainer.max_steps=50", "+callbacks.fault._target_=tests.faults.RankFault",
+            "+callbacks.fault.rank=1", "+callbacks.fault.step=2", f"+callbacks.fault.mode={mode}",
+            f"hydra.run.dir={tmp_path / 'run'}"]
+    procs = []
+    for rank in range(2):
+        env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE="2", NODE_RANK="0",
+                        LOCAL_RANK=str(rank))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "nerf_lightning.train", *args, f"hydra.output_subdir=.hydra_rank{rank}"],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        out0, err0 = procs[0].communicate(timeout=240)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    err1 = procs[1].communicate(timeout=30)[1]
+    assert procs[0].returncode not in (0, None), err0[-2000:]
+    if mode == "raise":
+        assert "injected fault on rank 1" in err1
+    else:
+        assert "timed out" in err0.lower() or "timeout" in err0.lower(), err0[-2000:]
+    assert not (tmp_path / "run" / "metrics.json").exists()
