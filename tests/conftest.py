@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
-
 from runs import TINY, TRAINED_STEPS
 
 from nerf_lightning.utils.config import CONF_DIR, compose_app_config, compose_train_config
@@ -45,7 +44,9 @@ def trained_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> t
     torch.set_num_threads(2)
     run_dir = tmp_path_factory.mktemp("trained_run")
     try:
-        cfg = compose_train_config([f"data.path={tiny_scene}", f"trainer.max_steps={TRAINED_STEPS}", *TINY], run_dir)
+        cfg = compose_train_config(
+            [f"data.path={tiny_scene}", f"trainer.max_steps={TRAINED_STEPS}", *TINY], run_dir
+        )
         metrics = train(cfg)
     finally:
         GlobalHydra.instance().clear()

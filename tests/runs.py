@@ -75,7 +75,9 @@ def start(app: str, *args: str, cwd: Path, **env: str) -> subprocess.Popen[str]:
     )
 
 
-def run(app: str, *args: str, cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+def run(
+    app: str, *args: str, cwd: Path, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         app_cmd(app, *args), cwd=cwd, env=child_env(**env), capture_output=True, text=True, timeout=timeout
     )

@@ -16,7 +16,7 @@ from nerf_lightning.data.formats import load_capture
 from nerf_lightning.errors import UserError
 from nerf_lightning.eval import evaluate
 from nerf_lightning.export import export
-from nerf_lightning.render.camera_path import PathCamera, camera_rays, orbit_path, read_nerfstudio_path
+from nerf_lightning.render.camera_path import camera_rays, orbit_path, read_nerfstudio_path
 from nerf_lightning.render.video import turbo
 from nerf_lightning.render_app import render_video
 from nerf_lightning.utils.config import compose_app_config
@@ -39,7 +39,9 @@ def _psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 
 # --------------------------------------------------------------------------------------------- eval
-def test_eval_reproduces_the_training_psnr_and_writes_every_view(trained_run, tiny_scene: Path, app_cfg) -> None:
+def test_eval_reproduces_the_training_psnr_and_writes_every_view(
+    trained_run, tiny_scene: Path, app_cfg
+) -> None:
     run_dir, train_metrics = trained_run
     cfg = app_cfg("eval", f"ckpt={run_dir}")  # a run folder: its last.ckpt
     doc = evaluate(cfg)
@@ -47,14 +49,19 @@ def test_eval_reproduces_the_training_psnr_and_writes_every_view(trained_run, ti
 
     assert doc["split"] == "val" and doc["step"] == train_metrics["steps"]
     assert Path(doc["checkpoint"]) == run_dir / "checkpoints" / "last.ckpt"
-    assert abs(doc["val/psnr"] - train_metrics["val/psnr"]) < 0.05, (doc["val/psnr"], train_metrics["val/psnr"])
+    assert abs(doc["val/psnr"] - train_metrics["val/psnr"]) < 0.05, (
+        doc["val/psnr"],
+        train_metrics["val/psnr"],
+    )
     assert abs(doc["val/ssim"] - train_metrics["val/ssim"]) < 1e-3
     assert json.loads((out / "metrics.json").read_text()) == json.loads(json.dumps(doc))
 
     # every held-out view (24 frames, every 8th held out): its prediction PNG matches the ground truth
     # at the PSNR eval reports for it (independent check: the PNG against the capture's own image)
     capture = load_capture(tiny_scene)
-    assert [v["name"] for v in doc["views"]] == [f.image_path.stem for f in capture.val] and len(capture.val) == 3
+    assert [v["name"] for v in doc["views"]] == [f.image_path.stem for f in capture.val] and len(
+        capture.val
+    ) == 3
     for view, frame in zip(doc["views"], capture.val, strict=True):
         pred = iio.imread(out / view["image"]).astype(np.float64) / 255
         rgba = iio.imread(frame.image_path).astype(np.float64) / 255
@@ -67,8 +74,14 @@ def test_eval_reproduces_the_training_psnr_and_writes_every_view(trained_run, ti
 
 def test_eval_splits(trained_run, app_cfg) -> None:
     run_dir, _ = trained_run
-    cfg = app_cfg("eval", f"ckpt={run_dir}/checkpoints/last.ckpt", "split=train", "save_images=false",
-                  "++data.max_val_views=4", out="train_split")
+    cfg = app_cfg(
+        "eval",
+        f"ckpt={run_dir}/checkpoints/last.ckpt",
+        "split=train",
+        "save_images=false",
+        "++data.max_val_views=4",
+        out="train_split",
+    )
     doc = evaluate(cfg)
     assert doc["split"] == "train" and doc["n_views"] == 4 and "train/psnr" in doc
     assert not (Path(cfg.paths.output_dir) / "views").exists()
@@ -81,7 +94,9 @@ def test_eval_splits(trained_run, app_cfg) -> None:
 # ------------------------------------------------------------------------------------------- render
 def test_render_writes_mp4s_with_the_requested_frames(trained_run, app_cfg) -> None:
     run_dir, _ = trained_run
-    cfg = app_cfg("render", f"ckpt={run_dir}", "frames=7", "fps=12", "width=36", "height=27", "camera_path=spiral")
+    cfg = app_cfg(
+        "render", f"ckpt={run_dir}", "frames=7", "fps=12", "width=36", "height=27", "camera_path=spiral"
+    )
     info = render_video(cfg)
     out = Path(cfg.paths.output_dir)
     rgb = iio.imread(out / "rgb.mp4")
@@ -96,8 +111,9 @@ def test_render_writes_mp4s_with_the_requested_frames(trained_run, app_cfg) -> N
     run = load_run(run_dir)
     model = run.build_model()
     capture = run.load_capture()
-    cams = orbit_path(np.stack([f.c2w for f in capture.train]), 7, 36, 27,
-                      *_focal(capture, 27), kind="spiral")
+    cams = orbit_path(
+        np.stack([f.c2w for f in capture.train]), 7, 36, 27, *_focal(capture, 27), kind="spiral"
+    )
     o, d = camera_rays(cams[0], torch.device("cpu"))
     ref = model.renderer.render_image(model.field, o, d, torch.ones(3))["rgb"].reshape(27, 36, 3)
     assert _psnr(rgb[0, :27].astype(np.float64) / 255, ref.clamp(0, 1).numpy()) > 28
@@ -150,17 +166,29 @@ def test_nerfstudio_camera_path_lands_on_the_capture_cameras(tiny_scene: Path, t
     by_name = {f.image_path.name: f for f in capture.train}
     frames = [f for f in doc["frames"] if Path(f["file_path"]).name in by_name][:3]
     path = tmp_path / "camera_path.json"
-    path.write_text(json.dumps({
-        "camera_type": "perspective", "render_width": 40, "render_height": 30, "fps": 24,
-        "camera_path": [{"camera_to_world": sum(f["transform_matrix"], []), "fov": 60} for f in frames],
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "camera_type": "perspective",
+                "render_width": 40,
+                "render_height": 30,
+                "fps": 24,
+                "camera_path": [
+                    {"camera_to_world": sum(f["transform_matrix"], []), "fov": 60} for f in frames
+                ],
+            }
+        )
+    )
     cams, fps = read_nerfstudio_path(path, SceneSpace.of(capture))
     assert fps == 24 and len(cams) == 3
     for cam, f in zip(cams, frames, strict=True):
         np.testing.assert_allclose(cam.c2w, by_name[Path(f["file_path"]).name].c2w, atol=1e-9)
         assert cam.fy == pytest.approx(15 / math.tan(math.radians(30)))
-    path.write_text(json.dumps({"camera_type": "equirectangular", "render_width": 4, "render_height": 2,
-                                "camera_path": []}))
+    path.write_text(
+        json.dumps(
+            {"camera_type": "equirectangular", "render_width": 4, "render_height": 2, "camera_path": []}
+        )
+    )
     with pytest.raises(UserError, match="camera_type 'equirectangular'"):
         read_nerfstudio_path(path, None)
     with pytest.raises(UserError, match="no such file"):
@@ -180,8 +208,15 @@ def test_export_mesh_and_point_cloud(trained_run, app_cfg) -> None:
     import trimesh
 
     run_dir, _ = trained_run
-    cfg = app_cfg("export", "what=mesh", f"ckpt={run_dir}", "resolution=80", "pointcloud=true",
-                  "num_points=5000", "pointcloud_downscale=2")
+    cfg = app_cfg(
+        "export",
+        "what=mesh",
+        f"ckpt={run_dir}",
+        "resolution=80",
+        "pointcloud=true",
+        "num_points=5000",
+        "pointcloud_downscale=2",
+    )
     info = export(cfg)
     out = Path(cfg.paths.output_dir)
     mesh = trimesh.load(out / "mesh.ply", process=False)
@@ -204,4 +239,6 @@ def test_export_mesh_and_point_cloud(trained_run, app_cfg) -> None:
     m = trimesh.load(ngp["mesh"], process=False)
     assert np.all(m.bounds[0] >= -1e-6) and np.all(m.bounds[1] <= 1 + 1e-6)  # NGP: inside the unit cube
     with pytest.raises(UserError, match="no surface at threshold"):
-        export(app_cfg("export", "what=mesh", f"ckpt={run_dir}", "resolution=16", "threshold=1e9", out="none"))
+        export(
+            app_cfg("export", "what=mesh", f"ckpt={run_dir}", "resolution=16", "threshold=1e9", out="none")
+        )

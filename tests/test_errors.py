@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -57,8 +56,9 @@ def test_entry_point_prints_one_line_and_hydra_full_error_shows_the_trace(tmp_pa
     )
     assert "no such file" in (tmp_path / "a" / "eval.log").read_text()  # and in the job's log
 
-    full = run("eval", "ckpt=/no/such.ckpt", f"hydra.run.dir={tmp_path / 'b'}", cwd=tmp_path,
-               HYDRA_FULL_ERROR="1")
+    full = run(
+        "eval", "ckpt=/no/such.ckpt", f"hydra.run.dir={tmp_path / 'b'}", cwd=tmp_path, HYDRA_FULL_ERROR="1"
+    )
     assert full.returncode != 0 and "Traceback" in full.stderr and "UserError" in full.stderr
 
 
@@ -87,17 +87,40 @@ def test_ddp_rank_failure_ends_the_run(mode: str, tiny_scene: Path, tmp_path: Pa
 
     timeout_s = 10
     port = str(_free_port())
-    args = [*TINY_TRAIN, f"data.path={tiny_scene}", "strategy=ddp", "devices=2", f"dist_timeout_s={timeout_s}",
-            "trainer.max_steps=50", "+callbacks.fault._target_=tests.faults.RankFault",
-            "+callbacks.fault.rank=1", "+callbacks.fault.step=2", f"+callbacks.fault.mode={mode}",
-            f"hydra.run.dir={tmp_path / 'run'}"]
+    args = [
+        *TINY_TRAIN,
+        f"data.path={tiny_scene}",
+        "strategy=ddp",
+        "devices=2",
+        f"dist_timeout_s={timeout_s}",
+        "trainer.max_steps=50",
+        "+callbacks.fault._target_=tests.faults.RankFault",
+        "+callbacks.fault.rank=1",
+        "+callbacks.fault.step=2",
+        f"+callbacks.fault.mode={mode}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
     procs = []
     for rank in range(2):
-        env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE="2", NODE_RANK="0",
-                        LOCAL_RANK=str(rank))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "nerf_lightning.train", *args, f"hydra.output_subdir=.hydra_rank{rank}"],
-            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = child_env(
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE="2", NODE_RANK="0", LOCAL_RANK=str(rank)
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "nerf_lightning.train",
+                    *args,
+                    f"hydra.output_subdir=.hydra_rank{rank}",
+                ],
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     try:
         out0, err0 = procs[0].communicate(timeout=240)
     finally:

@@ -54,8 +54,13 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 240) -> tuple[str, str
 
 @pytest.mark.slow
 def test_kill_9_then_same_command_resumes_exactly(scene: Path, tmp_path: Path) -> None:
-    args = [*TINY_TRAIN, f"data.path={scene}", f"trainer.max_steps={STEPS}", f"data.steps_per_epoch={EVERY}",
-            f"callbacks.last_checkpoint.every_n_train_steps={EVERY}"]
+    args = [
+        *TINY_TRAIN,
+        f"data.path={scene}",
+        f"trainer.max_steps={STEPS}",
+        f"data.steps_per_epoch={EVERY}",
+        f"callbacks.last_checkpoint.every_n_train_steps={EVERY}",
+    ]
     work = tmp_path / "work"
     work.mkdir()
     reference = start("train", *args, f"hydra.run.dir={tmp_path / 'reference'}", cwd=tmp_path)
@@ -96,8 +101,9 @@ def test_kill_9_then_same_command_resumes_exactly(scene: Path, tmp_path: Path) -
     assert any(k.endswith("occupancy.density_grid") for k in b["state_dict"])
     for k, v in a["state_dict"].items():
         assert torch.equal(v, b["state_dict"][k]), f"{k} differs after resume"
-    for sa, sb in zip(a["optimizer_states"][0]["state"].values(), b["optimizer_states"][0]["state"].values(),
-                      strict=True):
+    for sa, sb in zip(
+        a["optimizer_states"][0]["state"].values(), b["optimizer_states"][0]["state"].values(), strict=True
+    ):
         assert torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
     assert a["lr_schedulers"] == b["lr_schedulers"]
     metrics_a = json.loads((ref_dir / "metrics.json").read_text())
@@ -123,8 +129,9 @@ while True:
 def test_kill_during_checkpoint_write_keeps_previous_checkpoint(tmp_path: Path) -> None:
     path = tmp_path / "checkpoints" / "last.ckpt"
     for _attempt in range(5):
-        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], env=child_env(),
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(path)], env=child_env(), stdout=subprocess.PIPE, text=True
+        )
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not list(path.parent.glob(".last.ckpt.*.tmp")):

@@ -58,7 +58,9 @@ class ViewWriter(L.Callback):
         dataloader_idx: int = 0,
     ) -> None:
         if not isinstance(outputs, dict) or "rgb" not in outputs:
-            raise RuntimeError("eval: the model's validation_step must return {'rgb': [H, W, 3], 'depth': ...}")
+            raise RuntimeError(
+                "eval: the model's validation_step must return {'rgb': [H, W, 3], 'depth': ...}"
+            )
         pred = outputs["rgb"].float().clamp(0, 1)
         h, w = pred.shape[:2]
         gt = batch["rgb"].reshape(h, w, 3).float()

@@ -47,14 +47,23 @@ def _to_output_space(points: np.ndarray, space: SceneSpace | None) -> np.ndarray
     return points if space is None else space.points_to_capture(points)
 
 
-def export_mesh(cfg: DictConfig, run: RestoredRun, model: Any, space: SceneSpace | None,
-                device: torch.device) -> dict[str, Any]:
+def export_mesh(
+    cfg: DictConfig, run: RestoredRun, model: Any, space: SceneSpace | None, device: torch.device
+) -> dict[str, Any]:
     import trimesh
 
     bounds = list(cfg.bounds) if cfg.bounds is not None else None
     try:
-        mesh = extract_mesh(model.field, model.field.density, model.occupancy, resolution=int(cfg.resolution),
-                            threshold=float(cfg.threshold), bounds=bounds, chunk=int(cfg.chunk), device=device)
+        mesh = extract_mesh(
+            model.field,
+            model.field.density,
+            model.occupancy,
+            resolution=int(cfg.resolution),
+            threshold=float(cfg.threshold),
+            bounds=bounds,
+            chunk=int(cfg.chunk),
+            device=device,
+        )
     except ValueError as err:
         raise UserError(f"export mesh (threshold={cfg.threshold}, bounds={bounds}): {err}") from err
     tm = trimesh.Trimesh(
@@ -66,12 +75,22 @@ def export_mesh(cfg: DictConfig, run: RestoredRun, model: Any, space: SceneSpace
     path = Path(cfg.paths.output_dir) / "mesh.ply"
     _write_ply(path, tm)
     print(f"mesh: {path} ({len(tm.vertices)} vertices, {len(tm.faces)} faces)")
-    return {"mesh": str(path), "vertices": len(tm.vertices), "faces": len(tm.faces),
-            "watertight": bool(tm.is_watertight)}
+    return {
+        "mesh": str(path),
+        "vertices": len(tm.vertices),
+        "faces": len(tm.faces),
+        "watertight": bool(tm.is_watertight),
+    }
 
 
-def export_pointcloud(cfg: DictConfig, run: RestoredRun, model: Any, capture: Any, space: SceneSpace | None,
-                      device: torch.device) -> dict[str, Any]:
+def export_pointcloud(
+    cfg: DictConfig,
+    run: RestoredRun,
+    model: Any,
+    capture: Any,
+    space: SceneSpace | None,
+    device: torch.device,
+) -> dict[str, Any]:
     import trimesh
 
     k = int(cfg.pointcloud_downscale)
@@ -84,17 +103,26 @@ def export_pointcloud(cfg: DictConfig, run: RestoredRun, model: Any, capture: An
 
     def view_rays(v: int) -> tuple[torch.Tensor, torch.Tensor]:
         w, h = frames[v].intrinsics.width, frames[v].intrinsics.height
-        iy, ix = torch.meshgrid(torch.arange(0, h, k, device=device, dtype=torch.float32),
-                                torch.arange(0, w, k, device=device, dtype=torch.float32), indexing="ij")
+        iy, ix = torch.meshgrid(
+            torch.arange(0, h, k, device=device, dtype=torch.float32),
+            torch.arange(0, w, k, device=device, dtype=torch.float32),
+            indexing="ij",
+        )
         n = ix.numel()
-        return pixel_rays(poses[v][None].expand(n, 3, 4), intr[v][None].expand(n, 10),
-                          ix.reshape(-1) + 0.5 * k, iy.reshape(-1) + 0.5 * k, model=model_name)
+        return pixel_rays(
+            poses[v][None].expand(n, 3, 4),
+            intr[v][None].expand(n, 10),
+            ix.reshape(-1) + 0.5 * k,
+            iy.reshape(-1) + 0.5 * k,
+            model=model_name,
+        )
 
     def render(o: torch.Tensor, d: torch.Tensor) -> dict[str, torch.Tensor]:
         return model.renderer.render_image(model.field, o, d, bg, chunk=int(cfg.chunk) // 4)
 
-    points, colors = render_point_cloud(render, (view_rays(v) for v in range(len(frames))),
-                                        int(cfg.num_points), float(cfg.min_opacity))
+    points, colors = render_point_cloud(
+        render, (view_rays(v) for v in range(len(frames))), int(cfg.num_points), float(cfg.min_opacity)
+    )
     if len(points) == 0:
         raise UserError(f"pointcloud: no pixel with opacity > min_opacity={cfg.min_opacity}; lower it")
     cloud = trimesh.PointCloud(
@@ -111,7 +139,9 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     """Run the export described by ``cfg`` (see ``conf/export.yaml``); returns export.json's content."""
     what = str(cfg.what)
     if what not in WHAT:
-        raise UserError(f"export {what!r}: expected `mesh` or `pointcloud` (python -m nerf_lightning.export mesh ...)")
+        raise UserError(
+            f"export {what!r}: expected `mesh` or `pointcloud` (python -m nerf_lightning.export mesh ...)"
+        )
     if cfg.space not in ("capture", "ngp"):
         raise UserError(f"space={cfg.space!r}: expected capture or ngp")
     run = load_run(cfg.ckpt)

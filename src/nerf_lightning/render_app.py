@@ -50,8 +50,9 @@ def path_cameras(cfg: DictConfig, capture: Capture) -> tuple[list[PathCamera], f
         fov = math.radians(float(cfg.fov)) if cfg.fov else 2 * math.atan(0.5 * f0.height / f0.fy)
         fy = 0.5 * height / math.tan(fov / 2)
         c2w = np.stack([np.asarray(f.c2w) for f in capture.train])
-        cams = orbit_path(c2w, int(cfg.frames), width, height, fy * f0.fx / f0.fy, fy, kind,
-                          float(cfg.spiral_height))
+        cams = orbit_path(
+            c2w, int(cfg.frames), width, height, fy * f0.fx / f0.fy, fy, kind, float(cfg.spiral_height)
+        )
         return cams, None
     space = str(cfg.camera_path_space)
     if space not in ("capture", "ngp"):
@@ -75,8 +76,15 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
         dtype=torch.float32,
         device=device,
     )
-    log.info("rendering %d frames %dx%d from %s (step %d) on %s", len(cams), cams[0].width, cams[0].height,
-             run.path, run.global_step, device)
+    log.info(
+        "rendering %d frames %dx%d from %s (step %d) on %s",
+        len(cams),
+        cams[0].width,
+        cams[0].height,
+        run.path,
+        run.global_step,
+        device,
+    )
 
     depth_range: tuple[float, float] | None = None
     render_s = 0.0
@@ -93,8 +101,11 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
                 out = model.renderer.render_image(model.field, rays_o, rays_d, bg, chunk=int(cfg.chunk))
                 rgb = out["rgb"].reshape(cam.height, cam.width, 3).clamp(0, 1)
                 opacity = out["opacity"].reshape(cam.height, cam.width)
-                depth = torch.where(opacity > 1e-3, out["depth"].reshape(cam.height, cam.width)
-                                    / opacity.clamp_min(1e-3), torch.zeros_like(opacity))
+                depth = torch.where(
+                    opacity > 1e-3,
+                    out["depth"].reshape(cam.height, cam.width) / opacity.clamp_min(1e-3),
+                    torch.zeros_like(opacity),
+                )
                 rgb8 = (rgb * 255).round().to(torch.uint8).cpu().numpy()  # waits for the device
                 depth_np = depth.float().cpu().numpy()
                 render_s += time.perf_counter() - t0
@@ -154,7 +165,9 @@ def _depth_range(depth: np.ndarray, opacity: np.ndarray) -> tuple[float, float]:
 
 # An absolute path: this module runs as `python -m nerf_lightning.render` (the package's __main__), for
 # which Hydra would look for a `nerf_lightning.conf` Python package instead of the folder.
-@hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parent / "conf"), config_name="render")
+@hydra.main(
+    version_base="1.3", config_path=str(Path(__file__).resolve().parent / "conf"), config_name="render"
+)
 def _hydra_main(cfg: DictConfig) -> None:
     torch.set_float32_matmul_precision("high")
     with user_errors():

@@ -21,7 +21,8 @@ __all__ = ["SceneSpace", "opengl_to_opencv"]
 
 
 def opengl_to_opencv(c2w: np.ndarray) -> np.ndarray:
-    """Flip camera y and z axes ([..., 4, 4]; OpenGL x right/y up/-z forward <-> OpenCV x right/y down/z fwd)."""
+    """Flip the camera y and z axes of [..., 4, 4] poses: OpenGL (x right, y up, -z forward) <-> OpenCV
+    (x right, y down, z forward)."""
     out = np.array(c2w, dtype=np.float64, copy=True)
     out[..., :3, 1:3] *= -1
     return out

@@ -76,7 +76,10 @@ def focus_point(c2w: np.ndarray) -> np.ndarray:
         return np.linalg.solve(a, b)
     # near-parallel axes (forward-facing capture): a point in front of the mean camera
     mean_dir = dirs.mean(axis=0)
-    return pos.mean(axis=0) + mean_dir / np.linalg.norm(mean_dir) * np.linalg.norm(pos - pos.mean(0), axis=1).mean()
+    return (
+        pos.mean(axis=0)
+        + mean_dir / np.linalg.norm(mean_dir) * np.linalg.norm(pos - pos.mean(0), axis=1).mean()
+    )
 
 
 def orbit_path(
@@ -140,7 +143,9 @@ def read_nerfstudio_path(path: str | Path, space: SceneSpace | None) -> tuple[li
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
-        raise UserError(f"camera_path={path}: no such file; expected orbit, spiral or a camera_path.json") from None
+        raise UserError(
+            f"camera_path={path}: no such file; expected orbit, spiral or a camera_path.json"
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: not valid JSON ({err}); expected nerfstudio's camera_path.json") from err
     kind = doc.get("camera_type", "perspective")
@@ -151,7 +156,8 @@ def read_nerfstudio_path(path: str | Path, space: SceneSpace | None) -> tuple[li
         keyframes = doc["camera_path"]
     except (KeyError, TypeError, ValueError) as err:
         raise UserError(
-            f"{path}: missing or invalid {err}; expected `render_width`, `render_height` and a `camera_path` list"
+            f"{path}: missing or invalid {err}; expected `render_width`, `render_height` and a "
+            "`camera_path` list"
         ) from err
     if not keyframes:
         raise UserError(f"{path}: `camera_path` is empty; expected one entry per frame")

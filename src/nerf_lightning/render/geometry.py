@@ -30,7 +30,8 @@ __all__ = ["Mesh", "extract_mesh", "occupied_bounds", "occupied_mask", "render_p
 
 @dataclass
 class Mesh:
-    """vertices float64 [V, 3] (NGP space), faces int64 [F, 3] (outward, counter-clockwise), colours uint8 [V, 3]."""
+    """vertices float64 [V, 3] (NGP space), faces int64 [F, 3] (counter-clockwise seen from outside),
+    colours uint8 [V, 3]."""
 
     vertices: np.ndarray
     faces: np.ndarray
@@ -93,11 +94,15 @@ def extract_mesh(
     if bounds is None:
         bounds = occupied_bounds(grid)
         if bounds is None:
-            raise ValueError("the occupancy grid has no occupied cell: nothing to mesh (was the model trained?)")
+            raise ValueError(
+                "the occupancy grid has no occupied cell: nothing to mesh (was the model trained?)"
+            )
     lo = np.asarray(bounds[:3], dtype=np.float64)
     hi = np.asarray(bounds[3:], dtype=np.float64)
     if len(bounds) != 6 or np.any(hi <= lo):
-        raise ValueError(f"bounds={list(bounds)}: expected [xmin, ymin, zmin, xmax, ymax, zmax] with max > min")
+        raise ValueError(
+            f"bounds={list(bounds)}: expected [xmin, ymin, zmin, xmax, ymax, zmax] with max > min"
+        )
     step = float((hi - lo).max()) / int(resolution)
     dims = np.maximum(np.ceil((hi - lo) / step).astype(int), 1) + 1  # grid corners per axis
     axes = [torch.linspace(float(lo[i]), float(lo[i] + step * (dims[i] - 1)), int(dims[i])) for i in range(3)]
@@ -137,8 +142,13 @@ def extract_mesh(
     return Mesh(vertices=vertices, faces=faces, colors=colors)
 
 
-def _colors(field: Callable[..., tuple[Tensor, Tensor]], points: np.ndarray, dirs: np.ndarray, chunk: int,
-            device: torch.device) -> np.ndarray:
+def _colors(
+    field: Callable[..., tuple[Tensor, Tensor]],
+    points: np.ndarray,
+    dirs: np.ndarray,
+    chunk: int,
+    device: torch.device,
+) -> np.ndarray:
     out = []
     for i in range(0, len(points), chunk):
         p = torch.as_tensor(points[i : i + chunk], dtype=torch.float32, device=device)

@@ -40,8 +40,9 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
             "torch.load(weights_only=False) if you trust it and re-save its state_dict"
         ) from err
     except (RuntimeError, EOFError, OSError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(
-            f"{path}: not a readable checkpoint ({str(err).splitlines()[0] if str(err) else type(err).__name__}); "
+            f"{path}: not a readable checkpoint ({reason}); "
             "expected a complete .ckpt file (a copy still in progress?)"
         ) from err
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:

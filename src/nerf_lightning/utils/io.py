@@ -8,7 +8,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-
 #: temporary files of :func:`atomic_write_bytes` (``.<name>.<random>.tmp``); a process killed during
 #: a write leaves one behind, which :func:`remove_stale_temporaries` deletes
 TMP_PATTERN = ".*.tmp"

@@ -36,7 +36,9 @@ def resolve_ckpt_file(ckpt: str | Path | None) -> Path:
     if path.is_dir():
         last = path / "checkpoints" / "last.ckpt"
         if not last.is_file():
-            raise UserError(f"ckpt={ckpt}: the folder has no checkpoints/last.ckpt; pass the .ckpt file itself")
+            raise UserError(
+                f"ckpt={ckpt}: the folder has no checkpoints/last.ckpt; pass the .ckpt file itself"
+            )
         return last
     if not path.is_file():
         raise UserError(f"ckpt={ckpt}: no such file; expected a .ckpt file or a training run folder")

@@ -42,9 +42,7 @@ def _key(override: str) -> str:
 
 def comparable(overrides: Sequence[str]) -> list[str]:
     """Overrides that define the run (sorted; ``resume``, ``ckpt_path`` and ``hydra.*`` dropped)."""
-    return sorted(
-        o for o in overrides if _key(o) not in IGNORED_KEYS and not _key(o).startswith("hydra.")
-    )
+    return sorted(o for o in overrides if _key(o) not in IGNORED_KEYS and not _key(o).startswith("hydra."))
 
 
 def find_matching_run(parent: Path, overrides: Sequence[str]) -> Path | None:
