@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -20,7 +21,6 @@ import pytest
 import torch
 from runs import TINY_TRAIN, child_env, start
 
-from nerf_lightning.data.synthetic import generate_scene
 from nerf_lightning.utils.checkpoint_io import read_checkpoint
 from nerf_lightning.utils.io import remove_stale_temporaries
 from nerf_lightning.utils.resume import comparable, find_matching_run, resolve_ckpt_path
@@ -30,13 +30,6 @@ from nerf_lightning.utils.resume import comparable, find_matching_run, resolve_c
 # the module's end-of-step hooks ran (see callbacks/checkpointing.py).
 STEPS = 48
 EVERY = 16
-
-
-@pytest.fixture(scope="module")
-def scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("resume_scene") / "scene"
-    generate_scene(out, n_views=16, width=32, height=32, supersample=1)
-    return out
 
 
 def _step_of(path: Path) -> int | None:
@@ -53,13 +46,14 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 240) -> tuple[str, str
 
 
 @pytest.mark.slow
-def test_kill_9_then_same_command_resumes_exactly(scene: Path, tmp_path: Path) -> None:
+def test_kill_9_then_same_command_resumes_exactly(tiny_scene: Path, tmp_path: Path) -> None:
     args = [
         *TINY_TRAIN,
-        f"data.path={scene}",
+        f"data.path={tiny_scene}",
         f"trainer.max_steps={STEPS}",
         f"data.steps_per_epoch={EVERY}",
         f"callbacks.last_checkpoint.every_n_train_steps={EVERY}",
+        "trainer.log_every_n_steps=4",
     ]
     work = tmp_path / "work"
     work.mkdir()
@@ -110,6 +104,10 @@ def test_kill_9_then_same_command_resumes_exactly(scene: Path, tmp_path: Path) -
     metrics_b = json.loads((run_dir / "metrics.json").read_text())
     assert metrics_b["steps"] == STEPS
     assert metrics_b["val/psnr"] == metrics_a["val/psnr"]
+    # the CSV log of the killed process is continued, not replaced
+    rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
+    steps = [int(r["step"]) for r in rows if r.get("train/loss")]
+    assert min(steps) < saved["global_step"] and max(steps) >= STEPS - 4
 
 
 _WRITER = """
@@ -135,7 +133,7 @@ def test_kill_during_checkpoint_write_keeps_previous_checkpoint(tmp_path: Path) 
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not list(path.parent.glob(".last.ckpt.*.tmp")):
-            pass
+            time.sleep(0.001)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         partial = list(path.parent.glob(".last.ckpt.*.tmp"))
@@ -183,3 +181,23 @@ def test_resolve_ckpt_path(tmp_path: Path) -> None:
         resolve_ckpt_path("/nope.ckpt", "never", tmp_path)
     with pytest.raises(UserError, match="resume='sometimes'"):
         resolve_ckpt_path(None, "sometimes", tmp_path)
+
+
+def test_read_checkpoint_errors_name_the_file(tmp_path: Path) -> None:
+    import pickle
+
+    from nerf_lightning.errors import UserError
+
+    good = tmp_path / "good.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(2)}, "global_step": 3}, good)
+    assert read_checkpoint(good)["global_step"] == 3
+    truncated = tmp_path / "truncated.ckpt"
+    truncated.write_bytes(good.read_bytes()[:100])
+    with pytest.raises(UserError, match=f"{truncated}: not a readable checkpoint"):
+        read_checkpoint(truncated)
+    objects = tmp_path / "objects.ckpt"  # a pickled Python object, as the old hparams factories were
+    torch.save({"state_dict": {}, "hyper_parameters": {"field": pickle.PickleError}}, objects)
+    with pytest.raises(UserError, match="weights-only load refuses"):
+        read_checkpoint(objects)
+    with pytest.raises(UserError, match="no such checkpoint file"):
+        read_checkpoint(tmp_path / "missing.ckpt")

@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 
 from nerf_lightning.errors import UserError, user_errors
 from nerf_lightning.utils.apps import nested_overrides, normalize_app_argv
+from nerf_lightning.utils.config import CONF_DIR
 from nerf_lightning.utils.io import atomic_write_json
 from nerf_lightning.utils.restore import load_run
 
@@ -146,7 +147,9 @@ def _rename(key: str, split: str) -> str:
     return f"{split}/{key[4:]}" if key.startswith("val/") else key
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="eval")
+# An absolute config path: Hydra would otherwise look for a `nerf_lightning.conf` Python package
+# whenever this module is not `__main__` (console scripts, `python -m nerf_lightning.render`).
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")
 def _hydra_main(cfg: DictConfig) -> None:
     torch.set_float32_matmul_precision("high")
     with user_errors():

@@ -30,6 +30,7 @@ from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.errors import UserError, user_errors
 from nerf_lightning.render.geometry import extract_mesh, render_point_cloud
 from nerf_lightning.utils.apps import device_of, nested_overrides, normalize_app_argv
+from nerf_lightning.utils.config import CONF_DIR
 from nerf_lightning.utils.io import atomic_write_bytes, atomic_write_json
 from nerf_lightning.utils.restore import RestoredRun, load_run
 
@@ -159,7 +160,9 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     return info
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="export")
+# An absolute config path: Hydra would otherwise look for a `nerf_lightning.conf` Python package
+# whenever this module is not `__main__` (console scripts, `python -m nerf_lightning.render`).
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="export")
 def _hydra_main(cfg: DictConfig) -> None:
     torch.set_float32_matmul_precision("high")
     with user_errors():

@@ -32,6 +32,7 @@ from nerf_lightning.errors import UserError, user_errors
 from nerf_lightning.render.camera_path import PathCamera, camera_rays, orbit_path, read_nerfstudio_path
 from nerf_lightning.render.video import VideoWriter, turbo
 from nerf_lightning.utils.apps import device_of, nested_overrides, normalize_app_argv
+from nerf_lightning.utils.config import CONF_DIR
 from nerf_lightning.utils.io import atomic_write_json
 from nerf_lightning.utils.restore import load_run
 
@@ -163,11 +164,9 @@ def _depth_range(depth: np.ndarray, opacity: np.ndarray) -> tuple[float, float]:
     return float(max(lo - margin, 0.0)), float(hi + margin)
 
 
-# An absolute path: this module runs as `python -m nerf_lightning.render` (the package's __main__), for
-# which Hydra would look for a `nerf_lightning.conf` Python package instead of the folder.
-@hydra.main(
-    version_base="1.3", config_path=str(Path(__file__).resolve().parent / "conf"), config_name="render"
-)
+# An absolute config path: Hydra would otherwise look for a `nerf_lightning.conf` Python package
+# whenever this module is not `__main__` (console scripts, `python -m nerf_lightning.render`).
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="render")
 def _hydra_main(cfg: DictConfig) -> None:
     torch.set_float32_matmul_precision("high")
     with user_errors():

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from nerf_lightning.callbacks.checkpointing import RunState
 from nerf_lightning.errors import UserError, user_errors
 from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO
+from nerf_lightning.utils.config import CONF_DIR
 from nerf_lightning.utils.io import atomic_write_json
 from nerf_lightning.utils.resume import resolve_ckpt_path, select_run_dir
 from nerf_lightning.utils.tracking import finish_loggers
@@ -125,7 +126,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             summary = getattr(cb, "summary", None)
             if callable(summary):
                 metrics.update(summary())
-        metrics.setdefault("steps", trainer.global_step)
+        metrics["steps"] = trainer.global_step  # the run's total, also when it was resumed
         metrics["time/wall_s"] = wall_s
         metrics["model/occupied_fraction"] = float(model.occupancy.occupied_fraction())
         exit_code = 0
@@ -157,7 +158,9 @@ def normalize_overrides(argv: list[str]) -> list[str]:
     return [_NUMERIC_GROUP_CHOICE.sub(r"\1='\2'", arg) for arg in argv]
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+# An absolute config path: Hydra would otherwise look for a `nerf_lightning.conf` Python package
+# whenever this module is not `__main__` (console scripts, `python -m nerf_lightning.render`).
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def _hydra_main(cfg: DictConfig) -> float | None:
     if cfg.get("print_config", False):
         print(OmegaConf.to_yaml(cfg, resolve=True))

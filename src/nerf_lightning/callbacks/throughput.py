@@ -135,6 +135,11 @@ class ThroughputMonitor(L.Callback):
         self._t0 = time.perf_counter()
         self._open_window(trainer, pl_module)
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A run resumed from a checkpoint taken inside an epoch (or at its last batch) gets no
+        # on_train_epoch_start for that epoch: start the clock here (a fresh run restarts it there).
+        self.on_train_epoch_start(trainer, pl_module)
+
     def _stop_clock(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._t0 is None:
             return

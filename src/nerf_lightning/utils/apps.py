@@ -13,15 +13,17 @@ __all__ = ["device_of", "nested_overrides", "normalize_app_argv"]
 # `data.x=...` / `model.x=...` override keys of the *checkpoint's* config: those nodes are empty in
 # the app's own config, so the override must be allowed to add keys (`++`).
 _NESTED = re.compile(r"^(data|model)\.")
+_NUMERIC_GROUP_CHOICE = re.compile(r"^(\+{0,2}precision)=(\d+)$")
 
 
 def normalize_app_argv(argv: list[str], positional: str | None = None) -> list[str]:
-    """``data.k=v`` -> ``++data.k=v`` (same for ``model.``); a leading bare word -> ``<positional>=word``
-    (``python -m nerf_lightning.export mesh ...``)."""
+    """``data.k=v`` -> ``++data.k=v`` (same for ``model.``); ``precision=32`` -> ``precision='32'``; a
+    leading bare word -> ``<positional>=word`` (``python -m nerf_lightning.export mesh ...``)."""
     out = []
     for i, arg in enumerate(argv):
         if positional and i == 0 and "=" not in arg and not arg.startswith("-"):
             arg = f"{positional}={arg}"
+        arg = _NUMERIC_GROUP_CHOICE.sub(r"\1='\2'", arg)  # precision=32: a group choice, not an int
         out.append(f"++{arg}" if _NESTED.match(arg) else arg)
     return out
 
