@@ -134,3 +134,18 @@ def test_ddp_rank_failure_ends_the_run(mode: str, tiny_scene: Path, tmp_path: Pa
     else:
         assert "timed out" in err0.lower() or "timeout" in err0.lower(), err0[-2000:]
     assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_app_argv_normalization() -> None:
+    from nerf_lightning.utils.apps import normalize_app_argv
+
+    argv = ["mesh", "ckpt=run", "data.path=/x", "model.val_chunk=8", "+data.k=1", "precision=32"]
+    assert normalize_app_argv(argv, positional="what") == [
+        "what=mesh",
+        "ckpt=run",
+        "++data.path=/x",
+        "++model.val_chunk=8",
+        "+data.k=1",
+        "precision='32'",
+    ]
+    assert normalize_app_argv(["ckpt=run"], positional="what") == ["ckpt=run"]

@@ -200,8 +200,10 @@ def with_resume_dir(argv: list[str]) -> list[str]:
         return argv  # a fixed folder (resumed in train()) or a sweep (each job resumes its own folder)
     if any(a in ("--help", "-h", "--hydra-help", "--info", "--cfg", "-c") for a in argv):
         return argv
-    with user_errors():
+    try:
         found, message = select_run_dir(argv)
+    except Exception:  # noqa: BLE001 - a config that does not compose: Hydra reports it properly next
+        return argv
     print(f"[nerf_lightning] {message}", file=sys.stderr)
     return argv if found is None else [*argv, f"hydra.run.dir='{found}'"]
 
