@@ -1,4 +1,4 @@
-"""Fault injection for subprocess tests (imported by the child processes as ``tests.faults``)."""
+"""Fault injection for tests that train in other processes (`+callbacks.fault._target_=faults.RankFault`)."""
 
 from __future__ import annotations
 

@@ -81,3 +81,44 @@ def run(
     return subprocess.run(
         app_cmd(app, *args), cwd=cwd, env=child_env(**env), capture_output=True, text=True, timeout=timeout
     )
+
+
+def _fork_main(app: str, argv: list[str], cwd: str, log: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = sys.stderr = os.fdopen(fd, "w", buffering=1)  # not the test runner's capture objects
+    os.chdir(cwd)
+    for key, value in child_env().items():
+        if key not in ("PYTHONPATH",):
+            os.environ[key] = value
+    import importlib
+    import traceback
+
+    import torch
+    from hydra.core.global_hydra import GlobalHydra
+
+    torch.set_num_threads(1)
+    GlobalHydra.instance().clear()
+    sys.argv = [f"nerf_lightning.{app}", *argv]
+    code = 0
+    try:
+        importlib.import_module(f"nerf_lightning.{app}").main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - reported in the log
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def fork_app(app: str, *argv: str, cwd: Path, log: Path):
+    """``python -m nerf_lightning.<app> argv...`` in a child forked from the test process: a real process
+    (its own PID, killable), without the seconds of interpreter and import start-up. Output goes to
+    ``log`` (appended)."""
+    import multiprocessing as mp
+
+    proc = mp.get_context("fork").Process(target=_fork_main, args=(app, list(argv), str(cwd), str(log)))
+    proc.start()
+    return proc

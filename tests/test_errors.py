@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
+import traceback
 from datetime import timedelta
 from pathlib import Path
 
 import hydra
 import pytest
-from runs import TINY_TRAIN, child_env, run
+import torch
+import torch.multiprocessing as mp
+from runs import TINY_TRAIN, run
 
 from nerf_lightning.errors import EXIT_USER_ERROR, user_errors
 from nerf_lightning.train import train
+from nerf_lightning.utils.config import compose_train_config
 
 
 def _user_error_line(capsys: pytest.CaptureFixture, fn) -> str:
@@ -79,64 +85,73 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _rank_main(rank: int, port: str, overrides: list[str], run_dir: str, log: str) -> None:
+    """One DDP rank, forked from the test process (no interpreter start-up), launched as torchrun /
+    SLURM launch ranks: the environment says which rank it is, Lightning starts no processes."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = sys.stderr = os.fdopen(fd, "w", buffering=1)  # not the test runner's capture objects
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE="2", NODE_RANK="0", LOCAL_RANK=str(rank)
+    )
+    torch.set_num_threads(1)
+    code = 0
+    try:
+        train(compose_train_config(overrides, run_dir))
+    except BaseException:  # noqa: BLE001 - the test reads the log
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["raise", "hang"])
 def test_ddp_rank_failure_ends_the_run(mode: str, tiny_scene: Path, tmp_path: Path) -> None:
-    """Two gloo ranks launched externally (as torchrun / SLURM do); at step 2 rank 1 raises (its process
-    dies: gloo sees the closed connection) or hangs (alive, silent: only the timeout can end the wait).
-    Either way rank 0, blocked in a collective, fails and exits non-zero; when hung, after
-    ``dist_timeout_s``, not torch's default of 30 minutes."""
-    import subprocess
-    import sys
-
+    """Two gloo ranks; at step 2 rank 1 raises (its process dies: gloo sees the closed connection) or
+    hangs (alive, silent: only the timeout can end the wait). Either way rank 0, blocked in a
+    collective, fails and exits non-zero; when hung, after ``dist_timeout_s``, not torch's default of
+    30 minutes."""
     timeout_s = 10
-    port = str(_free_port())
-    args = [
+    overrides = [
         *TINY_TRAIN,
         f"data.path={tiny_scene}",
         "strategy=ddp",
         "devices=2",
         f"dist_timeout_s={timeout_s}",
         "trainer.max_steps=50",
-        "+callbacks.fault._target_=tests.faults.RankFault",
+        "+callbacks.fault._target_=faults.RankFault",
         "+callbacks.fault.rank=1",
         "+callbacks.fault.step=2",
         f"+callbacks.fault.mode={mode}",
-        f"hydra.run.dir={tmp_path / 'run'}",
     ]
-    procs = []
-    for rank in range(2):
-        env = child_env(
-            MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE="2", NODE_RANK="0", LOCAL_RANK=str(rank)
-        )
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "nerf_lightning.train",
-                    *args,
-                    f"hydra.output_subdir=.hydra_rank{rank}",
-                ],
-                cwd=tmp_path,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+    port = str(_free_port())
+    ctx = mp.get_context("fork")
+    logs = [str(tmp_path / f"rank{r}.log") for r in range(2)]
+    procs = [
+        ctx.Process(target=_rank_main, args=(r, port, overrides, str(tmp_path / "run"), logs[r]))
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
     try:
-        out0, err0 = procs[0].communicate(timeout=240)
+        procs[0].join(timeout=240)
+        assert procs[0].exitcode not in (0, None), "rank 0 did not fail"
+        out0 = Path(logs[0]).read_text()
+        if mode == "raise":
+            procs[1].join(timeout=60)
+            assert "injected fault on rank 1" in Path(logs[1]).read_text()
+            assert procs[1].exitcode == 1
+        else:
+            assert "timed out" in out0.lower() or "timeout" in out0.lower(), out0[-2000:]
+            assert procs[1].is_alive()  # still hung: the timeout, not its death, ended rank 0
     finally:
         for p in procs:
-            if p.poll() is None:
+            if p.is_alive():
                 p.kill()
-    err1 = procs[1].communicate(timeout=30)[1]
-    assert procs[0].returncode not in (0, None), err0[-2000:]
-    if mode == "raise":
-        assert "injected fault on rank 1" in err1
-    else:
-        assert "timed out" in err0.lower() or "timeout" in err0.lower(), err0[-2000:]
+                p.join(timeout=30)
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 

@@ -12,16 +12,14 @@ import csv
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from runs import TINY_TRAIN, child_env, start
+from runs import TINY_TRAIN, fork_app
 
-from nerf_lightning.utils.checkpoint_io import read_checkpoint
+from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from nerf_lightning.utils.io import remove_stale_temporaries
 from nerf_lightning.utils.resume import comparable, find_matching_run, resolve_ckpt_path
 
@@ -39,12 +37,6 @@ def _step_of(path: Path) -> int | None:
         return None
 
 
-def _finish(proc: subprocess.Popen[str], timeout: float = 240) -> tuple[str, str]:
-    out, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{err[-3000:]}"
-    return out, err
-
-
 @pytest.mark.slow
 def test_kill_9_then_same_command_resumes_exactly(tiny_scene: Path, tmp_path: Path) -> None:
     args = [
@@ -57,24 +49,31 @@ def test_kill_9_then_same_command_resumes_exactly(tiny_scene: Path, tmp_path: Pa
     ]
     work = tmp_path / "work"
     work.mkdir()
-    reference = start("train", *args, f"hydra.run.dir={tmp_path / 'reference'}", cwd=tmp_path)
-    victim = start("train", *args, "resume=auto", cwd=work)
+    log = tmp_path / "victim.log"
+    reference = fork_app(
+        "train",
+        *args,
+        f"hydra.run.dir={tmp_path / 'reference'}",
+        cwd=tmp_path,
+        log=tmp_path / "reference.log",
+    )
+    victim = fork_app("train", *args, "resume=auto", cwd=work, log=log)
 
     # kill -9 once a checkpoint of step >= 2 * EVERY exists (the process is somewhere after it)
     runs_dir = work / "outputs" / "runs" / "train"
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 240
     killed_at = None
-    while time.monotonic() < deadline and victim.poll() is None:
+    while time.monotonic() < deadline and victim.is_alive():
         lasts = list(runs_dir.glob("*/checkpoints/last.ckpt"))
         step = _step_of(lasts[0]) if lasts else None
         if step is not None and step >= 2 * EVERY:
-            victim.send_signal(signal.SIGKILL)
+            os.kill(victim.pid, signal.SIGKILL)
             killed_at = step
             break
         time.sleep(0.05)
-    victim.communicate(timeout=30)
-    assert killed_at is not None, "the run ended before it could be killed"
-    assert victim.returncode == -signal.SIGKILL
+    victim.join(timeout=30)
+    assert killed_at is not None, "the run ended before it could be killed\n" + log.read_text()[-2000:]
+    assert victim.exitcode == -signal.SIGKILL
     (run_dir,) = list(runs_dir.iterdir())
     last = run_dir / "checkpoints" / "last.ckpt"
     assert last.is_file() and not last.is_symlink()  # a real file, not Lightning's save_last="link"
@@ -82,10 +81,14 @@ def test_kill_9_then_same_command_resumes_exactly(tiny_scene: Path, tmp_path: Pa
     assert EVERY * 2 <= saved["global_step"] < STEPS and not (run_dir / "metrics.json").exists()
 
     # the same command again: continues in the same folder, from last.ckpt
-    _, err = _finish(start("train", *args, "resume=auto", cwd=work))
-    assert f"resume=auto: continuing {run_dir}" in err.replace("\n", "")
+    resumed = fork_app("train", *args, "resume=auto", cwd=work, log=tmp_path / "resumed.log")
+    resumed.join(timeout=240)
+    out = (tmp_path / "resumed.log").read_text()
+    assert resumed.exitcode == 0, out[-3000:]
+    assert f"resume=auto: continuing {run_dir}" in out.replace("\n", "")
     assert list(runs_dir.iterdir()) == [run_dir]
-    _finish(reference)
+    reference.join(timeout=240)
+    assert reference.exitcode == 0, (tmp_path / "reference.log").read_text()[-3000:]
 
     ref_dir = tmp_path / "reference"
     a = read_checkpoint(ref_dir / "checkpoints" / "last.ckpt")
@@ -110,32 +113,33 @@ def test_kill_9_then_same_command_resumes_exactly(tiny_scene: Path, tmp_path: Pa
     assert min(steps) < saved["global_step"] and max(steps) >= STEPS - 4
 
 
-_WRITER = """
-import sys, torch
-from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO
-io, path = AtomicCheckpointIO(), sys.argv[1]
-io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}, "global_step": 1}, path)
-print("ready", flush=True)
-big = torch.randn(6 << 20)  # 24 MB: each write takes a while
-step = 2
-while True:
-    io.save_checkpoint({"state_dict": {"w": big}, "global_step": step}, path)
-    step += 1
-"""
+def _writer(path: str, ready) -> None:
+    """Save checkpoints to ``path`` forever (the first small, then 24 MB ones: each write takes a while)."""
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}, "global_step": 1}, path)
+    ready.set()
+    big = torch.randn(6 << 20)
+    step = 2
+    while True:
+        io.save_checkpoint({"state_dict": {"w": big}, "global_step": step}, path)
+        step += 1
 
 
 def test_kill_during_checkpoint_write_keeps_previous_checkpoint(tmp_path: Path) -> None:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")  # a real process, killed with SIGKILL, without interpreter start-up
     path = tmp_path / "checkpoints" / "last.ckpt"
     for _attempt in range(5):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _WRITER, str(path)], env=child_env(), stdout=subprocess.PIPE, text=True
-        )
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        ready = ctx.Event()
+        proc = ctx.Process(target=_writer, args=(str(path), ready))
+        proc.start()
+        assert ready.wait(timeout=60)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not list(path.parent.glob(".last.ckpt.*.tmp")):
             time.sleep(0.001)
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.join(timeout=30)
         partial = list(path.parent.glob(".last.ckpt.*.tmp"))
         if partial:  # killed while a write was in progress
             break
