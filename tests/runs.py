@@ -12,6 +12,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 #: a short CPU training on a small rendering of the default scene (its objects, at 40x40 pixels)
 TINY = [
     "data.batch_size=1024",
+    "model.sample_budget=null",  # fixed rays per step
     "data.steps_per_epoch=60",
     "model.grid_resolution=32",
     "model.grid_warmup_steps=16",
@@ -21,6 +22,7 @@ TINY = [
     "model.step_size=0.0135",
     "model.max_samples_per_ray=128",
     "trainer.check_val_every_n_epoch=1000",
+    "trainer.log_every_n_steps=10",
     "callbacks.progress_bar=null",
     "accelerator=cpu",
     "logger=csv",

@@ -38,7 +38,7 @@ def tiny_overrides(scene: Path) -> list[str]:
         "model.field.encoding.max_resolution=64", "model.step_size=0.02", "model.max_samples_per_ray=64",
         "model.grid_warmup_steps=4", "trainer.check_val_every_n_epoch=1000", "callbacks.progress_bar=null",
         "accelerator=cpu", "trainer.log_every_n_steps=3", "trainer.enable_model_summary=false",
-        "callbacks.model_checkpoint=null",
+        "callbacks.model_checkpoint=null", "model.sample_budget=null",
     ]
 
 

@@ -1,36 +1,120 @@
-"""End to end: `train()` on a small generated scene learns (PSNR rises by a real margin), writes outputs."""
+"""End to end: `train()` on a small generated scene learns (PSNR rises by a real margin), writes outputs,
+follows the configured learning-rate schedule, and its checkpoint restores what it trained."""
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
-from runs import TINY
 
+from nerf_lightning.data.synthetic import generate_scene
 from nerf_lightning.train import train
+from nerf_lightning.utils.config import compose_train_config
+
+TINY = [
+    "data.batch_size=1024",
+    "model.sample_budget=null",  # the CPU preset's fixed rays per step (the budget path: test below)
+    "data.steps_per_epoch=60",
+    "model.grid_resolution=32",
+    "model.grid_warmup_steps=16",
+    "model.field.encoding.n_levels=8",
+    "model.field.encoding.log2_hashmap_size=14",
+    "model.field.encoding.max_resolution=256",
+    "model.step_size=0.0135",
+    "model.max_samples_per_ray=128",
+    "trainer.check_val_every_n_epoch=1000",
+    "trainer.log_every_n_steps=10",
+    "callbacks.progress_bar=null",
+    "accelerator=cpu",
+    "logger=csv",
+]
+
+
+def instant_ngp_lr(step: int, lr: float, total: int, sched) -> float:
+    """tiny-cuda-nn's ExponentialDecay at 0-based optimizer step ``step`` (fractions of the run when <= 1),
+    times a linear warm-up ``min(1, (step + 1) / warmup_steps)`` when one is configured."""
+    start = sched.decay_start * total if sched.decay_start <= 1 else sched.decay_start
+    interval = sched.decay_interval * total if sched.decay_interval <= 1 else sched.decay_interval
+    warmup = sched.get("warmup_steps", 0) or 0
+    ramp = min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+    decays = 0 if step < start else math.floor((step - start) / interval) + 1
+    return lr * ramp * sched.decay_base**decays
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("scene") / "tiny"
+    generate_scene(out, n_views=24, width=40, height=40, supersample=2)
+    return out
 
 
 @pytest.mark.slow
-def test_training_raises_psnr_and_writes_run_outputs(
-    tiny_scene: Path, trained_run: tuple[Path, dict[str, float]], compose_cfg
-) -> None:
+def test_training_raises_psnr_and_writes_run_outputs(scene: Path, compose_cfg, tmp_path: Path) -> None:
     torch.set_num_threads(2)
-    untrained = train(compose_cfg(f"data.path={tiny_scene}", "trainer.max_steps=0", *TINY))
-    run_dir, metrics = trained_run
+    untrained = train(compose_cfg(f"data.path={scene}", "trainer.max_steps=0", *TINY))
+    cfg = compose_cfg(f"data.path={scene}", "trainer.max_steps=120", *TINY)
+    metrics = train(cfg)
 
     assert metrics["steps"] == 120
     assert metrics["val/psnr"] > untrained["val/psnr"] + 6.0, (untrained["val/psnr"], metrics["val/psnr"])
     assert metrics["val/psnr"] > 17.0
     assert 0.0 < metrics["val/ssim"] <= 1.0
     assert metrics["train/rays_per_s"] > 0 and metrics["train/samples_per_s"] > metrics["train/rays_per_s"]
+    run_dir = Path(cfg.paths.output_dir)
     written = json.loads((run_dir / "metrics.json").read_text())
     assert written["val/psnr"] == pytest.approx(metrics["val/psnr"])
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert list((run_dir / "val").glob("*.png")), "validation render missing"
 
-    # The checkpoint restores the trained field: same held-out PSNR after reloading into a fresh module.
+    # The learning rate of every logged step (the project's LR monitor, CSV logger) is the configured
+    # instant-ngp step decay over trainer.max_steps: at 120 steps it decays at 60, 78, 96 and 114.
+    with (run_dir / "csv" / "metrics.csv").open() as f:
+        logged = {int(r["step"]): float(r["lr-Adam"]) for r in csv.DictReader(f) if r.get("lr-Adam")}
+    assert {9, 59, 69, 79, 99, 119} <= set(logged), sorted(logged)
+    lr0 = cfg.model.optimizer.lr
+    for step, lr in logged.items():
+        assert lr == pytest.approx(instant_ngp_lr(step, lr0, 120, cfg.model.scheduler), rel=1e-6), step
+    assert logged[119] < 0.02 * lr0  # four decays by 0.33
+
+    # The checkpoint restores what was trained: resuming from last.ckpt (the documented `ckpt_path=`)
+    # into a fresh module gives the same occupancy grid and renders the held-out views to the same PSNR.
+    # (weights_only=True: what Lightning uses to resume; no pickled objects in the checkpoint)
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == 120
-    assert any(k.startswith("field.encoding.params") for k in ckpt["state_dict"])
+    restored = train(
+        compose_train_config(
+            [
+                f"data.path={scene}",
+                "trainer.max_steps=120",
+                f"ckpt_path={run_dir}/checkpoints/last.ckpt",
+                *TINY,
+            ],
+            tmp_path / "restored",
+        )
+    )
+    assert restored["steps"] == 120
+    assert restored["model/occupied_fraction"] == metrics["model/occupied_fraction"] < 0.9
+    assert restored["val/psnr"] == pytest.approx(metrics["val/psnr"], abs=0.01)
+    assert restored["val/ssim"] == pytest.approx(metrics["val/ssim"], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_budgeted_training_learns_and_adapts_its_ray_count(scene: Path, compose_cfg) -> None:
+    """The GPU default (a fixed sample budget, static shapes) on the CPU reference path."""
+    torch.set_num_threads(2)
+    budget = ["model.sample_budget=3072", "model.march_budget=8192", "model.n_rays_init=128"]
+    untrained = train(compose_cfg(f"data.path={scene}", "trainer.max_steps=0", *TINY, *budget))
+    metrics = train(compose_cfg(f"data.path={scene}", "trainer.max_steps=80", *TINY, *budget))
+    assert metrics["steps"] == 80
+    assert metrics["val/psnr"] > untrained["val/psnr"] + 5.0, (untrained["val/psnr"], metrics["val/psnr"])
+    # the ray count grew from 128 as the occupancy grid emptied, and the steps filled the sample
+    # budget (3072 rendered samples, at least as many marched) within the marching budget (8192)
+    steps_s = metrics["time/train_s"] / 80
+    rays_per_step = metrics["train/rays_per_s"] * steps_s
+    marched_per_step = metrics["train/samples_per_s"] * steps_s
+    assert 128 < rays_per_step <= 1024, rays_per_step
+    assert 0.8 * 3072 < marched_per_step <= 8192, marched_per_step

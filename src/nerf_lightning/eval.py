@@ -58,6 +58,8 @@ class ViewWriter(L.Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
+        if outputs is None:  # a placeholder batch (a rank without a view of its own)
+            return
         if not isinstance(outputs, dict) or "rgb" not in outputs:
             raise RuntimeError(
                 "eval: the model's validation_step must return {'rgb': [H, W, 3], 'depth': ...}"

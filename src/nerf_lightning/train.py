@@ -17,10 +17,12 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import hydra
 import lightning as L
 import torch
+from lightning.pytorch.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.callbacks.checkpointing import RunState
@@ -29,9 +31,11 @@ from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO
 from nerf_lightning.utils.config import CONF_DIR
 from nerf_lightning.utils.io import atomic_write_json
 from nerf_lightning.utils.resume import resolve_ckpt_path, select_run_dir
+from nerf_lightning.utils.run_dir import register_resolvers
 from nerf_lightning.utils.tracking import finish_loggers
 
 log = logging.getLogger("nerf_lightning.train")
+register_resolvers()  # before Hydra resolves hydra.run.dir (one run directory for all ranks)
 
 # Known-harmless noise: our step loader is an IterableDataset with __len__ (no workers), and a
 # deprecation inside Lightning's own pytree helper.
@@ -76,8 +80,18 @@ def _load_state_error(err: RuntimeError, ckpt_path: str) -> UserError | None:
     )
 
 
-def train(cfg: DictConfig) -> dict[str, float]:
-    """Run one training job described by ``cfg``; returns the final metrics (also in metrics.json)."""
+def validate_trained(trainer: L.Trainer, model: L.LightningModule, datamodule: Any) -> list[dict[str, float]]:
+    """Validate the weights just trained. Under SLURM, ``validate(ckpt_path=None)`` would load the run's
+    newest ``hpc_ckpt_<n>.ckpt`` (what a requeued job resumed from) instead: Lightning picks it whenever
+    it detects SLURM, so detection is switched off for this call."""
+    with mock.patch.object(SLURMEnvironment, "detect", staticmethod(lambda: False)):
+        return trainer.validate(model, datamodule=datamodule, verbose=False)
+
+
+def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> dict[str, float]:
+    """Run one training job described by ``cfg``; returns the final metrics (also in metrics.json).
+
+    ``extra_callbacks`` (benchmarks, tests) are added to the configured ones."""
     output_dir = Path(cfg.paths.output_dir)
     plain_config = run_config(cfg)  # resolves every value first: an unset one names its key here
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), str(cfg.get("resume") or "never"), output_dir)
@@ -97,12 +111,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
     model_kwargs = {"aabb_scale": datamodule.aabb_scale}
     model: L.LightningModule = hydra.utils.instantiate(cfg.model, **model_kwargs)
 
-    callbacks = instantiate_group(cfg.get("callbacks"))
+    callbacks = [*instantiate_group(cfg.get("callbacks")), *(extra_callbacks or [])]
     # Always on: the run's config and exact-resume state go into every checkpoint.
     callbacks.append(RunState(plain_config, {"model": model_kwargs}, seed=int(cfg.seed)))
     loggers = instantiate_group(cfg.get("logger"))
+    # cluster=slurm|torchelastic|...: the ClusterEnvironment plugin (none: Lightning detects it)
+    cluster = [hydra.utils.instantiate(cfg.cluster)] if cfg.get("cluster") else []
     trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO(), *cluster]
     )
     metrics: dict[str, float] = {}
     exit_code = 1
@@ -119,14 +135,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
                 raise
             raise user from err
         wall_s = time.perf_counter() - start
-        results = trainer.validate(model, datamodule=datamodule, verbose=False)
+        results = validate_trained(trainer, model, datamodule)
 
         metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
         for cb in callbacks:
             summary = getattr(cb, "summary", None)
             if callable(summary):
                 metrics.update(summary())
-        metrics["steps"] = trainer.global_step  # the run's total, also when it was resumed
+        metrics["steps"] = trainer.global_step  # also when a resumed run had nothing left to train
         metrics["time/wall_s"] = wall_s
         metrics["model/occupied_fraction"] = float(model.occupancy.occupied_fraction())
         exit_code = 0

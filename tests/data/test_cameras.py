@@ -113,6 +113,48 @@ def test_opencv_distortion_matches_hand_computation():
     torch.testing.assert_close(d[0] / d[0, 2], torch.tensor([x, y, 1.0], dtype=torch.float64))
 
 
+@pytest.mark.parametrize(
+    ("point", "pixel"),
+    [
+        # r = 0.75, theta = atan(0.75) = 0.6435011 rad, theta_d = 0.6665157
+        ((0.6, -0.45, 1.0), (319.9637797433843, -3.9719293011228274)),
+        # a wide angle (theta = 73.8 degrees), where k3 and k4 matter
+        ((0.9, 0.5, 0.3), (529.3452246842655, 332.0315178743007)),
+    ],
+)
+def test_fisheye_distortion_matches_hand_computation(point, pixel):
+    """OpenCV's fisheye model (cv::fisheye): theta = atan2(r, z), theta_d = theta (1 + k1 theta^2 +
+    k2 theta^4 + k3 theta^6 + k4 theta^8), pixel = (fx theta_d / r x + cx, fy theta_d / r y + cy).
+    Every coefficient differs in size and sign, so any two swapped move the pixel by pixels."""
+    k1, k2, k3, k4 = 0.1, -0.04, 0.02, -0.007
+    x, y, z = point
+    r = math.hypot(x, y)
+    theta = math.atan2(r, z)
+    theta_d = theta * (1 + k1 * theta**2 + k2 * theta**4 + k3 * theta**6 + k4 * theta**8)
+    u, v = 300.0 * theta_d / r * x + 160.0, 310.0 * theta_d / r * y + 120.0
+    assert (u, v) == pytest.approx(pixel, abs=1e-9)  # the numbers above, written out once
+    # through the project's whole chain: Intrinsics record -> [V, 10] rows -> forward model
+    intr = Intrinsics(
+        300.0, 310.0, 160.0, 120.0, 320, 240, k1=k1, k2=k2, k3=k3, k4=k4, model="opencv_fisheye"
+    )
+    k = intrinsics_tensor([Frame(Path("x.png"), np.eye(4), intr)]).double()
+    pu, pv, depth = project_points(
+        torch.tensor([point], dtype=torch.float64), torch.eye(4, dtype=torch.float64), k[0], "opencv_fisheye"
+    )
+    # (float32 intrinsics rows: ~1e-5 relative)
+    assert (pu.item(), pv.item()) == pytest.approx((u, v), abs=2e-3) and depth.item() == z
+    # and the ray through that pixel points at the camera-space point
+    _, d = pixel_rays(
+        torch.eye(4, dtype=torch.float64)[None],
+        k,
+        torch.tensor([u], dtype=torch.float64),
+        torch.tensor([v], dtype=torch.float64),
+        "opencv_fisheye",
+    )
+    expected = torch.tensor(point, dtype=torch.float64)
+    torch.testing.assert_close(d[0], expected / expected.norm(), atol=1e-5, rtol=0)
+
+
 def test_fisheye_beyond_90_degrees():
     # Equidistant fisheye without distortion terms: radius in normalized units equals the angle.
     k = torch.tensor([[100.0, 100.0, 0.0, 0.0, 0, 0, 0, 0, 0, 0]], dtype=torch.float64)

@@ -1,51 +1,167 @@
-"""NeRFDataModule: device batches built from a generated capture."""
+"""NeRFDataModule: device batches built from a generated capture.
+
+The wiring is checked against sources the data path does not use: target colours against the PNGs
+decoded with imageio, rays against the synthetic generator's own (numpy, float64) camera model in
+world coordinates. The images are not square (24 x 20), so a transposed index or swapped axis shows.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import imageio.v3 as iio
+import numpy as np
 import pytest
 import torch
 
 from nerf_lightning.data.datamodule import NeRFDataModule
-from nerf_lightning.data.synthetic import generate_scene
+from nerf_lightning.data.synthetic import generate_scene, project
+
+W, H = 24, 20
 
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A distorted (OpenCV k1 k2 p1 p2) capture: training rays come from the undistortion table."""
     out = tmp_path_factory.mktemp("dm") / "scene"
-    generate_scene(out, n_views=16, width=24, height=20, supersample=1, distortion=True)
+    generate_scene(out, n_views=16, width=W, height=H, supersample=1, distortion=True)
     return out
 
 
-def test_train_batch_targets_and_rays(scene: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def pinhole_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An undistorted capture: training rays come from ``pixel_rays`` directly."""
+    out = tmp_path_factory.mktemp("dm") / "pinhole"
+    generate_scene(out, n_views=9, width=W, height=H, supersample=1, distortion=False)
+    return out
+
+
+def _decoded_pixels(dm: NeRFDataModule, split: str, view_ids: torch.Tensor, ix, iy) -> np.ndarray:
+    """RGBA in [0, 1] of pixel column ``ix``, row ``iy`` of each ray's image, decoded with imageio."""
+    frames = (dm.train_set if split == "train" else dm.val_set).frames
+    images = {int(v): iio.imread(frames[int(v)].image_path) for v in view_ids.unique()}
+    for img in images.values():
+        assert img.shape == (H, W, 4)
+    rgba = [images[int(v)][int(y), int(x)] for v, x, y in zip(view_ids, ix, iy, strict=True)]
+    return np.stack(rgba).astype(np.float64) / 255.0
+
+
+#: how far a ray may miss its pixel, in pixels: the undistortion table interpolates between pixel
+#: corners (error ~ (corner spacing / focal)^2: up to 4e-3 px on these 26 px-focal strongly distorted
+#: toy images, < 1e-4 px on real captures); exact rays (pinhole) are float32-accurate.
+TOLERANCE_PX = {True: 5e-3, False: 1e-4}
+
+
+def _assert_rays_land_in_their_pixels(scene: Path, dm: NeRFDataModule, split: str, batch: dict) -> np.ndarray:
+    """Project a point of every ray back with the generator's camera (world space, its own float64 lens
+    model); returns the sub-pixel positions (u - ix, v - iy), each within [0, 1] up to TOLERANCE_PX."""
+    doc = json.loads((scene / "transforms.json").read_text())
+    meta = {Path(f["file_path"]).name: f for f in doc["frames"]}
+    frames = (dm.train_set if split == "train" else dm.val_set).frames
+    offset, scale = np.asarray(doc["offset"]), doc["scale"]
+    # NGP -> world: NGP axes are the world's (y, z, x), scaled by `scale` and shifted by `offset`
+    o_ngp, d_ngp = batch["rays_o"].double().numpy(), batch["rays_d"].double().numpy()
+    points = (o_ngp[:, [2, 0, 1]] - offset) / scale + 0.7 * d_ngp[:, [2, 0, 1]]
+    view_ids, ix, iy = batch["view_ids"].numpy(), batch["px"].numpy(), batch["py"].numpy()
+    frac = np.empty((len(view_ids), 2))
+    for v in np.unique(view_ids):
+        f = meta[Path(frames[v].image_path).name]
+        sel = view_ids == v
+        u, w = project(
+            points[sel],
+            np.asarray(f["transform_matrix"]),
+            doc["fl_x"],
+            doc["fl_y"],
+            doc["cx"],
+            doc["cy"],
+            doc["k1"],
+            doc["k2"],
+            doc["p1"],
+            doc["p2"],
+        )
+        frac[sel] = np.stack([u - ix[sel], w - iy[sel]], axis=1)
+    tol = TOLERANCE_PX[dm.train_set.undistortion.enabled]
+    assert frac.min() > -tol and frac.max() < 1 + tol, (frac.min(), frac.max())
+    return frac
+
+
+@pytest.mark.parametrize("capture", ["scene", "pinhole_scene"])
+def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    scene = request.getfixturevalue(capture)
     dm = NeRFDataModule(path=str(scene), batch_size=512, cache_dir=str(tmp_path / "cache"))
     dm.setup("fit")
-    assert len(dm.train_set.frames) == 14 and len(dm.val_set.frames) == 2  # every 8th held out
-    assert dm.train_set.undistortion.enabled  # distorted capture: tabulated undistortion
+    n_views = 16 if capture == "scene" else 9
+    assert len(dm.train_set.frames) == n_views - len(range(0, n_views, 8))  # every 8th held out
+    assert dm.train_set.undistortion.enabled == (capture == "scene")
     dm._ensure_device(torch.device("cpu"))
     torch.manual_seed(0)
     b = dm.train_batch(512)
     assert b["rays_o"].shape == (512, 3) and b["rgb"].shape == (512, 3)
+    assert b["view_ids"].unique().numel() == len(dm.train_set.frames)  # every view drawn
+    assert b["px"].max() == W - 1 and b["py"].max() == H - 1  # both sides of the image drawn to the edge
     torch.testing.assert_close(b["rays_d"].norm(dim=-1), torch.ones(512))
-    # targets are the RGBA pixels composited over the batch's random background
-    rgba = dm.train_set.colors(b["view_ids"], b["px"], b["py"])
-    expected = rgba[:, :3] * rgba[:, 3:] + b["background"] * (1 - rgba[:, 3:])
-    torch.testing.assert_close(b["rgb"], expected)
-    assert (rgba[:, 3] < 1).any() and (rgba[:, 3] > 0).any()  # both object and background pixels drawn
-    # rays start at their camera centres
-    torch.testing.assert_close(b["rays_o"], dm.train_set.poses[b["view_ids"], :, 3])
+    # targets are the decoded pixels at [iy, ix], composited over the batch's random background
+    rgba = _decoded_pixels(dm, "train", b["view_ids"], b["px"], b["py"])
+    alpha = rgba[:, 3:]
+    expected = rgba[:, :3] * alpha + b["background"].double().numpy() * (1 - alpha)
+    np.testing.assert_allclose(b["rgb"].double().numpy(), expected, rtol=0, atol=1e-6)
+    assert (alpha < 1).any() and (alpha > 0).any()  # both object and background pixels drawn
+    # every ray goes through its own pixel, at a random position inside it (area-averaged targets)
+    frac = _assert_rays_land_in_their_pixels(scene, dm, "train", b)
+    assert frac.std(axis=0).min() > 0.2  # spread over the pixel, not through one fixed point
 
 
-def test_val_batch_is_a_whole_image_over_white(scene: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("capture", ["scene", "pinhole_scene"])
+def test_val_batch_is_a_whole_image_over_white(
+    capture: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    scene = request.getfixturevalue(capture)
     dm = NeRFDataModule(path=str(scene), cache_dir=str(tmp_path / "cache"))
     dm.setup("fit")
     dm._ensure_device(torch.device("cpu"))
     b = dm.val_batch(1)
-    assert (b["height"], b["width"]) == (20, 24) and b["rgb"].shape == (480, 3)
-    background_pixels = dm.val_set.colors(b["view_ids"], b["px"], b["py"])[:, 3] == 0
-    assert background_pixels.any()
-    torch.testing.assert_close(b["rgb"][background_pixels], torch.ones(int(background_pixels.sum()), 3))
+    assert (b["height"], b["width"]) == (H, W) and b["rgb"].shape == (H * W, 3)
+    # row-major over the image, targets over white from the decoded file
+    rows, cols = np.divmod(np.arange(H * W), W)
+    np.testing.assert_array_equal(b["py"].numpy(), rows)
+    np.testing.assert_array_equal(b["px"].numpy(), cols)
+    rgba = _decoded_pixels(dm, "val", b["view_ids"], b["px"], b["py"])
+    expected = rgba[:, :3] * rgba[:, 3:] + (1 - rgba[:, 3:])
+    np.testing.assert_allclose(b["rgb"].double().numpy(), expected, rtol=0, atol=1e-6)
+    assert (rgba[:, 3] == 0).any()
+    # validation rays go through the pixel centres
+    frac = _assert_rays_land_in_their_pixels(scene, dm, "val", b)
+    np.testing.assert_allclose(frac, 0.5, rtol=0, atol=TOLERANCE_PX[capture == "scene"])
+
+
+def test_device_move_leaves_no_tensor_behind(scene: Path, tmp_path: Path) -> None:
+    """After the move to the training device, every tensor the batches read lives there (meta device
+    stands in for a GPU); dtypes are unchanged."""
+    dm = NeRFDataModule(path=str(scene), cache_dir=str(tmp_path / "cache"))
+    dm.setup("fit")
+    before = {name: t.dtype for name, t in _tensors(dm)}
+    dm._ensure_device(torch.device("meta"))
+    after = dict(_tensors(dm))
+    assert set(after) == set(before) and len(after) > 10
+    stale = [name for name, t in after.items() if t.device.type != "meta"]
+    assert not stale, f"left on the CPU after the move: {stale}"
+    assert {name: t.dtype for name, t in after.items()} == before
+
+
+def _tensors(dm: NeRFDataModule):
+    """(name, tensor) of every tensor held by the data sets, their undistortion tables and the sampler."""
+    holders = {"train_set": dm.train_set, "val_set": dm.val_set}
+    holders.update({f"{k}.undistortion": v.undistortion for k, v in list(holders.items())})
+    for prefix, obj in holders.items():
+        for name, value in vars(obj).items():
+            if isinstance(value, torch.Tensor):
+                yield f"{prefix}.{name}", value
+    for name, value in dm.sampler.state_dict(keep_vars=True).items():
+        yield f"sampler.{name}", value
+    for name, value in vars(dm.sampler).items():
+        if isinstance(value, torch.Tensor):
+            yield f"sampler.{name}", value
 
 
 def test_unknown_sampler_name_is_a_clear_error() -> None:

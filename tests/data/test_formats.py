@@ -229,4 +229,4 @@ def test_real_fox_capture():
     lo, hi = np.array(cap.aabb[:3]), np.array(cap.aabb[3:])
     assert ((pos > lo) & (pos < hi)).all()
     # Correct NeRF->NGP conversion: the cameras look towards the unit cube centre.
-    assert _looks_at(frames, [0.5, 0.5, 0.5], 45.0).all()  # all within 16 degrees in fact
+    assert _looks_at(frames, [0.5, 0.5, 0.5], 20.0).all()  # every camera is within 16 degrees

@@ -11,7 +11,9 @@ from pathlib import Path
 import imageio.v3 as iio
 import numpy as np
 import pytest
+import torch
 
+from nerf_lightning.data import cameras, formats
 from nerf_lightning.data.synthetic import (
     DISTORTION,
     GENERATOR_VERSION,
@@ -307,9 +309,6 @@ def test_distorted_images_match_trace(distorted_capture: Path, scene: SyntheticS
 
 def test_loader_round_trip(distorted_capture: Path, scene: SyntheticScene) -> None:
     """Rays of the project's loader + camera model hit the scene where the generator's camera says."""
-    torch = pytest.importorskip("torch")
-    formats = pytest.importorskip("nerf_lightning.data.formats")
-    cameras = pytest.importorskip("nerf_lightning.data.cameras")
     doc = _json(distorted_capture)
     cap = formats.load_capture(distorted_capture, downscale=1, test_every=8)
     assert len(cap.train) + len(cap.val) == SMALL["n_views"] and len(cap.val) == 2

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 
 import pytest
 import torch
 
+from nerf_lightning.ops import OP_NAMES, get_ops
 from nerf_lightning.ops import reference as ref
 
 pytestmark = pytest.mark.cuda
@@ -26,6 +28,17 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU CI
 from nerf_lightning.ops import cuda as cu  # noqa: E402
 
 DEV = torch.device("cuda")
+#: functions ``ops/cuda.py`` takes from the reference as they are (documented there)
+REFERENCE_REUSED = {"cascade_of", "grid_cell_indices", "grid_occupancy", "accumulate_along_rays"}
+
+
+@pytest.fixture(autouse=True)
+def extension_loaded():
+    """Without the extension every ``cu.*`` call runs the reference, and each comparison below would
+    compare the reference with itself: fail instead of passing trivially."""
+    from nerf_lightning.ops import _ext
+
+    assert cu.is_available(), f"the CUDA extension did not load: {_ext.error()}"
 
 
 def poison() -> None:
@@ -210,16 +223,9 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp(min=1e-12))
 
 
-@pytest.fixture(params=["warp", "serial"])
-def render_kernels(request, monkeypatch):
-    """Both compositing kernel families: warp per ray (default) and thread per ray."""
-    monkeypatch.setenv("NERF_LIGHTNING_SERIAL_RENDER", "1" if request.param == "serial" else "0")
-    return request.param
-
-
 @pytest.mark.parametrize("n_rays", [0, 1, 500, 20_000])
 @pytest.mark.parametrize("with_info", [True, False])
-def test_render_weights_equal(n_rays, with_info, render_kernels):
+def test_render_weights_equal(n_rays, with_info):
     gen = torch.Generator(device=DEV).manual_seed(n_rays + 11)
     sig, t_s, t_e, ray_idx, info = random_packed(n_rays, gen)
     gw = torch.randn(sig.shape, generator=gen, device=DEV)
@@ -244,7 +250,7 @@ def test_render_weights_equal(n_rays, with_info, render_kernels):
 @pytest.mark.parametrize("n_rays", [0, 3, 4096])
 @pytest.mark.parametrize("background", [None, "vec", "rays"])
 @pytest.mark.parametrize("max_per_ray", [64, 700])
-def test_volume_render_equal(n_rays, background, max_per_ray, render_kernels):
+def test_volume_render_equal(n_rays, background, max_per_ray):
     gen = torch.Generator(device=DEV).manual_seed(n_rays * 3 + 1)
     sig, t_s, t_e, ray_idx, info = random_packed(n_rays, gen, max_per_ray)
     if max_per_ray > 64:
@@ -293,17 +299,82 @@ def test_volume_render_autocast_and_no_weight_grad():
         torch.testing.assert_close(out["rgb"], ref_out["rgb"], rtol=1e-5, atol=1e-5)
 
 
-def test_dispatcher_uses_cuda():
-    from nerf_lightning.ops import get_ops
+class _CountingModule:
+    """Proxy of the compiled extension that counts the calls into it."""
 
-    auto = get_ops("auto")
-    o = torch.rand(10, 3, device=DEV)
-    d = torch.nn.functional.normalize(torch.randn(10, 3, device=DEV), dim=-1)
-    box = torch.tensor([0.0, 0.0, 0.0, 1.0, 1.0, 1.0], device=DEV)
-    b = cu.ray_aabb_intersect(o, d, box)
-    for ops in (auto, get_ops("cuda")):
-        a = ops.ray_aabb_intersect(o, d, box)
-        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    def __init__(self, module, counts: Counter) -> None:
+        self._module, self._counts = module, counts
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._module, name)
+        if not callable(fn):
+            return fn
+
+        def counted(*args, **kwargs):
+            self._counts[name] += 1
+            return fn(*args, **kwargs)
+
+        return counted
+
+
+def _counted(fn, counts: Counter, name: str):
+    def wrapper(*args, **kwargs):
+        counts[name] += 1
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@pytest.mark.parametrize("backend", ["auto", "cuda"])
+def test_no_op_falls_back_to_the_reference(backend, monkeypatch):
+    """Occupancy updates, a training render (compaction, backward) and an eval render on CUDA through
+    ``get_ops(backend)``: every op runs the extension; no reference op or torch hash/SH encoding runs."""
+    from nerf_lightning.models import encoding as enc_mod
+    from nerf_lightning.models.field import NGPField
+    from nerf_lightning.render.occupancy import OccupancyGrid
+    from nerf_lightning.render.renderer import Renderer
+
+    ext_calls, cu_calls, ref_calls = Counter(), Counter(), Counter()
+    real_ext = cu._ext()
+    monkeypatch.setattr(cu, "_ext", lambda: _CountingModule(real_ext, ext_calls))
+    for name in (*OP_NAMES, "hash_encode", "sh_encode"):
+        monkeypatch.setattr(cu, name, _counted(getattr(cu, name), cu_calls, name))
+    for name in set(OP_NAMES) - REFERENCE_REUSED:
+        monkeypatch.setattr(ref, name, _counted(getattr(ref, name), ref_calls, name))
+    for name in ("hash_encode_torch", "hash_encode_fused", "sh_encode_torch"):
+        monkeypatch.setattr(enc_mod, name, _counted(getattr(enc_mod, name), ref_calls, name))
+
+    torch.manual_seed(0)
+    field = NGPField(aabb_scale=2, encoding=dict(n_levels=8, log2_hashmap_size=14, backend="cuda")).to(DEV)
+    grid = OccupancyGrid(aabb_scale=2, resolution=32, ops=backend).to(DEV)
+    grid.update(0, field.density)  # warm-up: every cell
+    grid.update(1000, field.density, threshold=0.0)  # sampled cells, among them occupied ones
+    renderer = Renderer(grid, ops_backend=backend)
+    gen = torch.Generator(device=DEV).manual_seed(1)
+    o, d = random_rays(1024, 3.0, gen)
+    bg = torch.rand(1024, 3, device=DEV, generator=gen)
+    out = renderer.render_rays(field, o, d, bg, jitter=True)
+    out["rgb"].square().sum().backward()
+    renderer.render_image(field, o, d, bg, chunk=300)
+    ops = get_ops(backend)
+    bits = ops.pack_bitfield(grid.binaries)
+    assert torch.equal(ops.unpack_bitfield(bits, grid.n_cascades, grid.resolution), grid.binaries)
+
+    assert not ref_calls, f"reference ops ran on CUDA tensors: {dict(ref_calls)}"
+    expected = {
+        "ray_aabb_intersect",
+        "march_rays",
+        "render_weights",
+        "volume_render",
+        "grid_cell_positions",
+        "grid_ema_update",
+        "pack_bitfield",
+        "unpack_bitfield",
+        "hash_encode",
+        "sh_encode",
+    }
+    assert expected <= set(cu_calls), f"never dispatched to ops.cuda: {expected - set(cu_calls)}"
+    assert sum(ext_calls.values()) >= len(expected), dict(ext_calls)
 
 
 def test_renderer_and_field_cuda_path_equals_torch_path():

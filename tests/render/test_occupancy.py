@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
+from nerf_lightning.models.module import _all_reduce_max
 from nerf_lightning.ops import reference as ref
 from nerf_lightning.render.occupancy import DEFAULT_THRESHOLD, OccupancyGrid
 
@@ -75,11 +79,20 @@ def test_post_warmup_sampling_and_decay() -> None:
     # per cascade: G^3/4 uniform cells + G^3/4 among the occupied ones (both cascades hold occupied cells)
     assert sum(counts) == 2 * 2 * (g**3 // 4)
     torch.testing.assert_close(grid.density_grid, before * 0.9)
-    # a cascade without occupied cells only gets the uniform samples
+    # a cascade without occupied cells only learns from its uniform samples
     grid.binaries[1] = False
-    counts.clear()
-    grid.update(301, zero_density, generator=torch.Generator().manual_seed(3))
-    assert sum(counts) == 2 * (g**3 // 4) + g**3 // 4
+    before = grid.density_grid.clone()
+
+    def one_density(p: torch.Tensor) -> torch.Tensor:
+        return torch.ones(p.shape[0])
+
+    grid.update(301, one_density, decay=0.5, generator=torch.Generator().manual_seed(3))
+    uniform = torch.Generator().manual_seed(3)  # the update draws its uniform cells first
+    cells = torch.randint(0, g**3, (2, g**3 // 4), generator=uniform)[1]
+    touched = torch.zeros(g**3, dtype=torch.bool)
+    touched[cells] = True
+    expected = torch.where(touched, torch.maximum(before[1] * 0.5, torch.ones(())), before[1] * 0.5)
+    torch.testing.assert_close(grid.density_grid[1], expected)
 
 
 def _camera_looking_at_centre(z: float = -2.0) -> torch.Tensor:
@@ -112,24 +125,95 @@ def test_mark_invisible_cells() -> None:
     assert torch.equal(grid.binaries.reshape(-1), seen)
 
 
-def test_sync_takes_the_max_over_ranks() -> None:
-    a = OccupancyGrid(resolution=8)
-    b = OccupancyGrid(resolution=8)
-    a.update(
-        0, sphere_density(centre=(0.3, 0.5, 0.5), radius=0.15), generator=torch.Generator().manual_seed(4)
-    )
-    b.update(
-        0, sphere_density(centre=(0.7, 0.5, 0.5), radius=0.15), generator=torch.Generator().manual_seed(5)
-    )
-    grid_a, grid_b = a.density_grid.clone(), b.density_grid.clone()
+def test_post_warmup_samples_half_of_its_cells_among_occupied_ones() -> None:
+    """After warm-up, about half of the sampled positions fall into occupied cells, however few they are
+    (uniform sampling would put ~1% there), and every occupied cell gets re-evaluated."""
+    g = 16
+    grid = OccupancyGrid(aabb_scale=1, resolution=g, ops="torch")
+    gen = torch.Generator().manual_seed(7)
+    occupied = torch.zeros(g, g, g, dtype=torch.bool)
+    cells = torch.randint(0, g, (40, 3), generator=gen)
+    occupied[cells[:, 0], cells[:, 1], cells[:, 2]] = True
+    grid.binaries.copy_(occupied[None])
+    grid.density_grid.copy_(torch.where(occupied.reshape(1, -1), 100.0, 0.0))
+    seen: list[torch.Tensor] = []
 
-    def fake_all_reduce(other: torch.Tensor):
-        return lambda t: t.copy_(torch.maximum(t, other))
+    def density(p: torch.Tensor) -> torch.Tensor:
+        seen.append(p)
+        return torch.full((p.shape[0],), 1e3)
 
-    a.sync_(fake_all_reduce(grid_b))
-    b.sync_(fake_all_reduce(grid_a))
-    assert torch.equal(a.density_grid, b.density_grid) and torch.equal(a.binaries, b.binaries)
-    torch.testing.assert_close(a.density_grid, torch.maximum(grid_a, grid_b))
-    # both spheres are occupied after the sync
-    x_occupied = a.binaries[0].any(dim=(1, 2))
-    assert x_occupied[2] and x_occupied[5] and not x_occupied[0]
+    grid.update(1000, density, warmup_steps=256, decay=0.5, generator=gen)
+    positions = torch.cat(seen)
+    # the cell of each position, computed here: aabb_scale 1 has one cascade over [0, 1]^3
+    ijk = (positions * g).floor().long()
+    assert ijk.min() >= 0 and ijk.max() < g
+    in_occupied = occupied[ijk[:, 0], ijk[:, 1], ijk[:, 2]].double().mean().item()
+    frac = occupied.double().mean().item()  # ~1%
+    assert in_occupied == pytest.approx(0.5 + 0.5 * frac, abs=0.06), (in_occupied, frac)
+    # all 40-odd occupied cells were sampled (the new value 1e3 replaced their decayed 100 * 0.5)
+    assert (grid.density_grid[0][occupied.reshape(-1)] == 1e3).all()
+
+
+def test_post_warmup_occupied_samples_stay_in_their_cascade() -> None:
+    """With several cascades, each cascade's occupied cells are the ones re-sampled (flat offsets)."""
+    g = 8
+    grid = OccupancyGrid(aabb_scale=4, resolution=g, ops="torch")  # 3 cascades
+    gen = torch.Generator().manual_seed(8)
+    occupied = torch.rand(3, g**3, generator=gen) < 0.02
+    occupied[:, 0] = True  # at least one per cascade
+    grid.binaries.copy_(occupied.view(3, g, g, g))
+    grid.density_grid.copy_(torch.where(occupied, 100.0, 0.0))
+    grid.update(1000, lambda p: torch.full((p.shape[0],), 1e3), warmup_steps=256, decay=0.5, generator=gen)
+    for c in range(3):
+        assert (grid.density_grid[c][occupied[c]] == 1e3).all(), f"cascade {c}: occupied cells not sampled"
+
+
+# ---------------------------------------------------------------------------------- distributed sync
+WORLD = 2
+
+
+def _sync_worker(rank: int, init_file: str, out_dir: str) -> None:
+    torch.set_num_threads(1)  # OpenMP's thread pool does not survive the fork
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    try:
+        grid = OccupancyGrid(aabb_scale=2, resolution=8, ops="torch")
+        gen = torch.Generator().manual_seed(100 + rank)
+        # each rank's own estimate: positive everywhere (so SUM and MAX differ in every cell) ...
+        grid.update(0, lambda p: 12.0 * torch.rand(p.shape[0], generator=gen), generator=gen)
+        # ... cells no camera sees (-1) on both ranks, and cells only one rank has not seen
+        grid.density_grid[:, :50] = -1.0
+        grid.density_grid[:, 50 + rank : 100 : 2] = -1.0
+        before = {k: v.clone() for k, v in grid.state_dict().items()}
+        grid.sync_(_all_reduce_max)
+        torch.save(
+            {"before": before, "after": grid.state_dict(), "threshold": grid.threshold},
+            Path(out_dir) / f"rank{rank}.pt",
+        )
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sync_all_reduces_the_max_over_two_gloo_ranks(tmp_path: Path) -> None:
+    """Two real processes call the module's own all-reduce through ``OccupancyGrid.sync_``; both end with
+    the element-wise max of the grids they started from and the occupancy of that max."""
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    # fork: the children inherit the imported torch (see tests/data/test_sampler_ddp.py)
+    mp.start_processes(
+        _sync_worker,
+        args=(str(tmp_path / "init"), str(tmp_path)),
+        nprocs=WORLD,
+        join=True,
+        start_method="fork",
+    )
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD))
+    a, b = r0["before"]["density_grid"], r1["before"]["density_grid"]
+    assert not torch.equal(a, b) and (a > 0).float().mean() > 0.5
+    expected = torch.maximum(a, b)
+    for r in (r0, r1):
+        assert torch.equal(r["after"]["density_grid"], expected)
+        assert torch.equal(r["after"]["binaries"], ref.grid_occupancy(expected, r["threshold"]))
+    # the cells one rank has not seen take the other rank's value; unseen by both stay -1
+    assert (expected[:, 50:100] >= 0).all() and (expected[:, :50] == -1).all()
+    # occupancy changed with the sync (it is recomputed, not left as each rank's own)
+    assert not torch.equal(r0["after"]["binaries"], r0["before"]["binaries"])

@@ -154,13 +154,54 @@ def test_render_image_equals_render_rays() -> None:
     assert not img["rgb"].requires_grad
 
 
-def test_renderer_deep_copies_and_moves_buffers_with_state_dict() -> None:
-    renderer = Renderer(OccupancyGrid(resolution=8, ops="torch"), ops_backend="torch")
+def test_renderer_deep_copy_owns_its_buffers() -> None:
+    field = BoxField()
+    grid = OccupancyGrid(resolution=16, ops="torch")
+    grid.update(0, field.density)
+    renderer = Renderer(grid, ops_backend="torch")
+    o, d = _axis_rays(3)
+    o[:, 0] = torch.tensor([0.3, 0.5, 0.6])
+    before = renderer.render_rays(field, o, d, torch.ones(3), jitter=False)["rgb"]
     clone = copy.deepcopy(renderer)
-    assert clone.ops is renderer.ops and clone.occupancy.ops is renderer.occupancy.ops
-    assert set(renderer.state_dict()) == {"occupancy.density_grid", "occupancy.binaries"}
+    state = {k: v.clone() for k, v in renderer.state_dict().items()}
+    assert set(state) == {"occupancy.density_grid", "occupancy.binaries"}
+    for k, v in clone.state_dict().items():
+        assert torch.equal(v, state[k]) and v.data_ptr() != renderer.state_dict()[k].data_ptr(), k
+    # editing the copy (an empty grid: nothing to march) leaves the original and its renders alone
+    clone.occupancy.binaries.zero_()
+    clone.occupancy.density_grid.fill_(-1.0)
+    for k, v in renderer.state_dict().items():
+        assert torch.equal(v, state[k]), k
+    torch.testing.assert_close(renderer.render_rays(field, o, d, torch.ones(3), jitter=False)["rgb"], before)
+    assert int(clone.render_rays(field, o, d, torch.ones(3), jitter=False)["n_samples"]) == 0
     with pytest.raises(ValueError, match="unknown ops backend"):
         Renderer(OccupancyGrid(resolution=8), ops_backend="nope")
+
+
+def test_renderer_state_dict_round_trip_and_move_keep_dtypes() -> None:
+    field = BoxField()
+    grid = OccupancyGrid(aabb_scale=2, resolution=16, ops="torch")
+    grid.update(0, field.density)
+    renderer = Renderer(grid, ops_backend="torch")
+    fresh = Renderer(OccupancyGrid(aabb_scale=2, resolution=16, ops="torch"), ops_backend="torch")
+    assert not torch.equal(fresh.occupancy.binaries, renderer.occupancy.binaries)
+    fresh.load_state_dict(renderer.state_dict())
+    g = torch.Generator().manual_seed(3)
+    o = torch.rand(64, 3, generator=g) * torch.tensor([1.0, 1.0, 0.0]) + torch.tensor([0.0, 0.0, -0.5])
+    d = torch.nn.functional.normalize(
+        torch.tensor([0.0, 0.0, 1.0]) + 0.2 * torch.randn(64, 3, generator=g), dim=-1
+    )
+    a = renderer.render_rays(field, o, d, None, jitter=False)
+    b = fresh.render_rays(field, o, d, None, jitter=False)
+    for k in ("rgb", "depth", "n_samples"):
+        assert torch.equal(a[k], b[k]), k
+    # .to() moves every tensor (the meta device stands in for a GPU) and keeps every dtype
+    dtypes = {k: v.dtype for k, v in renderer.state_dict().items()}
+    assert dtypes == {"occupancy.density_grid": torch.float32, "occupancy.binaries": torch.bool}
+    moved = copy.deepcopy(renderer).to("meta")
+    assert {k: v.dtype for k, v in moved.state_dict().items()} == dtypes
+    assert all(v.device.type == "meta" for v in moved.state_dict().values())
+    assert moved.occupancy.aabb.device.type == "meta"
 
 
 def test_compaction_keeps_outputs_and_gradients_and_drops_terminated_samples() -> None:

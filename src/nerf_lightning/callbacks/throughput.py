@@ -103,6 +103,13 @@ class ThroughputMonitor(L.Callback):
         self._mem_peak = 0.0
         self._gpu: _GpuCounters | None = None
         self._pbar: dict[str, float] = {}
+        #: the latest reading, for other consumers (the Prometheus exporter): its optimizer step (-1: none
+        #: yet), this rank's own window (``rays``, ``samples``, ``seconds``, ``steps``, ``gpu_util``,
+        #: ``mem_peak_gb``, ``mem_used_gb``; -1 = unknown; ``rays_seen``/``samples_seen`` since the
+        #: start) and the logged metrics over all ranks (``perf/rays_per_s``, ...).
+        self.latest_step = -1
+        self.latest_local: dict[str, float] = {}
+        self.latest: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------ helpers
     @staticmethod
@@ -128,17 +135,21 @@ class ThroughputMonitor(L.Callback):
     # --------------------------------------------------------------------------- the clock
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._gpu = _GpuCounters(trainer.strategy.root_device)
-        self._steps_at_start = trainer.global_step
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Not in on_fit_start: a resumed run restores its global step only after that hook.
+        self._steps = self._steps_at_start = trainer.global_step
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._sync(trainer)
         self._t0 = time.perf_counter()
         self._open_window(trainer, pl_module)
 
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # A run resumed from a checkpoint taken inside an epoch (or at its last batch) gets no
-        # on_train_epoch_start for that epoch: start the clock here (a fresh run restarts it there).
-        self.on_train_epoch_start(trainer, pl_module)
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # A run resumed mid-epoch (SLURM requeue, a crash) gets no on_train_epoch_start: start here.
+        if self._t0 is None:
+            self.on_train_epoch_start(trainer, pl_module)
 
     def _stop_clock(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._t0 is None:
@@ -204,6 +215,12 @@ class ThroughputMonitor(L.Callback):
         self._window = (now, rays, samples, step)
         record = self._gather(trainer, local).cpu()  # [W, _K]
         metrics = self._window_metrics(record)
+        self.latest_step, self.latest = step, metrics
+        self.latest_local = {
+            "rays": rays - rays0, "samples": samples - samples0, "seconds": now - t0,
+            "steps": float(step - step0), "gpu_util": util, "mem_peak_gb": peak, "mem_used_gb": used,
+            "rays_seen": rays, "samples_seen": samples,
+        }
         if metrics.get("gpu/utilization", -1.0) >= 0:
             self._util.append(metrics["gpu/utilization"])
         self._mem_peak = max(self._mem_peak, metrics.get("gpu/mem_peak_gb", 0.0))
@@ -214,10 +231,13 @@ class ThroughputMonitor(L.Callback):
                       "ms/step": metrics["perf/step_time_ms"]}
         if "gpu/utilization" in metrics:
             self._pbar["gpu%"] = metrics["gpu/utilization"]
-        if self.prog_bar:
-            # Only at readings: the bar keeps the last value (Lightning updates, never clears, its dict)
-            # and a progress-bar metric logged every step would cost a host sync every step.
-            pl_module.log_dict(self._pbar, prog_bar=True, logger=False, on_step=True, on_epoch=False)
+
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """The latest reading as plain floats, for ``callbacks.progress.ProgressBar``.
+
+        Not logged through ``LightningModule.log(prog_bar=True)``: Lightning stores logged values as
+        device tensors and reads them back at every refresh of the bar, a host sync each time."""
+        return dict(self._pbar) if self.prog_bar else {}
 
     def _window_metrics(self, record: torch.Tensor) -> dict[str, float]:
         """Metrics of one window from the gathered per-rank record ``[W, _K]`` (float64, host)."""

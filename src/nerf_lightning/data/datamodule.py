@@ -37,15 +37,23 @@ log = logging.getLogger(__name__)
 VAL_SPLITS = ("val", "test", "auto", "train")
 
 
+BATCH_SCALINGS = ("per_device", "global", "throughput")
+#: A validation "view" index for a rank without a held-out view of its own.
+NO_VIEW = -1
+
+
 class _StepIndices(IterableDataset):
-    """Yields ``steps_per_epoch`` step numbers: a training "batch" is just a request for rays."""
+    """Yields ``steps_per_epoch`` step numbers: a training "batch" is just a request for rays.
+
+    Plain ints, not tensors: Lightning copies tensor batches to the device, and a host->device copy
+    from pageable memory waits for the GPU's queue to drain, a host sync every step.
+    """
 
     def __init__(self, steps_per_epoch: int) -> None:
         self.steps_per_epoch = steps_per_epoch
 
-    def __iter__(self) -> Iterator[Tensor]:
-        for i in range(self.steps_per_epoch):
-            yield torch.tensor(i)
+    def __iter__(self) -> Iterator[int]:
+        yield from range(self.steps_per_epoch)
 
     def __len__(self) -> int:
         return self.steps_per_epoch
@@ -68,14 +76,16 @@ class _StepLoader(DataLoader):
 
 
 class _ViewIndices(Dataset):
-    def __init__(self, n_views: int) -> None:
-        self.n_views = n_views
+    """The held-out views one process renders."""
+
+    def __init__(self, views: list[int]) -> None:
+        self.views = views
 
     def __len__(self) -> int:
-        return self.n_views
+        return len(self.views)
 
-    def __getitem__(self, i: int) -> Tensor:
-        return torch.tensor(i)
+    def __getitem__(self, i: int) -> int:
+        return self.views[i]
 
 
 class _ViewSet:
@@ -151,6 +161,15 @@ class NeRFDataModule(L.LightningDataModule):
         val_split: which frames validation renders: ``val`` (the held-out views; the test split when
             the capture has no val split), ``test`` (the test split; an error when there is none),
             ``auto`` (test split if there is one, else ``val``), ``train`` (the training views).
+        batch_scaling: how ``batch_size`` (and the model's sample budget) is read with several
+            processes: ``per_device`` (each rank draws ``batch_size`` rays: the global batch grows
+            with the number of ranks, the learning rate stays), ``global`` (each rank draws
+            ``batch_size / world_size``: the same global batch, and steps, as one GPU) or
+            ``throughput`` (``per_device`` in total, split between ranks in proportion to their
+            measured speed, see ``callbacks/load_balance.py``).
+        cuda_graph: ``auto`` (on a GPU, draw each training batch by replaying a CUDA graph: one
+            launch instead of ~40, the batch lands in the same buffers every step), ``true`` or
+            ``false``.
         image_workers / cache_dir: parallel decoding and the uint8 image cache.
     """
 
@@ -171,8 +190,19 @@ class NeRFDataModule(L.LightningDataModule):
         scene_root: str = "outputs/scenes",
         camera_model: str | None = None,
         val_split: str = "val",
+        batch_scaling: str = "per_device",
+        cuda_graph: bool | str = "auto",
     ) -> None:
         super().__init__()
+        if batch_scaling not in BATCH_SCALINGS:
+            raise ValueError(f"data.batch_scaling must be one of {BATCH_SCALINGS}, got {batch_scaling!r}")
+        self.batch_scaling = batch_scaling
+        #: this rank's share of the work under batch_scaling=throughput (mean 1 over ranks)
+        self.work_scale = 1.0
+        if cuda_graph not in (True, False, "auto"):
+            raise ValueError(f"data.cuda_graph must be true, false or auto, got {cuda_graph!r}")
+        self.cuda_graph = cuda_graph
+        self._batch_graphs: dict[int, tuple[torch.cuda.CUDAGraph, dict[str, Any]] | None] = {}
         self.path = path
         self.format = format
         self.downscale = int(downscale)
@@ -271,8 +301,17 @@ class NeRFDataModule(L.LightningDataModule):
         )
 
     def val_dataloader(self) -> DataLoader:
+        """Each held-out view exactly once over all ranks: rank r renders views r, r + W, ...
+
+        (Lightning's DistributedSampler would pad the list to a multiple of the world size and count
+        some views twice; ``trainer.use_distributed_sampler`` is off.)"""
         n = len(self.val_set.frames) if self.val_set is not None else 0
-        return DataLoader(_ViewIndices(n), batch_size=None, num_workers=0, generator=torch.Generator())
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        views = list(range(rank, n, world))
+        if not views and world > 1 and n > 0:
+            views = [NO_VIEW]  # more ranks than views: this rank takes part in the metric sync only
+        return DataLoader(_ViewIndices(views), batch_size=None, num_workers=0, generator=torch.Generator())
 
     # -------------------------------------------------------------------------- device batches
     def _ensure_device(self, device: torch.device) -> None:
@@ -286,12 +325,63 @@ class NeRFDataModule(L.LightningDataModule):
         self._device = device
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:
-        device = batch.device if isinstance(batch, Tensor) else torch.device("cpu")
-        self._ensure_device(device)
         trainer = self.trainer
+        if isinstance(batch, Tensor):
+            device = batch.device
+        else:
+            device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+        self._ensure_device(device)
         if trainer is not None and trainer.training:
-            return self.train_batch(self.batch_size)
+            n_rays = self.rays_per_step()
+            if device.type == "cuda" and self.cuda_graph is not False:
+                return self._replay_train_batch(n_rays)
+            return self.train_batch(n_rays)
         return self.val_batch(int(batch))
+
+    def rays_per_step(self) -> int:
+        """This rank's rays per step: ``batch_size`` as ``batch_scaling`` and ``work_scale`` say
+        (scaled sizes are multiples of 1/64 of the batch, so that batch graphs are captured for at
+        most ~100 distinct sizes)."""
+        n = self.batch_size
+        world = self.trainer.world_size if self.trainer is not None else 1
+        if self.batch_scaling == "global":
+            n = max(1, n // world)
+        if self.work_scale != 1.0:
+            quantum = max(1, n // 64)
+            n = max(quantum, int(round(n * self.work_scale / quantum)) * quantum)
+        return n
+
+    def _replay_train_batch(self, n_rays: int) -> dict[str, Any]:
+        """:meth:`train_batch` replayed from a CUDA graph captured on first use (per ray count).
+
+        The returned tensors are the graph's static outputs: the next replay overwrites them, so a
+        step must consume its batch before asking for the next one (the training loop does)."""
+        if n_rays not in self._batch_graphs:
+            self._batch_graphs[n_rays] = self._capture_train_batch(n_rays)
+        entry = self._batch_graphs[n_rays]
+        if entry is None:
+            return self.train_batch(n_rays)
+        graph, batch = entry
+        graph.replay()
+        return batch
+
+    def _capture_train_batch(self, n_rays: int) -> tuple[torch.cuda.CUDAGraph, dict[str, Any]] | None:
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up off the capture (allocator, lazy init)
+                for _ in range(2):
+                    self.train_batch(n_rays)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                batch = self.train_batch(n_rays)
+            return graph, batch
+        except Exception as err:  # noqa: BLE001 - an uncapturable sampler still trains, eagerly
+            if self.cuda_graph is True:
+                raise
+            log.warning("data.cuda_graph=auto: drawing batches eagerly (capture failed: %s)", err)
+            return None
 
     def train_batch(self, n_rays: int) -> dict[str, Any]:
         """Draw ``n_rays`` training rays on the data's device (no host sync)."""
@@ -309,7 +399,11 @@ class NeRFDataModule(L.LightningDataModule):
         return ts.batch(view_ids, ix, iy, px, py, background)
 
     def val_batch(self, view: int) -> dict[str, Any]:
-        """All pixels of held-out view ``view`` (row-major), composited over the eval background."""
+        """All pixels of held-out view ``view`` (row-major), composited over the eval background.
+
+        ``view == NO_VIEW`` gives ``{"view": NO_VIEW}``: nothing to render (see ``val_dataloader``)."""
+        if view == NO_VIEW:
+            return {"view": NO_VIEW}
         vs = self.val_set
         assert vs is not None
         device = vs.pixels.device

@@ -209,12 +209,15 @@ class RaySampler(torch.nn.Module):
         py = torch.minimum(y0 + (u[2] * (y1 - y0)).long(), y1 - 1)
         return view_ids, px, py
 
-    def update(self, view_ids: Tensor, px: Tensor, py: Tensor, losses: Tensor) -> None:
+    def update(
+        self, view_ids: Tensor, px: Tensor, py: Tensor, losses: Tensor, valid: Tensor | None = None
+    ) -> None:
         """Accumulate per-ray losses (no-op for samplers without statistics).
 
         Args:
             view_ids, px, py: int64 [n], as returned by :meth:`sample`.
             losses: float [n], detached per-ray loss.
+            valid: bool [n] or None; rays left out of the step (a sample budget) are not counted.
         """
 
     def step(self, global_step: int) -> None:
@@ -350,13 +353,16 @@ class LossWeightedRaySampler(RaySampler):
         self._acc_cnt = torch.zeros(v * c, dtype=torch.int64, device=dev)
 
     @torch.no_grad()
-    def update(self, view_ids: Tensor, px: Tensor, py: Tensor, losses: Tensor) -> None:
+    def update(
+        self, view_ids: Tensor, px: Tensor, py: Tensor, losses: Tensor, valid: Tensor | None = None
+    ) -> None:
         """Scatter-add per-ray losses into the (view, cell) accumulators; no host synchronization.
 
         Args:
             view_ids: int64 [n] view of each ray.
             px, py: int64 [n] pixel column / row (used by the error map).
             losses: float [n] per-ray loss (any float dtype; detached here).
+            valid: bool [n] or None; rays with ``valid`` False add neither loss nor count.
         """
         n = view_ids.shape
         if view_ids.ndim != 1 or px.shape != n or py.shape != n or losses.shape != n:
@@ -369,8 +375,13 @@ class LossWeightedRaySampler(RaySampler):
             idx = self._cell_index(view_ids, px.to(dev, torch.int64), py.to(dev, torch.int64))
         else:
             idx = view_ids
-        self._acc_sum.index_add_(0, idx, losses.detach().to(dev, torch.float32))
-        self._acc_cnt.index_add_(0, idx, torch.ones_like(idx))
+        losses = losses.detach().to(dev, torch.float32)
+        ones = torch.ones_like(idx)
+        if valid is not None:
+            valid = valid.to(dev)
+            losses, ones = losses * valid, ones * valid
+        self._acc_sum.index_add_(0, idx, losses)
+        self._acc_cnt.index_add_(0, idx, ones)
 
     @torch.no_grad()
     def step(self, global_step: int) -> None:

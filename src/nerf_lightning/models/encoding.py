@@ -27,21 +27,17 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
+from nerf_lightning.ops.encoding_reference import hash_encode_torch, sh_encode_torch
 from nerf_lightning.ops.hashgrid_torch import LevelTables, hash_encode_fused
 
 log = logging.getLogger(__name__)
 
 HASH_BACKENDS = ("auto", "cuda", "tcnn", "torch")
-
-# tiny-cuda-nn coherent_prime_hash primes (first dimension multiplied by 1).
-_PRIMES = (1, 2654435761, 805459861)
-_MASK32 = 0xFFFFFFFF
 
 _warned: set[str] = set()
 
@@ -70,64 +66,6 @@ def _cuda_ext_available() -> bool:
     except Exception:  # never let the fast path break the model
         return False
     return bool(cuda_ops.is_available())
-
-
-def _corner_bits(device: torch.device) -> torch.Tensor:
-    """[8, 3] int64 corner offsets; corner c has bit d of c as offset along dim d (tcnn order)."""
-    c = torch.arange(8, device=device)
-    return torch.stack([(c >> d) & 1 for d in range(3)], dim=-1)
-
-
-def hash_encode_torch(
-    x: torch.Tensor,
-    params: torch.Tensor,
-    scales: Sequence[float],
-    resolutions: Sequence[int],
-    offsets: Sequence[int],
-) -> torch.Tensor:
-    """Reference multiresolution hash encoding (vectorized over points; loop over levels only).
-
-    Args:
-        x: [N, 3] positions in [0, 1]^3 (float; not clamped: outside points wrap like tcnn's uint32).
-        params: [sum_l T_l, F] feature table (float16 / float32 / float64).
-        scales: per level ``scale_l`` (float32-representable; applied in the compute dtype).
-        resolutions: per level ``res_l``.
-        offsets: [L + 1] cumulative row offsets of the levels in ``params``.
-
-    Returns:
-        [N, L * F], level-major; float64 if params are float64, else float32.
-    """
-    if x.ndim != 2 or x.shape[-1] != 3:
-        raise ValueError(f"hash encoding expects positions of shape [N, 3], got {tuple(x.shape)}")
-    cdtype = torch.float64 if params.dtype == torch.float64 else torch.float32
-    xc = x.to(cdtype)
-    n_levels = len(scales)
-    n_feat = params.shape[1]
-    bits = _corner_bits(x.device)  # [8, 3]
-    primes = torch.tensor(_PRIMES, dtype=torch.int64, device=x.device)
-    outs = []
-    for lvl in range(n_levels):
-        res = int(resolutions[lvl])
-        size = int(offsets[lvl + 1] - offsets[lvl])
-        # Two roundings (mul, then add), exactly like the CUDA kernel (which avoids fma contraction).
-        pos = xc * torch.tensor(scales[lvl], dtype=cdtype, device=x.device) + 0.5
-        p0f = torch.floor(pos)
-        w = pos - p0f  # [N, 3]
-        corners = p0f.to(torch.int64)[:, None, :] + bits[None]  # [N, 8, 3]
-        if res**3 <= size:  # dense level: plain row-major index (x fastest)
-            idx = corners[..., 0] + corners[..., 1] * res + corners[..., 2] * (res * res)
-        else:  # hashed level: uint32 products and xor
-            hp = (corners * primes) & _MASK32
-            idx = hp[..., 0] ^ hp[..., 1] ^ hp[..., 2]
-        idx = (idx & _MASK32) % size + int(offsets[lvl])  # [N, 8]
-        wsel = torch.where(bits[None].bool(), w[:, None, :], 1.0 - w[:, None, :])  # [N, 8, 3]
-        wc = wsel[..., 0] * wsel[..., 1] * wsel[..., 2]  # [N, 8]
-        feats = params[idx].to(cdtype)  # [N, 8, F]
-        outs.append((wc[..., None] * feats).sum(dim=1))  # [N, F]
-    if n_levels == 0:
-        return x.new_zeros((x.shape[0], 0), dtype=cdtype)
-    out = torch.stack(outs, dim=1)  # [N, L, F]
-    return out.reshape(x.shape[0], n_levels * n_feat)
 
 
 class HashEncoding(nn.Module):
@@ -296,51 +234,6 @@ class HashEncoding(nn.Module):
         enc._parameters["params"] = self.params.reshape(-1)
         out = enc(x.float().contiguous())
         return out.float()
-
-
-# -------------------------------------------------------------------------- spherical harmonics
-# tiny-cuda-nn encodings/spherical_harmonics.h, degree <= 4 (real SH, Condon-Shortley phase).
-_C0 = 0.28209479177387814
-_C1 = 0.48860251190291987
-_C2 = (1.0925484305920792, 0.94617469575755997, 0.31539156525251999, 0.54627421529603959)
-_C3 = (0.59004358992664352, 2.8906114426405538, 0.45704579946446572, 0.3731763325901154, 1.4453057213202769)
-
-
-def sh_encode_torch(d: torch.Tensor, degree: int = 4) -> torch.Tensor:
-    """Real spherical harmonics of unit directions, tcnn order and signs.
-
-    Args:
-        d: [N, 3] unit directions (float).
-        degree: 1..4 (number of bands).
-
-    Returns:
-        [N, degree^2] in d's dtype.
-    """
-    x, y, z = d.unbind(-1)
-    out = [torch.full_like(x, _C0)]
-    if degree > 1:
-        out += [-_C1 * y, _C1 * z, -_C1 * x]
-    if degree > 2:
-        xx, yy, zz = x * x, y * y, z * z
-        xy, yz, xz = x * y, y * z, x * z
-        out += [
-            _C2[0] * xy,
-            -_C2[0] * yz,
-            _C2[1] * zz - _C2[2],
-            -_C2[0] * xz,
-            _C2[3] * xx - _C2[3] * yy,
-        ]
-    if degree > 3:
-        out += [
-            _C3[0] * y * (-3.0 * xx + yy),
-            _C3[1] * xy * z,
-            _C3[2] * y * (1.0 - 5.0 * zz),
-            _C3[3] * z * (5.0 * zz - 3.0),
-            _C3[2] * x * (1.0 - 5.0 * zz),
-            _C3[4] * z * (xx - yy),
-            _C3[0] * x * (-xx + 3.0 * yy),
-        ]
-    return torch.stack(out, dim=-1)
 
 
 class SHEncoding(nn.Module):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +13,19 @@ import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
 from nerf_lightning.models.field import NGPField
+from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
 from nerf_lightning.render.occupancy import OccupancyGrid
 from nerf_lightning.render.renderer import Renderer
+from nerf_lightning.utils.distributed import throttle_sigterm_broadcast
 
 log = logging.getLogger(__name__)
+
+#: Under data.batch_scaling=throughput a rank may take up to this many times its even share.
+THROUGHPUT_HEADROOM = 1.5
 
 
 class NeRFModule(L.LightningModule):
@@ -42,6 +48,20 @@ class NeRFModule(L.LightningModule):
         compact_samples: drop samples behind the early-termination point before the differentiable
             pass (see ``Renderer``).
         loss: ``huber`` (instant-ngp's NeRF default, delta 0.1) or ``mse``.
+        sample_budget: samples per training step in the differentiable pass (instant-ngp: 2^18);
+            the number of rays adapts to it (at most the batch's ``data.batch_size`` ray slots) and
+            every shape of the step is static (``models/train_step.py``). ``None``: a fixed number
+            of rays per step (``data.batch_size``) with data-dependent shapes (the CPU preset).
+        march_budget: sample slots of the marching / no-grad density pass (default 4x
+            ``sample_budget``).
+        n_rays_init: rays marched in the first step under a sample budget.
+        cuda_graph: ``auto`` (capture the budgeted step as CUDA graphs on a GPU, except under FSDP,
+            whose parameters are re-gathered every step), ``true`` or ``false``.
+        jitter: shift each training ray's first sample by a random fraction of a step (off only for
+            deterministic comparisons).
+        sigterm_check_every: under DDP/FSDP, Lightning checks every step whether a rank received
+            SIGTERM, with a broadcast and a host sync; this runs it every N optimizer steps instead
+            (a SIGTERM is then honoured within N steps).
         val_chunk: rays per chunk when rendering validation images.
         ops_backend: ``auto | cuda | torch`` for the ray ops.
         save_val_images: write ``val/view{v}_step{s}.png`` (GT | prediction | depth | error).
@@ -66,14 +86,20 @@ class NeRFModule(L.LightningModule):
         compact_samples: bool = True,
         loss: str = "huber",
         huber_delta: float = 0.1,
+        sample_budget: int | None = None,
+        march_budget: int | None = None,
+        n_rays_init: int = 4096,
+        cuda_graph: bool | str = "auto",
+        jitter: bool = True,
+        sigterm_check_every: int = 100,
         val_chunk: int = 1 << 15,
         ops_backend: str = "auto",
         save_val_images: bool = True,
     ) -> None:
         super().__init__()
-        # Only plain values go into the checkpoint (it loads with torch.load(weights_only=True)); the
-        # factories are rebuilt from the run's resolved config (see callbacks/checkpointing.py).
-        self.save_hyperparameters(ignore=["field", "optimizer", "scheduler"], logger=False)
+        # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
+        # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
+        self.save_hyperparameters(logger=False, ignore=["field", "optimizer", "scheduler"])
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
@@ -88,6 +114,24 @@ class NeRFModule(L.LightningModule):
             compact_samples=compact_samples,
             ops_backend=ops_backend,
         )
+        if cuda_graph not in (True, False, "auto"):
+            raise ValueError(f"model.cuda_graph must be true, false or auto, got {cuda_graph!r}")
+        step = None
+        if sample_budget is not None:
+            step = FixedBudgetStep(
+                self.field,
+                self.renderer,
+                self._loss,
+                sample_budget=sample_budget,
+                march_budget=march_budget or 4 * sample_budget,
+                n_rays_init=n_rays_init,
+                jitter=jitter,
+            )
+        # Not a registered submodule: it shares the field and renderer, which must appear once in
+        # the state dict and the parameter list.
+        self.train_step_fn: nn.Module | None
+        object.__setattr__(self, "train_step_fn", step)
+        self._graphed = False
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.val_psnr = PeakSignalNoiseRatio(data_range=1.0)
@@ -106,6 +150,11 @@ class NeRFModule(L.LightningModule):
         # Same initial weights everywhere (the strategy broadcasts them), different rays per rank.
         seed = torch.initial_seed() % (2**31)
         torch.manual_seed(seed + 1000 * self.global_rank)
+        if self.train_step_fn is not None:
+            self.train_step_fn.to(self.device)  # its own buffers (n_active); not a registered child
+            self._scale_budget_to_ranks()
+        if self.trainer.world_size > 1:
+            throttle_sigterm_broadcast(self.trainer, every_n_steps=self.hparams.sigterm_check_every)
         dm = self.trainer.datamodule
         ts = getattr(dm, "train_set", None)
         if ts is not None and self.global_step == 0:
@@ -116,6 +165,26 @@ class NeRFModule(L.LightningModule):
                 ts.heights.to(self.device),
             )
 
+    def _scale_budget_to_ranks(self) -> None:
+        """Per-rank sample budget for ``data.batch_scaling`` (before the step is captured)."""
+        if self._graphed:
+            return
+        scaling = getattr(self.trainer.datamodule, "batch_scaling", "per_device")
+        if scaling == "global":
+            self.train_step_fn.set_capacity_scale(1.0 / self.trainer.world_size)
+        elif scaling == "throughput":
+            self.train_step_fn.set_capacity_scale(THROUGHPUT_HEADROOM, 1.0 / THROUGHPUT_HEADROOM)
+        else:
+            self.train_step_fn.set_capacity_scale(1.0)
+
+    def set_work_scale(self, scale: float) -> None:
+        """This rank's share of the work (mean 1 over the ranks) under ``data.batch_scaling=throughput``:
+        the fraction of the sample budget its ray count aims at, or its rays per step."""
+        if self.train_step_fn is not None:
+            self.train_step_fn.target_fraction.fill_(min(scale, THROUGHPUT_HEADROOM) / THROUGHPUT_HEADROOM)
+        else:
+            self.trainer.datamodule.work_scale = float(scale)
+
     def _loss(self, pred: Tensor, target: Tensor) -> Tensor:
         """Per-ray loss [R]."""
         if self.hparams.loss == "mse":
@@ -123,8 +192,10 @@ class NeRFModule(L.LightningModule):
         return F.huber_loss(pred, target, reduction="none", delta=self.hparams.huber_delta).mean(dim=-1)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        if self.train_step_fn is not None:
+            return self._budgeted_training_step(batch)
         out = self.renderer.render_rays(
-            self.field, batch["rays_o"], batch["rays_d"], batch["background"], jitter=True
+            self.field, batch["rays_o"], batch["rays_d"], batch["background"], jitter=self.hparams.jitter
         )
         per_ray = self._loss(out["rgb"], batch["rgb"])
         loss = per_ray.mean()
@@ -133,12 +204,51 @@ class NeRFModule(L.LightningModule):
             sampler.update(batch["view_ids"], batch["px"], batch["py"], per_ray.detach())
         self.rays_seen += per_ray.shape[0]
         self.samples_seen += out["n_samples"].detach().to(torch.float64)
-        with torch.no_grad():
+        if self._logging_step():
             mse = ((out["rgb"].detach() - batch["rgb"]) ** 2).mean()
-        # Logged tensors are read by the logger every `log_every_n_steps`, not synchronized here.
-        self.log("train/loss", loss)
-        self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)))
+            self.log("train/loss", loss.detach())
+            self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)))
         return loss
+
+    def _budgeted_training_step(self, batch: dict[str, Any]) -> Tensor:
+        args = (batch["rays_o"], batch["rays_d"], batch["rgb"], batch["background"])
+        step = self.train_step_fn
+        if not self._graphed and self._use_cuda_graph():
+            step = capture(step, args, self.trainer.precision)
+            object.__setattr__(self, "train_step_fn", step)
+            self._graphed = True
+        with autocast_for(self.trainer.precision) if self._graphed else nullcontext():
+            loss, per_ray, valid, stats = step(*args)
+        sampler = getattr(self.trainer.datamodule, "sampler", None)
+        if sampler is not None:
+            sampler.update(batch["view_ids"], batch["px"], batch["py"], per_ray, valid=valid)
+        self.rays_seen += stats[0]
+        self.samples_seen += stats[1]
+        if self._logging_step():
+            mse = stats[3] / stats[0].clamp_min(1.0)
+            self.log("train/loss", loss.detach())
+            self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)).float())
+            self.log("train/rays_per_step", stats[0].float())
+        return loss
+
+    def _logging_step(self) -> bool:
+        """Whether the loggers write this step. ``self.log`` costs a host->device copy (a sync)
+        per call in Lightning, so the hot path logs only on the steps that are written."""
+        connector = getattr(self.trainer, "_logger_connector", None)
+        return bool(getattr(connector, "should_update_logs", True))
+
+    def _use_cuda_graph(self) -> bool:
+        mode = self.hparams.cuda_graph
+        if mode is False or self.device.type != "cuda":
+            return False
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        return not isinstance(self.trainer.strategy, FSDPStrategy)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        # Graph replays write gradients into static buffers that autograd adds to `.grad`: keep the
+        # `.grad` tensors (zeroed in place) so that they never alias those buffers.
+        optimizer.zero_grad(set_to_none=not self._graphed)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if (batch_idx + 1) % self.trainer.accumulate_grad_batches != 0:
@@ -149,18 +259,38 @@ class NeRFModule(L.LightningModule):
             sampler.step(step)
         hp = self.hparams
         if step % hp.grid_update_every == 0:
-            self.occupancy.update(
-                step,
-                self.field.density,
-                warmup_steps=hp.grid_warmup_steps,
-                decay=hp.grid_decay,
-                threshold=hp.grid_threshold,
-            )
+            with self._full_parameters():
+                self.occupancy.update(
+                    step,
+                    self.field.density,
+                    warmup_steps=hp.grid_warmup_steps,
+                    decay=hp.grid_decay,
+                    threshold=hp.grid_threshold,
+                )
             if self.trainer.world_size > 1:
                 self.occupancy.sync_(_all_reduce_max)
 
+    def _full_parameters(self) -> Any:
+        """A context in which the field holds its whole hash table.
+
+        FSDP keeps only this rank's shard of each parameter between forward passes; the occupancy
+        update evaluates the field outside one, so the table is gathered for it (every rank takes
+        part: the update runs on the same steps everywhere)."""
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        strategy = self.trainer.strategy
+        if not isinstance(strategy, FSDPStrategy):
+            return nullcontext()
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel.summon_full_params(strategy.model, writeback=False)
+
     # -------------------------------------------------------------------------- validation
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor] | None:
+        if batch["view"] < 0:  # a rank without a view of its own: log (sync) the metrics only
+            self.log("val/psnr", self.val_psnr, prog_bar=True, batch_size=1)
+            self.log("val/ssim", self.val_ssim, batch_size=1)
+            return None
         h, w = batch["height"], batch["width"]
         out = self.renderer.render_image(
             self.field, batch["rays_o"], batch["rays_d"], batch["background"], chunk=self.hparams.val_chunk

@@ -1,4 +1,4 @@
-"""Ray ops: one contract (``notes/OPS_SPEC.md``), two backends.
+"""Ray ops: one contract (the docstrings of ``ops/reference.py``), two backends.
 
 ``reference`` is pure PyTorch (any device, the test oracle); ``cuda`` (``ops/cuda.py``, optional)
 wraps the CUDA extension with the same function names and signatures. :func:`get_ops` picks one:
@@ -38,6 +38,8 @@ OP_NAMES = (
     "pack_bitfield",
     "unpack_bitfield",
     "march_rays",
+    "march_rays_fixed",
+    "repack",
     "render_weights",
     "accumulate_along_rays",
     "volume_render",

@@ -15,10 +15,14 @@ call. Differences from the reference, all within float rounding:
   reference functions (a few fused torch kernels already; not on the hot path or already one
   ``index_add``).
 
+- ``march_rays_fixed``: one count pass, a device cumsum and one fill pass into the caller's
+  capacity: no host sync, so it can run inside a CUDA graph; ``repack`` is the reference function
+  (a few sync-free torch kernels).
+
 Kernel shapes: marching and compositing run one warp per ray (32 candidates / samples per step,
-warp ballots and float64 warp scans), the hash encoding one thread per (point, level). Switches for
-cross-checks and benchmarks (same results): ``NERF_LIGHTNING_SERIAL_RENDER=1`` (thread-per-ray
-compositing kernels), ``NERF_LIGHTNING_HASH_ORDER=level`` (level-major thread order).
+warp ballots and float64 warp scans), the hash encoding one thread per (point, level).
+``NERF_LIGHTNING_HASH_ORDER=level`` switches the hash kernels to a level-major thread order (same
+results; a benchmark switch).
 
 Autograd functions use ``torch.amp.custom_fwd/custom_bwd(device_type="cuda")``: under autocast
 (16-mixed, bf16-mixed) compositing inputs are cast to float32; the hash encoding keeps fp16/fp32
@@ -35,6 +39,7 @@ from torch import Tensor
 
 from . import reference as _ref
 from ._ext import load as _load
+from .encoding_reference import hash_encode_torch, sh_encode_torch
 from .types import PackedSamples
 
 SQRT3 = _ref.SQRT3
@@ -54,6 +59,8 @@ __all__ = [
     "pack_bitfield",
     "unpack_bitfield",
     "march_rays",
+    "march_rays_fixed",
+    "repack",
     "render_weights",
     "accumulate_along_rays",
     "volume_render",
@@ -66,6 +73,7 @@ cascade_of = _ref.cascade_of
 grid_cell_indices = _ref.grid_cell_indices
 grid_occupancy = _ref.grid_occupancy
 accumulate_along_rays = _ref.accumulate_along_rays
+repack = _ref.repack
 
 
 def is_available() -> bool:
@@ -214,6 +222,63 @@ def march_rays(
         float(near_plane),
     )
     return PackedSamples(ray_idx, t_s, t_e, info)
+
+
+def march_rays_fixed(
+    rays_o: Tensor,
+    rays_d: Tensor,
+    t_near: Tensor,
+    t_far: Tensor,
+    binaries: Tensor,
+    *,
+    capacity: int,
+    n_active: Tensor | None = None,
+    step_size: float = SQRT3 / 1024,
+    cone_angle: float = 0.0,
+    max_step: float | None = None,
+    max_samples_per_ray: int = 1024,
+    near_plane: float = 0.0,
+    t_jitter: Tensor | None = None,
+) -> tuple[PackedSamples, Tensor]:
+    """See :func:`nerf_lightning.ops.reference.march_rays_fixed` (no host sync on the CUDA path)."""
+    _ref._check_rays(rays_o, rays_d, "march_rays_fixed")
+    n_cascades, g = binaries.shape[0], binaries.shape[1]
+    if max_step is None:
+        max_step = SQRT3 * 2 ** (n_cascades - 1) / g
+    tensors = [rays_o, rays_d, t_near, t_far] + ([t_jitter] if t_jitter is not None else [])
+    n_ok = n_active is None or (n_active.dtype == torch.int64 and n_active.numel() == 1)
+    if any(t.dtype != torch.float32 for t in tensors) or not n_ok or not _on_cuda(*tensors, binaries):
+        return _ref.march_rays_fixed(
+            rays_o,
+            rays_d,
+            t_near,
+            t_far,
+            binaries,
+            capacity=capacity,
+            n_active=n_active,
+            step_size=step_size,
+            cone_angle=cone_angle,
+            max_step=max_step,
+            max_samples_per_ray=max_samples_per_ray,
+            near_plane=near_plane,
+            t_jitter=t_jitter,
+        )
+    ray_idx, t_s, t_e, info, valid = _ext().march_rays_fixed(
+        rays_o.contiguous(),
+        rays_d.contiguous(),
+        t_near.contiguous(),
+        t_far.contiguous(),
+        binaries.contiguous(),
+        t_jitter.contiguous() if t_jitter is not None else None,
+        n_active.reshape(()).contiguous() if n_active is not None else None,
+        float(step_size),
+        float(cone_angle),
+        float(max_step),
+        int(max_samples_per_ray),
+        float(near_plane),
+        int(capacity),
+    )
+    return PackedSamples(ray_idx, t_s, t_e, info), valid
 
 
 # --------------------------------------------------------------------------------------------------
@@ -409,7 +474,7 @@ class _HashEncode(torch.autograd.Function):
 def hash_encode(
     x: Tensor, params: Tensor, scales: Sequence[float], resolutions: Sequence[int], offsets: Sequence[int]
 ) -> Tensor:
-    """Multiresolution hash encoding on the GPU (contract: ``models/encoding.py::hash_encode_torch``).
+    """Multiresolution hash encoding on the GPU (contract: ``ops/encoding_reference.py::hash_encode_torch``).
 
     Args:
         x: float [N, 3] in [0, 1]^3 on CUDA (cast to float32; no gradient w.r.t. x).
@@ -422,8 +487,6 @@ def hash_encode(
     """
     unsupported = params.dtype not in (torch.float32, torch.float16) or params.shape[1] not in (1, 2, 4, 8)
     if unsupported or x.requires_grad or not _on_cuda(x, params):
-        from nerf_lightning.models.encoding import hash_encode_torch
-
         return hash_encode_torch(x, params, scales, resolutions, offsets)
     return _HashEncode.apply(
         x, params, [float(s) for s in scales], [int(r) for r in resolutions], [int(o) for o in offsets]
@@ -433,7 +496,5 @@ def hash_encode(
 def sh_encode(dirs: Tensor, degree: int = 4) -> Tensor:
     """Real SH of unit directions float32 [N, 3] -> [N, degree^2] (forward only; tcnn order)."""
     if dirs.requires_grad or dirs.dtype != torch.float32 or not _on_cuda(dirs):
-        from nerf_lightning.models.encoding import sh_encode_torch
-
         return sh_encode_torch(dirs, degree)
     return _ext().sh_encode_fwd(dirs.contiguous(), int(degree))

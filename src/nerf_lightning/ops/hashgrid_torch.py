@@ -1,6 +1,6 @@
 """A fused PyTorch hash-grid encoding: the fast path on CPUs (and GPUs without our extension).
 
-Same numbers as ``models.encoding.hash_encode_torch`` (the readable oracle), computed for all
+Same numbers as ``ops.encoding_reference.hash_encode_torch`` (the readable oracle), computed for all
 levels at once, with one gather in the forward pass and one ``index_add_`` in the backward pass
 instead of an autograd graph of a few hundred element-wise ops. Gradients flow to the feature
 table only: NeRF positions never need them (use the oracle when ``x.requires_grad``).
@@ -14,8 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-_PRIMES = (1, 2654435761, 805459861)
-_MASK32 = 0xFFFFFFFF
+from .encoding_reference import _MASK32, _PRIMES
 
 
 def _corner_indices_and_weights(

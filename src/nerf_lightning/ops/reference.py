@@ -1,9 +1,18 @@
 """Reference ray ops in pure PyTorch: the oracle the CUDA kernels (``ops/cuda.py``) must equal.
 
 Every function here is pure, works on any device, and is vectorized (no Python loop over rays or
-samples; ``march_rays`` loops over *chunks* of rays only to bound memory). The contract is
-``notes/OPS_SPEC.md``; where it leaves a float32 detail open, the exact sequence of operations is
-written down in the docstring so that a kernel can reproduce it.
+samples; ``march_rays`` loops over *chunks* of rays only to bound memory). The docstrings are the
+contract of every backend; where a float32 detail matters, the exact sequence of operations is
+written down so that a kernel can reproduce it.
+
+Two layouts of packed samples (``types.PackedSamples``):
+
+- *dynamic*: ``S`` is the number of samples (``march_rays``; one host sync sizes the outputs);
+- *fixed* (``march_rays_fixed``, ``repack``): ``S`` is a capacity chosen by the caller, so shapes
+  never depend on data (no host sync; CUDA-graph capturable). Samples ``[0, n)`` belong to the rays
+  as ``packed_info`` says; ``[n, S)`` are padding with ray index 0 and ``t_start = t_end = 0``: a
+  zero-length interval has weight 0 and no gradient, so every compositing op may read them. Rays
+  that did not fit are flagged in a ``ray_valid`` mask and have no samples.
 
 Scene space is instant-ngp's NGP space: the object in the unit cube [0, 1]^3, the outer box
 ``[0.5 - aabb_scale/2, 0.5 + aabb_scale/2]^3``, occupancy cascade ``c`` covering
@@ -32,6 +41,8 @@ __all__ = [
     "pack_bitfield",
     "unpack_bitfield",
     "march_rays",
+    "march_rays_fixed",
+    "repack",
     "render_weights",
     "accumulate_along_rays",
     "volume_render",
@@ -394,6 +405,117 @@ def march_rays(
     count = torch.cat(counts)
     packed_info = torch.stack([torch.cumsum(count, 0) - count, count], dim=-1)
     return PackedSamples(torch.cat(ray_ids), torch.cat(starts), torch.cat(ends), packed_info)
+
+
+def samples_in_use(packed: PackedSamples) -> Tensor:
+    """bool [S]: sample i lies inside its ray's ``packed_info`` range (False for fixed-layout padding)."""
+    ray_indices, _, _, packed_info = packed
+    local = torch.arange(ray_indices.shape[0], device=ray_indices.device) - packed_info[ray_indices, 0]
+    return (local >= 0) & (local < packed_info[ray_indices, 1])
+
+
+def repack(
+    packed: PackedSamples, keep: Tensor, capacity: int, ray_valid: Tensor | None = None
+) -> tuple[PackedSamples, Tensor]:
+    """Copy the kept samples of valid rays into fixed buffers of ``capacity`` samples, in order.
+
+    Rays are taken in index order while their kept samples fit: ray ``r`` stays valid iff it was
+    valid and the kept samples of rays ``0..r`` number at most ``capacity``. So the valid rays of
+    the output are the valid rays of the input up to the first one that overflows; a ray is never
+    cut. No host synchronization: every shape depends only on ``S``, ``R`` and ``capacity``.
+
+    Args:
+        packed: packed samples (dynamic or fixed layout), samples of a ray contiguous, rays in order.
+        keep: bool [S], samples to keep (padding is dropped whatever ``keep`` says).
+        capacity: size of the output buffers.
+        ray_valid: bool [R] or None (all rays valid); samples of invalid rays are dropped.
+
+    Returns:
+        (PackedSamples in the fixed layout with ``S = capacity``, ray_valid bool [R]). Invalid rays
+        have count 0 and first index = the number of samples in use.
+    """
+    ray_indices, t_starts, t_ends, packed_info = packed
+    n_rays, device = packed_info.shape[0], packed_info.device
+    if keep.shape != ray_indices.shape or keep.dtype != torch.bool:
+        raise ValueError(
+            f"repack: keep must be bool [S={ray_indices.shape[0]}], got {keep.dtype} {tuple(keep.shape)}"
+        )
+    if capacity < 0:
+        raise ValueError(f"repack: capacity must be >= 0, got {capacity}")
+    if ray_valid is None:
+        ray_valid = torch.ones(n_rays, dtype=torch.bool, device=device)
+    ray_indices = ray_indices.long()
+    keep = keep & samples_in_use(packed) & ray_valid[ray_indices]
+    # kept samples per ray as differences of one cumsum at the rays' range ends (no atomics)
+    kept_before = torch.nn.functional.pad(torch.cumsum(keep, 0), (1, 0))
+    first, count = packed_info[:, 0], packed_info[:, 1]
+    counts = kept_before[first + count] - kept_before[first]
+    incl = torch.cumsum(counts, 0)
+    valid = ray_valid & (incl <= capacity)
+    counts = torch.where(valid, counts, 0)
+    n_used = counts.sum()
+    starts = torch.where(valid, incl - counts, n_used)
+    keep = keep & valid[ray_indices]
+    dest = torch.where(keep, torch.cumsum(keep, 0) - 1, capacity)  # overflow slot `capacity`, cut off
+    out_idx = torch.zeros(capacity + 1, dtype=torch.long, device=device).scatter_(0, dest, ray_indices)
+    out_ts = t_starts.new_zeros(capacity + 1).scatter_(0, dest, t_starts)
+    out_te = t_ends.new_zeros(capacity + 1).scatter_(0, dest, t_ends)
+    out = PackedSamples(
+        out_idx[:capacity], out_ts[:capacity], out_te[:capacity], torch.stack([starts, counts], dim=-1)
+    )
+    return out, valid
+
+
+def march_rays_fixed(
+    rays_o: Tensor,
+    rays_d: Tensor,
+    t_near: Tensor,
+    t_far: Tensor,
+    binaries: Tensor,
+    *,
+    capacity: int,
+    n_active: Tensor | None = None,
+    step_size: float = SQRT3 / 1024,
+    cone_angle: float = 0.0,
+    max_step: float | None = None,
+    max_samples_per_ray: int = 1024,
+    near_plane: float = 0.0,
+    t_jitter: Tensor | None = None,
+) -> tuple[PackedSamples, Tensor]:
+    """:func:`march_rays` into fixed buffers of ``capacity`` samples (the fixed layout, no host sync).
+
+    The samples are those of :func:`march_rays`; rays are kept in index order while they fit
+    (:func:`repack`), and rays ``r >= n_active`` are not marched at all (invalid).
+
+    Args:
+        capacity: number of sample slots.
+        n_active: int64 scalar tensor (on the rays' device) or None (all rays).
+        others: as :func:`march_rays`.
+
+    Returns:
+        (PackedSamples with ``S = capacity``, ray_valid bool [R]).
+    """
+    packed = march_rays(
+        rays_o,
+        rays_d,
+        t_near,
+        t_far,
+        binaries,
+        step_size=step_size,
+        cone_angle=cone_angle,
+        max_step=max_step,
+        max_samples_per_ray=max_samples_per_ray,
+        near_plane=near_plane,
+        t_jitter=t_jitter,
+    )
+    ray_valid = _active_rays(rays_o.shape[0], n_active, rays_o.device)
+    return repack(packed, torch.ones_like(packed.ray_indices, dtype=torch.bool), capacity, ray_valid)
+
+
+def _active_rays(n_rays: int, n_active: Tensor | None, device: torch.device) -> Tensor:
+    """bool [R]: ``r < n_active`` (all True when ``n_active`` is None)."""
+    idx = torch.arange(n_rays, device=device)
+    return idx >= 0 if n_active is None else idx < n_active
 
 
 def _empty_packed(n_rays: int, device: torch.device, dtype: torch.dtype) -> PackedSamples:

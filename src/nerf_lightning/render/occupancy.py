@@ -60,6 +60,9 @@ class OccupancyGrid(nn.Module):
         g = self.resolution
         self.register_buffer("density_grid", torch.zeros(c, g**3, dtype=torch.float32))
         self.register_buffer("binaries", torch.ones(c, g, g, g, dtype=torch.bool))
+        lo, hi = 0.5 - aabb_scale / 2, 0.5 + aabb_scale / 2
+        # A buffer, not a tensor made per call: a host->device copy cannot run inside a CUDA graph.
+        self.register_buffer("_aabb", torch.tensor([lo, lo, lo, hi, hi, hi]), persistent=False)
         #: threshold of the last update (None before the first), reused by ``sync_``.
         self.threshold: float | None = None
 
@@ -76,8 +79,7 @@ class OccupancyGrid(nn.Module):
     @property
     def aabb(self) -> Tensor:
         """Outer box float32 [6] (xmin, ymin, zmin, xmax, ymax, zmax) on the grid's device."""
-        lo, hi = 0.5 - self.aabb_scale / 2, 0.5 + self.aabb_scale / 2
-        return torch.tensor([lo, lo, lo, hi, hi, hi], dtype=torch.float32, device=self.density_grid.device)
+        return self._aabb.float()  # float32 even after module.half(); no copy otherwise
 
     def occupied_fraction(self) -> float:
         """Fraction of occupied cells over all cascades (host sync: for logging only)."""
@@ -101,7 +103,8 @@ class OccupancyGrid(nn.Module):
 
         During warmup (``step < warmup_steps``) every cell of every cascade is sampled; afterwards,
         per cascade, ``n_samples_fraction * G^3`` uniformly random cells plus as many random cells
-        among the currently occupied ones (with replacement). Each chosen cell is evaluated at a
+        among the currently occupied ones (with replacement; none for a cascade without occupied
+        cells). No host synchronization. Each chosen cell is evaluated at a
         uniformly jittered position inside it; then ``ops.grid_ema_update`` (decay of all cells,
         max with the new samples) and ``ops.grid_occupancy`` (``density > min(threshold, mean)``).
 
@@ -126,15 +129,17 @@ class OccupancyGrid(nn.Module):
             indices = torch.arange(c_count * g3, device=device)
         else:
             n = max(1, int(g3 * n_samples_fraction))
-            occupied = self.binaries.view(c_count, g3)
-            parts = []
-            for c in range(c_count):  # C <= 8 cascades
-                parts.append(torch.randint(0, g3, (n,), device=device, generator=generator) + c * g3)
-                occ_idx = torch.nonzero(occupied[c]).squeeze(-1)
-                if occ_idx.numel() > 0:
-                    pick = torch.randint(0, occ_idx.numel(), (n,), device=device, generator=generator)
-                    parts.append(occ_idx[pick] + c * g3)
-            indices = torch.cat(parts)
+            base = torch.arange(c_count, device=device)[:, None] * g3
+            uniform = torch.randint(0, g3, (c_count, n), device=device, generator=generator)
+            # Occupied cells by inverse CDF over the occupancy (no torch.nonzero: no host sync). A
+            # cascade without occupied cells draws cell 0, whose sample is then zeroed (no effect on
+            # a max-EMA of non-negative densities).
+            cdf = torch.cumsum(self.binaries.view(c_count, g3), dim=1, dtype=torch.float32)
+            u = torch.rand(c_count, n, device=device, generator=generator) * cdf[:, -1:]
+            occupied = torch.searchsorted(cdf, u, right=True).clamp_(max=g3 - 1)
+            indices = torch.cat([(uniform + base).reshape(-1), (occupied + base).reshape(-1)])
+            has_occupied = (cdf[:, -1:] > 0).expand(c_count, n).reshape(-1)
+            sample_mask = torch.cat([torch.ones_like(has_occupied), has_occupied])
         jitter = torch.rand(indices.shape[0], 3, device=device, generator=generator)
         positions = self.ops.grid_cell_positions(indices, jitter, self.resolution)
         densities = torch.cat(
@@ -143,6 +148,8 @@ class OccupancyGrid(nn.Module):
                 for i in range(0, len(positions), chunk_size)
             ]
         )
+        if step >= warmup_steps:
+            densities = densities * sample_mask
         self.density_grid.copy_(self.ops.grid_ema_update(self.density_grid, indices, densities, decay))
         self.threshold = float(threshold)
         self.binaries.copy_(self.ops.grid_occupancy(self.density_grid, self.threshold))

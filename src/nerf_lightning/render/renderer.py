@@ -159,6 +159,114 @@ class Renderer(nn.Module):
         )
         return out
 
+    def render_rays_fixed(
+        self,
+        field: Any,
+        rays_o: Tensor,
+        rays_d: Tensor,
+        background: Tensor | None,
+        *,
+        march_capacity: int,
+        sample_capacity: int,
+        n_active: Tensor | None = None,
+        jitter: bool = True,
+    ) -> dict[str, Tensor]:
+        """Render a batch of rays with static shapes: a fixed sample budget, no host synchronization.
+
+        The training path of instant-ngp and nerfacc, with shapes that never depend on data (so the
+        step can be captured in a CUDA graph):
+
+        1. march rays ``0 .. n_active - 1`` into ``march_capacity`` sample slots
+           (``ops.march_rays_fixed``; rays that do not fit are dropped, in index order);
+        2. if ``compact_samples``: densities without gradients on all slots, then keep only samples
+           before the early-termination point (their weight is exactly 0 otherwise);
+        3. repack the kept samples into ``sample_capacity`` slots (``ops.repack``; rays that do not fit
+           are dropped) and run the differentiable field and compositing on those slots.
+
+        Dropped rays have ``ray_valid`` False and must be left out of the loss; the padding slots
+        of the fixed layout have zero length, so they add nothing to outputs or gradients.
+
+        Args:
+            field, rays_o, rays_d, background: as :meth:`render_rays`.
+            march_capacity: sample slots of the marching pass (>= 1).
+            sample_capacity: sample slots of the differentiable pass (>= 1).
+            n_active: int64 scalar tensor, rays to march (None: all).
+            jitter: shift each ray's first sample by a uniform fraction of a step.
+
+        Returns:
+            dict with ``rgb`` [R, 3], ``opacity`` [R, 1], ``depth`` [R, 1], ``ray_valid`` bool [R],
+            ``n_rays`` (valid rays), ``n_samples`` (marched samples of valid rays),
+            ``n_samples_rendered`` (samples in the differentiable pass) as int64 scalar tensors, and
+            the fixed-layout samples ``weights`` / ``sigmas`` / ``ray_indices`` / ``t_starts`` /
+            ``t_ends`` [sample_capacity], ``packed_info`` [R, 2].
+        """
+        if march_capacity < 1 or sample_capacity < 1:
+            raise ValueError(
+                f"render_rays_fixed: capacities must be >= 1, got {march_capacity}, {sample_capacity}"
+            )
+        ops = self.ops
+        n_rays = rays_o.shape[0]
+        with torch.no_grad():
+            t_near, t_far, _ = ops.ray_aabb_intersect(rays_o, rays_d, self.occupancy.aabb)
+            t_jitter = torch.rand(n_rays, device=rays_o.device) if jitter else None
+            marched, valid = ops.march_rays_fixed(
+                rays_o,
+                rays_d,
+                t_near,
+                t_far,
+                self.occupancy.binaries,
+                capacity=march_capacity,
+                n_active=n_active,
+                step_size=self.step_size,
+                cone_angle=self.cone_angle,
+                max_samples_per_ray=self.max_samples_per_ray,
+                near_plane=self.near_plane,
+                t_jitter=t_jitter,
+            )
+            if self.compact_samples:
+                positions, _ = _sample_points(rays_o, rays_d, *marched[:3])
+                sigmas = field.density(positions).reshape(-1).float()
+                _, transmittance = ops.render_weights(
+                    sigmas,
+                    marched.t_starts,
+                    marched.t_ends,
+                    marched.ray_indices,
+                    n_rays,
+                    packed_info=marched.packed_info,
+                    early_stop_eps=self.early_stop_eps,
+                )
+                keep = transmittance >= self.early_stop_eps
+            else:
+                keep = torch.ones_like(marched.ray_indices, dtype=torch.bool)
+            packed, valid = ops.repack(marched, keep, sample_capacity, valid)
+            n_marched = (marched.packed_info[:, 1] * valid).sum()
+        positions, dirs = _sample_points(rays_o, rays_d, *packed[:3])
+        sigmas, rgbs = field(positions, dirs)
+        sigmas, rgbs = sigmas.reshape(-1), rgbs.reshape(-1, 3)
+        out = ops.volume_render(
+            sigmas,
+            rgbs,
+            packed.t_starts,
+            packed.t_ends,
+            packed.ray_indices,
+            n_rays,
+            packed_info=packed.packed_info,
+            background=background,
+            early_stop_eps=self.early_stop_eps,
+        )
+        out.update(
+            ray_valid=valid,
+            n_rays=valid.sum(),
+            n_samples=n_marched,
+            n_samples_rendered=packed.packed_info[:, 1].sum(),
+            sigmas=sigmas,
+            ray_indices=packed.ray_indices,
+            t_starts=packed.t_starts,
+            t_ends=packed.t_ends,
+            packed_info=packed.packed_info,
+        )
+        return out
+
     @torch.no_grad()
     def _drop_terminated(
         self,

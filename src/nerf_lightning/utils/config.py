@@ -9,6 +9,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from nerf_lightning.utils.run_dir import register_resolvers
+
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
@@ -27,6 +29,7 @@ def compose_app_config(
     config_name: str, overrides: list[str], output_dir: str | Path, cwd: str | Path | None = None
 ) -> DictConfig:
     """Like :func:`compose_train_config` for any app (``train``, ``eval``, ``render``, ``export``)."""
+    register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name=config_name, overrides=list(overrides), return_hydra_config=True)

@@ -1,8 +1,13 @@
-"""Strategy factories for the ``strategy`` config group (objects Lightning's Trainer takes)."""
+"""Factories for the ``strategy`` and ``cluster`` config groups (objects Lightning's Trainer takes)."""
 
 from __future__ import annotations
 
+import signal
+from typing import Any
+
+import lightning as L
 import torch
+from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.strategies import SingleDeviceStrategy
 
 
@@ -10,3 +15,46 @@ def single_device_strategy(accelerator: str = "auto") -> SingleDeviceStrategy:
     """One process on one device: the first GPU when there is one, else the CPU."""
     use_cuda = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
     return SingleDeviceStrategy(device=torch.device("cuda", 0) if use_cuda else torch.device("cpu"))
+
+
+def slurm_environment(auto_requeue: bool = True, requeue_signal: str = "SIGUSR1") -> SLURMEnvironment:
+    """Lightning's SLURM environment with the requeue signal given by name (``SIGUSR1``, ``USR1``)."""
+    name = str(requeue_signal).upper()
+    name = name if name.startswith("SIG") else f"SIG{name}"
+    try:
+        sig = signal.Signals[name]
+    except KeyError:
+        raise ValueError(
+            f"cluster.requeue_signal: {requeue_signal!r} is not a signal name (e.g. SIGUSR1, SIGUSR2); "
+            "use the signal of sbatch --signal"
+        ) from None
+    return SLURMEnvironment(auto_requeue=auto_requeue, requeue_signal=sig)
+
+
+def throttle_sigterm_broadcast(trainer: L.Trainer, every_n_steps: int) -> None:
+    """Run Lightning's cross-rank SIGTERM check every ``every_n_steps`` optimizer steps, not every step.
+
+    Lightning 2.x broadcasts a flag from rank 0 before each training batch under DDP/FSDP and reads
+    it back with ``.item()``: a host sync per step, so the host can never queue the next step while
+    the GPUs run this one. The check is kept (a SIGTERM stops all ranks together) on steps that
+    every rank shares, so the collective stays matched.
+    """
+    loop: Any = trainer.fit_loop.epoch_loop
+    original = getattr(type(loop), "_broadcast_sigterm_tensor", None)
+    if original is None or every_n_steps <= 1:
+        return
+
+    def throttled() -> None:
+        if trainer.global_step % every_n_steps == 0:
+            original(loop)
+
+    loop._broadcast_sigterm_tensor = throttled
+
+
+def fsdp_wrap_policy() -> Any:
+    """FSDP unit per hash encoding: the table is sharded and gathered on its own (``strategy=fsdp``)."""
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    from nerf_lightning.models.encoding import HashEncoding
+
+    return ModuleWrapPolicy({HashEncoding})

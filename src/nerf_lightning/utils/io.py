@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -12,26 +13,29 @@ from typing import Any
 #: a write leaves one behind, which :func:`remove_stale_temporaries` deletes
 TMP_PATTERN = ".*.tmp"
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+# The process umask, read once at import (reading it means setting it; not thread-safe later).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, fsync, rename.
+    """Write ``data`` to a temporary file next to ``path``, fsync it, then rename it over ``path``.
 
-    The file gets the permissions of a plain ``open(path, "wb")`` (0666 minus the umask), not the
-    owner-only mode of ``mkstemp``."""
+    The file gets the mode a plain ``open(path, "wb")`` would give it (the old file's mode when it
+    exists, else ``0o666 & ~umask``), not ``mkstemp``'s private 0600.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_UMASK
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)
             f.write(data)
             f.flush()
-            os.fchmod(f.fileno(), 0o666 & ~_umask())
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:

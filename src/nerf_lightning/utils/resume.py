@@ -76,7 +76,9 @@ def select_run_dir(argv: Sequence[str], config_name: str = "train") -> tuple[Pat
     from hydra.core.global_hydra import GlobalHydra
 
     from nerf_lightning.utils.config import CONF_DIR
+    from nerf_lightning.utils.run_dir import register_resolvers
 
+    register_resolvers()
     overrides = [a for a in argv if not a.startswith("-")]
     GlobalHydra.instance().clear()
     try:
@@ -85,6 +87,8 @@ def select_run_dir(argv: Sequence[str], config_name: str = "train") -> tuple[Pat
             run_dir = Path(str(OmegaConf.select(cfg, "hydra.run.dir")))
     finally:
         GlobalHydra.instance().clear()
+    if run_dir.is_dir():  # a launcher-given run id (SLURM job, torchrun rendezvous): already its own folder
+        return None, f"resume=auto: continuing this job's own folder {run_dir}"
     parent = run_dir.parent
     found = find_matching_run(parent, overrides)
     if found is None:

@@ -19,6 +19,12 @@ std::vector<torch::Tensor> march_rays(torch::Tensor rays_o, torch::Tensor rays_d
                                       torch::Tensor t_far, torch::Tensor binaries, c10::optional<torch::Tensor> t_jitter,
                                       double step_size, double cone_angle, double max_step, int64_t max_samples,
                                       double near_plane);
+std::vector<torch::Tensor> march_rays_fixed(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor t_near,
+                                            torch::Tensor t_far, torch::Tensor binaries,
+                                            c10::optional<torch::Tensor> t_jitter,
+                                            c10::optional<torch::Tensor> n_active, double step_size,
+                                            double cone_angle, double max_step, int64_t max_samples,
+                                            double near_plane, int64_t capacity);
 std::vector<torch::Tensor> render_weights_fwd(torch::Tensor sigmas, torch::Tensor t_starts, torch::Tensor t_ends,
                                               torch::Tensor packed_info, double eps);
 torch::Tensor render_weights_bwd(torch::Tensor grad_w, c10::optional<torch::Tensor> grad_trans, torch::Tensor sigmas,
@@ -43,9 +49,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_bitfield", &nl::pack_bitfield);
   m.def("unpack_bitfield", &nl::unpack_bitfield);
   m.def("march_rays", &nl::march_rays);
+  m.def("march_rays_fixed", &nl::march_rays_fixed);
   m.def("render_weights_fwd", &nl::render_weights_fwd);
   m.def("render_weights_bwd", &nl::render_weights_bwd);
   m.def("volume_render_fwd", &nl::volume_render_fwd);
   m.def("volume_render_bwd", &nl::volume_render_bwd);
-  m.attr("ABI_VERSION") = 1;
+  m.attr("ABI_VERSION") = 2;
 }

@@ -4,7 +4,6 @@
 // extension is built with --fmad=false and IEEE division/sqrt so that a*b+c is rounded twice, as
 // PyTorch's elementwise kernels do. Comments name the reference expression each line mirrors.
 #include <cmath>
-#include <cstdlib>
 
 #include "common.h"
 
@@ -263,7 +262,8 @@ __device__ __forceinline__ bool occupied(const float p[3], const uint8_t* __rest
   return bins[flat] != 0;
 }
 
-// Pass 1 (counts only, offsets == nullptr) and pass 2 (writes the samples at offsets[r]).
+// Pass 1 (counts only, offsets == nullptr) and pass 2 (writes the samples at offsets[r]; rays with
+// offsets[r] < 0 are skipped). Rays r >= *n_active (when n_active is given) get no samples.
 // One warp per ray: lane j evaluates candidate k = base + j of each 32-candidate chunk, the warp
 // ballots occupancy and compacts the kept samples in candidate order. Same semantics as a serial
 // loop: candidates stop at the first one ending past t_far (t_k is non-decreasing in k), and only
@@ -271,14 +271,17 @@ __device__ __forceinline__ bool occupied(const float p[3], const uint8_t* __rest
 __global__ void march_kernel(const float* __restrict__ o, const float* __restrict__ d,
                              const float* __restrict__ t_near, const float* __restrict__ t_far,
                              const float* __restrict__ jitter, const uint8_t* __restrict__ bins, const MarchArgs a,
-                             int64_t n_rays, int32_t* __restrict__ counts, const int64_t* __restrict__ offsets,
-                             int64_t* __restrict__ ray_idx, float* __restrict__ t_starts, float* __restrict__ t_ends) {
+                             int64_t n_rays, const int64_t* __restrict__ n_active, int32_t* __restrict__ counts,
+                             const int64_t* __restrict__ offsets, int64_t* __restrict__ ray_idx,
+                             float* __restrict__ t_starts, float* __restrict__ t_ends) {
   const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (r >= n_rays) return;  // warp-uniform
   const bool fill = offsets != nullptr;
+  if (fill && offsets[r] < 0) return;  // fixed layout: the ray did not fit (or is inactive)
   RayLaw w;
-  if (a.max_samples <= 0 || !ray_law(r, t_near, t_far, jitter, a, w)) {
+  const bool active = n_active == nullptr || r < *n_active;
+  if (!active || a.max_samples <= 0 || !ray_law(r, t_near, t_far, jitter, a, w)) {
     if (!fill && lane == 0) counts[r] = 0;
     return;
   }
@@ -316,10 +319,11 @@ __global__ void march_kernel(const float* __restrict__ o, const float* __restric
   if (!fill && lane == 0) counts[r] = n;
 }
 
-std::vector<torch::Tensor> march_rays(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor t_near,
-                                      torch::Tensor t_far, torch::Tensor binaries, c10::optional<torch::Tensor> t_jitter,
-                                      double step_size, double cone_angle, double max_step, int64_t max_samples,
-                                      double near_plane) {
+// Checks shared by both marching entry points; returns the kernel's constants.
+static MarchArgs march_args(const torch::Tensor& rays_o, const torch::Tensor& rays_d, const torch::Tensor& t_near,
+                            const torch::Tensor& t_far, const torch::Tensor& binaries, const float* jit,
+                            double step_size, double cone_angle, double max_step, int64_t max_samples,
+                            double near_plane) {
   NL_CHECK_INPUT(rays_o);
   NL_CHECK_INPUT(rays_d);
   NL_CHECK_INPUT(t_near);
@@ -331,14 +335,6 @@ std::vector<torch::Tensor> march_rays(torch::Tensor rays_o, torch::Tensor rays_d
   NL_CHECK_DTYPE(t_far, torch::kFloat32);
   NL_CHECK_DTYPE(binaries, torch::kBool);
   TORCH_CHECK(binaries.dim() == 4, "march_rays: binaries must be [C, G, G, G]");
-  const c10::cuda::CUDAGuard guard(rays_o.device());
-  const int64_t n_rays = rays_o.size(0);
-  const float* jit = nullptr;
-  if (t_jitter.has_value()) {
-    NL_CHECK_INPUT((*t_jitter));
-    NL_CHECK_DTYPE((*t_jitter), torch::kFloat32);
-    jit = t_jitter->data_ptr<float>();
-  }
   MarchArgs a{};
   a.step = static_cast<float>(step_size);
   a.cone = static_cast<float>(cone_angle);
@@ -356,19 +352,47 @@ std::vector<torch::Tensor> march_rays(torch::Tensor rays_o, torch::Tensor rays_d
   a.half_outer = static_cast<float>(std::ldexp(1.0, a.n_cascades - 1) / 2.0);
   a.max_samples = static_cast<int>(std::min<int64_t>(max_samples, 1 << 30));
   a.has_jitter = jit != nullptr;
-  const auto* bins = reinterpret_cast<const uint8_t*>(binaries.data_ptr<bool>());
+  return a;
+}
 
+static const float* jitter_ptr(const c10::optional<torch::Tensor>& t_jitter) {
+  if (!t_jitter.has_value()) return nullptr;
+  NL_CHECK_INPUT((*t_jitter));
+  NL_CHECK_DTYPE((*t_jitter), torch::kFloat32);
+  return t_jitter->data_ptr<float>();
+}
+
+constexpr int kMarchThreads = 128;  // 4 rays (warps) per block
+
+static void launch_march(const torch::Tensor& rays_o, const torch::Tensor& rays_d, const torch::Tensor& t_near,
+                         const torch::Tensor& t_far, const float* jit, const torch::Tensor& binaries,
+                         const MarchArgs& a, const int64_t* n_active, int32_t* counts, const int64_t* offsets,
+                         int64_t* ray_idx, float* t_s, float* t_e) {
+  const int64_t n_rays = rays_o.size(0);
+  march_kernel<<<n_blocks(n_rays * 32, kMarchThreads), kMarchThreads, 0, stream()>>>(
+      rays_o.data_ptr<float>(), rays_d.data_ptr<float>(), t_near.data_ptr<float>(), t_far.data_ptr<float>(), jit,
+      reinterpret_cast<const uint8_t*>(binaries.data_ptr<bool>()), a, n_rays, n_active, counts, offsets, ray_idx,
+      t_s, t_e);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+std::vector<torch::Tensor> march_rays(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor t_near,
+                                      torch::Tensor t_far, torch::Tensor binaries, c10::optional<torch::Tensor> t_jitter,
+                                      double step_size, double cone_angle, double max_step, int64_t max_samples,
+                                      double near_plane) {
+  const float* jit = jitter_ptr(t_jitter);
+  const MarchArgs a = march_args(rays_o, rays_d, t_near, t_far, binaries, jit, step_size, cone_angle, max_step,
+                                 max_samples, near_plane);
+  const c10::cuda::CUDAGuard guard(rays_o.device());
+  const int64_t n_rays = rays_o.size(0);
   auto counts = torch::zeros({n_rays}, rays_o.options().dtype(torch::kInt32));
   auto lopt = rays_o.options().dtype(torch::kInt64);
   if (n_rays == 0) {
     return {torch::empty({0}, lopt), torch::empty({0}, rays_o.options()), torch::empty({0}, rays_o.options()),
             torch::zeros({0, 2}, lopt)};
   }
-  const int threads = 128;  // 4 rays (warps) per block
-  march_kernel<<<n_blocks(n_rays * 32, threads), threads, 0, stream()>>>(
-      rays_o.data_ptr<float>(), rays_d.data_ptr<float>(), t_near.data_ptr<float>(), t_far.data_ptr<float>(), jit,
-      bins, a, n_rays, counts.data_ptr<int32_t>(), nullptr, nullptr, nullptr, nullptr);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_march(rays_o, rays_d, t_near, t_far, jit, binaries, a, nullptr, counts.data_ptr<int32_t>(), nullptr,
+               nullptr, nullptr, nullptr);
   auto count64 = counts.to(torch::kInt64);
   auto incl = torch::cumsum(count64, 0);
   auto starts = incl - count64;
@@ -377,68 +401,65 @@ std::vector<torch::Tensor> march_rays(torch::Tensor rays_o, torch::Tensor rays_d
   auto t_s = torch::empty({total}, rays_o.options());
   auto t_e = torch::empty({total}, rays_o.options());
   if (total > 0) {
-    march_kernel<<<n_blocks(n_rays * 32, threads), threads, 0, stream()>>>(
-        rays_o.data_ptr<float>(), rays_d.data_ptr<float>(), t_near.data_ptr<float>(), t_far.data_ptr<float>(), jit,
-        bins, a, n_rays, nullptr, starts.data_ptr<int64_t>(), ray_idx.data_ptr<int64_t>(), t_s.data_ptr<float>(),
-        t_e.data_ptr<float>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_march(rays_o, rays_d, t_near, t_far, jit, binaries, a, nullptr, nullptr, starts.data_ptr<int64_t>(),
+                 ray_idx.data_ptr<int64_t>(), t_s.data_ptr<float>(), t_e.data_ptr<float>());
   }
   auto packed_info = torch::stack({starts, count64}, -1);
   return {ray_idx, t_s, t_e, packed_info};
 }
 
+// The fixed layout of ops/reference.py (march_rays_fixed): `capacity` sample slots, rays kept in
+// index order while they fit, padding = (ray 0, t 0, t 0). No host sync (graph capturable).
+std::vector<torch::Tensor> march_rays_fixed(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor t_near,
+                                            torch::Tensor t_far, torch::Tensor binaries,
+                                            c10::optional<torch::Tensor> t_jitter,
+                                            c10::optional<torch::Tensor> n_active, double step_size,
+                                            double cone_angle, double max_step, int64_t max_samples,
+                                            double near_plane, int64_t capacity) {
+  const float* jit = jitter_ptr(t_jitter);
+  const MarchArgs a = march_args(rays_o, rays_d, t_near, t_far, binaries, jit, step_size, cone_angle, max_step,
+                                 max_samples, near_plane);
+  TORCH_CHECK(capacity >= 0, "march_rays_fixed: capacity must be >= 0");
+  const int64_t* active = nullptr;
+  if (n_active.has_value()) {
+    NL_CHECK_INPUT((*n_active));
+    NL_CHECK_DTYPE((*n_active), torch::kInt64);
+    TORCH_CHECK(n_active->numel() == 1, "march_rays_fixed: n_active must be a scalar tensor");
+    active = n_active->data_ptr<int64_t>();
+  }
+  const c10::cuda::CUDAGuard guard(rays_o.device());
+  const int64_t n_rays = rays_o.size(0);
+  auto lopt = rays_o.options().dtype(torch::kInt64);
+  auto ray_idx = torch::zeros({capacity}, lopt);
+  auto t_s = torch::zeros({capacity}, rays_o.options());
+  auto t_e = torch::zeros({capacity}, rays_o.options());
+  if (n_rays == 0) {
+    return {ray_idx, t_s, t_e, torch::zeros({0, 2}, lopt), torch::zeros({0}, rays_o.options().dtype(torch::kBool))};
+  }
+  auto counts = torch::zeros({n_rays}, rays_o.options().dtype(torch::kInt32));
+  launch_march(rays_o, rays_d, t_near, t_far, jit, binaries, a, active, counts.data_ptr<int32_t>(), nullptr, nullptr,
+               nullptr, nullptr);
+  auto count64 = counts.to(torch::kInt64);
+  auto incl = torch::cumsum(count64, 0);
+  auto valid = incl <= capacity;
+  if (active != nullptr) valid = valid & (torch::arange(n_rays, lopt) < *n_active);
+  auto kept = torch::where(valid, count64, torch::zeros_like(count64));
+  auto n_used = kept.sum();
+  auto starts = torch::where(valid, incl - count64, n_used);
+  auto offsets = torch::where(valid, starts, torch::full_like(starts, -1));
+  if (capacity > 0) {
+    launch_march(rays_o, rays_d, t_near, t_far, jit, binaries, a, active, nullptr, offsets.data_ptr<int64_t>(),
+                 ray_idx.data_ptr<int64_t>(), t_s.data_ptr<float>(), t_e.data_ptr<float>());
+  }
+  return {ray_idx, t_s, t_e, torch::stack({starts, kept}, -1), valid};
+}
+
 // ------------------------------------------------------------------------------- compositing
-// Per ray r: samples [start, start + count). Exclusive optical depth accumulated in double
-// (the reference uses a float64 cumsum); T = float(exp(-depth)).
-__global__ void render_weights_fwd_kernel(const float* __restrict__ sig, const float* __restrict__ ts,
-                                          const float* __restrict__ te, const int64_t* __restrict__ info,
-                                          int64_t n_rays, float eps, float* __restrict__ w,
-                                          float* __restrict__ trans) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r >= n_rays) return;
-  const int64_t s0 = info[2 * r], cnt = info[2 * r + 1];
-  double acc = 0.0;
-  for (int64_t i = s0; i < s0 + cnt; ++i) {
-    const float tau = sig[i] * (te[i] - ts[i]);
-    const float T = static_cast<float>(exp(-acc));
-    trans[i] = T;
-    const float alpha = 1.0f - expf(-tau);
-    w[i] = T < eps ? 0.0f : T * alpha;
-    acc += static_cast<double>(tau);
-  }
-}
-
-// dL/dsigma_k = delta_k * ( [T_k >= eps] g_k T_k exp(-tau_k) - sum_{i>k} g_i w_i - sum_{i>k} gt_i T_i )
-__global__ void render_weights_bwd_kernel(const float* __restrict__ gw, const float* __restrict__ gt,
-                                          const float* __restrict__ sig, const float* __restrict__ ts,
-                                          const float* __restrict__ te, const int64_t* __restrict__ info,
-                                          const float* __restrict__ w, const float* __restrict__ trans,
-                                          int64_t n_rays, float eps, float* __restrict__ gsig) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r >= n_rays) return;
-  const int64_t s0 = info[2 * r], cnt = info[2 * r + 1];
-  double total = 0.0;
-  for (int64_t i = s0; i < s0 + cnt; ++i) {
-    total += static_cast<double>(gw[i]) * w[i];
-    if (gt != nullptr) total += static_cast<double>(gt[i]) * trans[i];
-  }
-  double prefix = 0.0;
-  for (int64_t i = s0; i < s0 + cnt; ++i) {
-    const float delta = te[i] - ts[i];
-    const float tau = sig[i] * delta;
-    const float T = trans[i];
-    prefix += static_cast<double>(gw[i]) * w[i];
-    if (gt != nullptr) prefix += static_cast<double>(gt[i]) * T;
-    const double direct = T < eps ? 0.0 : static_cast<double>(gw[i]) * T * expf(-tau);
-    gsig[i] = static_cast<float>(delta * (direct - (total - prefix)));
-  }
-}
-
-
-// ---------------------------------------------------------------- compositing, warp per ray
-// One warp per ray, 32 samples per step: warp scans (float64) of the optical depth and of the
-// gradient terms replace the serial loops above (32x more parallelism: a batch of 8192 rays is
-// 8192 threads otherwise). Same formulas; only the float64 summation order differs.
+// ------------------------------------------------------------------------------- compositing
+// Per ray r: samples [start, start + count) of packed_info. One warp per ray, 32 samples per step:
+// warp scans (float64) of the optical depth and of the gradient terms, the exclusive optical depth
+// accumulated in double (the reference subtracts a global float64 cumsum), T = float(exp(-depth)).
+// Same formulas as ops/reference.py; only the float64 summation order differs.
 constexpr unsigned kFull = 0xffffffffu;
 
 __device__ __forceinline__ double warp_incl_scan(double v, int lane) {
@@ -633,12 +654,6 @@ __global__ void volume_render_bwd_warp(const float* __restrict__ g_rgb, const fl
   }
 }
 
-// NERF_LIGHTNING_SERIAL_RENDER=1 selects the thread-per-ray kernels (kept as a cross-check).
-static bool serial_render() {
-  const char* v = std::getenv("NERF_LIGHTNING_SERIAL_RENDER");
-  return v != nullptr && v[0] == '1';
-}
-
 std::vector<torch::Tensor> render_weights_fwd(torch::Tensor sigmas, torch::Tensor t_starts, torch::Tensor t_ends,
                                               torch::Tensor packed_info, double eps) {
   NL_CHECK_INPUT(sigmas);
@@ -649,12 +664,11 @@ std::vector<torch::Tensor> render_weights_fwd(torch::Tensor sigmas, torch::Tenso
   NL_CHECK_DTYPE(packed_info, torch::kInt64);
   const c10::cuda::CUDAGuard guard(sigmas.device());
   const int64_t n_rays = packed_info.size(0);
-  auto w = torch::empty_like(sigmas);
-  auto trans = torch::empty_like(sigmas);
+  // zeros: samples outside every ray's range (fixed-layout padding) are never written by a warp
+  auto w = torch::zeros_like(sigmas);
+  auto trans = torch::zeros_like(sigmas);
   if (n_rays > 0 && sigmas.numel() > 0) {
-    auto kernel = serial_render() ? render_weights_fwd_kernel : render_weights_fwd_warp;
-    const int64_t threads_total = serial_render() ? n_rays : n_rays * 32;
-    kernel<<<n_blocks(threads_total, 128), 128, 0, stream()>>>(
+    render_weights_fwd_warp<<<n_blocks(n_rays * 32, 128), 128, 0, stream()>>>(
         sigmas.data_ptr<float>(), t_starts.data_ptr<float>(), t_ends.data_ptr<float>(),
         packed_info.data_ptr<int64_t>(), n_rays, static_cast<float>(eps), w.data_ptr<float>(), trans.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -675,99 +689,13 @@ torch::Tensor render_weights_bwd(torch::Tensor grad_w, c10::optional<torch::Tens
     gt = grad_trans->data_ptr<float>();
   }
   if (n_rays > 0 && sigmas.numel() > 0) {
-    auto kernel = serial_render() ? render_weights_bwd_kernel : render_weights_bwd_warp;
-    const int64_t threads_total = serial_render() ? n_rays : n_rays * 32;
-    kernel<<<n_blocks(threads_total, 128), 128, 0, stream()>>>(
+    render_weights_bwd_warp<<<n_blocks(n_rays * 32, 128), 128, 0, stream()>>>(
         grad_w.data_ptr<float>(), gt, sigmas.data_ptr<float>(), t_starts.data_ptr<float>(), t_ends.data_ptr<float>(),
         packed_info.data_ptr<int64_t>(), w.data_ptr<float>(), trans.data_ptr<float>(), n_rays,
         static_cast<float>(eps), gsig.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return gsig;
-}
-
-// Fused compositing: weights, colour, opacity and depth in one pass; the ray stops at T < eps
-// (remaining weights written as 0, their colours/sigmas never read).
-__global__ void volume_render_fwd_kernel(const float* __restrict__ sig, const float* __restrict__ rgb,
-                                         const float* __restrict__ ts, const float* __restrict__ te,
-                                         const int64_t* __restrict__ info, int64_t n_rays, float eps,
-                                         float* __restrict__ out_rgb, float* __restrict__ out_op,
-                                         float* __restrict__ out_depth, float* __restrict__ w) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r >= n_rays) return;
-  const int64_t s0 = info[2 * r], cnt = info[2 * r + 1];
-  double acc = 0.0;
-  float cr = 0.f, cg = 0.f, cb = 0.f, op = 0.f, dep = 0.f;
-  int64_t i = s0;
-  for (; i < s0 + cnt; ++i) {
-    const float T = static_cast<float>(exp(-acc));
-    if (T < eps) break;
-    const float a = ts[i], b = te[i];
-    const float tau = sig[i] * (b - a);
-    const float wi = T * (1.0f - expf(-tau));
-    w[i] = wi;
-    cr += wi * rgb[3 * i];
-    cg += wi * rgb[3 * i + 1];
-    cb += wi * rgb[3 * i + 2];
-    op += wi;
-    dep += wi * ((a + b) * 0.5f);
-    acc += static_cast<double>(tau);
-  }
-  for (; i < s0 + cnt; ++i) w[i] = 0.0f;
-  out_rgb[3 * r] = cr;
-  out_rgb[3 * r + 1] = cg;
-  out_rgb[3 * r + 2] = cb;
-  out_op[r] = op;
-  out_depth[r] = dep;
-}
-
-// g_w_i = <g_rgb, c_i> + g_op + g_depth * mid_i (+ g_weights_i); then the render_weights rule.
-__global__ void volume_render_bwd_kernel(const float* __restrict__ g_rgb, const float* __restrict__ g_op,
-                                         const float* __restrict__ g_depth, const float* __restrict__ g_w,
-                                         const float* __restrict__ sig, const float* __restrict__ rgb,
-                                         const float* __restrict__ ts, const float* __restrict__ te,
-                                         const int64_t* __restrict__ info, const float* __restrict__ w,
-                                         int64_t n_rays, float eps, float* __restrict__ g_sig,
-                                         float* __restrict__ g_rgbs) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r >= n_rays) return;
-  const int64_t s0 = info[2 * r], cnt = info[2 * r + 1];
-  const float gr = g_rgb[3 * r], gg = g_rgb[3 * r + 1], gb = g_rgb[3 * r + 2];
-  const float go = g_op[r], gd = g_depth[r];
-  double total = 0.0;
-  int64_t end = s0;
-  for (int64_t i = s0; i < s0 + cnt; ++i) {
-    const float wi = w[i];
-    float gwi = gr * rgb[3 * i] + gg * rgb[3 * i + 1] + gb * rgb[3 * i + 2] + go + gd * ((ts[i] + te[i]) * 0.5f);
-    if (g_w != nullptr) gwi += g_w[i];
-    total += static_cast<double>(gwi) * wi;
-    end = i + 1;
-  }
-  double acc = 0.0, prefix = 0.0;
-  for (int64_t i = s0; i < end; ++i) {
-    const float T = static_cast<float>(exp(-acc));
-    const float delta = te[i] - ts[i];
-    const float tau = sig[i] * delta;
-    if (T < eps) {
-      for (int64_t j = i; j < end; ++j) {
-        g_sig[j] = 0.0f;
-        g_rgbs[3 * j] = 0.0f;
-        g_rgbs[3 * j + 1] = 0.0f;
-        g_rgbs[3 * j + 2] = 0.0f;
-      }
-      return;
-    }
-    const float wi = w[i];
-    float gwi = gr * rgb[3 * i] + gg * rgb[3 * i + 1] + gb * rgb[3 * i + 2] + go + gd * ((ts[i] + te[i]) * 0.5f);
-    if (g_w != nullptr) gwi += g_w[i];
-    prefix += static_cast<double>(gwi) * wi;
-    const double direct = static_cast<double>(gwi) * T * expf(-tau);
-    g_sig[i] = static_cast<float>(delta * (direct - (total - prefix)));
-    g_rgbs[3 * i] = wi * gr;
-    g_rgbs[3 * i + 1] = wi * gg;
-    g_rgbs[3 * i + 2] = wi * gb;
-    acc += static_cast<double>(tau);
-  }
 }
 
 std::vector<torch::Tensor> volume_render_fwd(torch::Tensor sigmas, torch::Tensor rgbs, torch::Tensor t_starts,
@@ -786,11 +714,9 @@ std::vector<torch::Tensor> volume_render_fwd(torch::Tensor sigmas, torch::Tensor
   auto out_rgb = torch::empty({n_rays, 3}, opt);
   auto out_op = torch::empty({n_rays, 1}, opt);
   auto out_depth = torch::empty({n_rays, 1}, opt);
-  auto w = torch::empty_like(sigmas);
+  auto w = torch::zeros_like(sigmas);  // padding samples of the fixed layout stay 0
   if (n_rays > 0) {
-    auto kernel = serial_render() ? volume_render_fwd_kernel : volume_render_fwd_warp;
-    const int64_t threads_total = serial_render() ? n_rays : n_rays * 32;
-    kernel<<<n_blocks(threads_total, 128), 128, 0, stream()>>>(
+    volume_render_fwd_warp<<<n_blocks(n_rays * 32, 128), 128, 0, stream()>>>(
         sigmas.data_ptr<float>(), rgbs.data_ptr<float>(), t_starts.data_ptr<float>(), t_ends.data_ptr<float>(),
         packed_info.data_ptr<int64_t>(), n_rays, static_cast<float>(eps), out_rgb.data_ptr<float>(),
         out_op.data_ptr<float>(), out_depth.data_ptr<float>(), w.data_ptr<float>());
@@ -816,9 +742,7 @@ std::vector<torch::Tensor> volume_render_bwd(torch::Tensor g_rgb, torch::Tensor 
     gw = g_w->data_ptr<float>();
   }
   if (n_rays > 0 && sigmas.numel() > 0) {
-    auto kernel = serial_render() ? volume_render_bwd_kernel : volume_render_bwd_warp;
-    const int64_t threads_total = serial_render() ? n_rays : n_rays * 32;
-    kernel<<<n_blocks(threads_total, 128), 128, 0, stream()>>>(
+    volume_render_bwd_warp<<<n_blocks(n_rays * 32, 128), 128, 0, stream()>>>(
         g_rgb.data_ptr<float>(), g_op.data_ptr<float>(), g_depth.data_ptr<float>(), gw, sigmas.data_ptr<float>(),
         rgbs.data_ptr<float>(), t_starts.data_ptr<float>(), t_ends.data_ptr<float>(),
         packed_info.data_ptr<int64_t>(), w.data_ptr<float>(), n_rays, static_cast<float>(eps),

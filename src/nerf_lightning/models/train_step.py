@@ -1,0 +1,175 @@
+"""The training forward under a fixed sample budget: rays -> loss with static shapes, no host sync.
+
+instant-ngp and nerfacc train on a fixed number of samples per step (2^18) and let the number of
+rays follow: few rays early (every cell is still occupied, rays carry hundreds of samples), tens of
+thousands late. Here the batch holds ``R`` ray slots; the first ``n_active`` are marched and the
+renderer keeps rays in order while their samples fit (``Renderer.render_rays_fixed``). After each
+call ``n_active`` is re-estimated *on the device* from the measured samples per ray, so nothing is
+read back by the host.
+
+Because every shape is fixed, the whole forward (marching, the no-grad density pass, compaction,
+field, compositing, loss) and its backward can be captured once as CUDA graphs and replayed
+(:func:`capture`): one launch instead of ~150, so the GPU no longer waits for Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from nerf_lightning.render.renderer import Renderer
+
+__all__ = ["FixedBudgetStep", "capture", "autocast_for"]
+
+
+class FixedBudgetStep(nn.Module):
+    """``forward(rays_o, rays_d, target_rgb, background) -> (loss, per_ray_loss, ray_valid, stats)``.
+
+    Args:
+        field: the radiance field (``models/field.py``), shared with the LightningModule.
+        renderer: the renderer (owns the occupancy grid), shared with the LightningModule.
+        per_ray_loss: ``(pred [R, 3], target [R, 3]) -> [R]``.
+        sample_budget: sample slots of the differentiable pass (instant-ngp: 2^18).
+        march_budget: sample slots of the marching / no-grad density pass (>= sample_budget).
+        n_rays_init: rays marched in the first step (then adapted; at most the batch's ray slots).
+        min_rays: lower bound of the adapted ray count.
+        adapt_momentum: weight of the previous estimate when ``n_active`` is re-estimated.
+        jitter: randomize each ray's first sample (training; off only for exact comparisons).
+
+    Returns of ``forward``:
+        loss: mean per-ray loss over the valid rays (scalar, differentiable);
+        per_ray_loss: float [R], 0 for rays left out of the step (detached);
+        ray_valid: bool [R];
+        stats: float64 [4] = (valid rays, marched samples, rendered samples, sum of squared error
+            over valid rays, averaged over channels), detached.
+    """
+
+    n_active: Tensor
+    n_active_f: Tensor
+
+    def __init__(
+        self,
+        field: nn.Module,
+        renderer: Renderer,
+        per_ray_loss: Callable[[Tensor, Tensor], Tensor],
+        *,
+        sample_budget: int,
+        march_budget: int,
+        n_rays_init: int = 4096,
+        min_rays: int = 64,
+        adapt_momentum: float = 0.5,
+        jitter: bool = True,
+    ) -> None:
+        super().__init__()
+        if sample_budget < 1 or march_budget < sample_budget:
+            raise ValueError(
+                f"model.sample_budget must be >= 1 and model.march_budget >= sample_budget, "
+                f"got {sample_budget} and {march_budget}"
+            )
+        self.field = field
+        self.renderer = renderer
+        self.per_ray_loss = per_ray_loss
+        self.base_sample_budget, self.base_march_budget = int(sample_budget), int(march_budget)
+        self.sample_budget = int(sample_budget)
+        self.march_budget = int(march_budget)
+        self.min_rays = int(min_rays)
+        self.adapt_momentum = float(adapt_momentum)
+        self.jitter = bool(jitter)
+        self.register_buffer("n_active", torch.tensor(int(n_rays_init), dtype=torch.int64))
+        self.register_buffer("n_active_f", torch.tensor(float(n_rays_init), dtype=torch.float32))
+        # share of the capacities the ray count aims at (< 1 leaves headroom for load balancing)
+        self.register_buffer("target_fraction", torch.tensor(1.0))
+
+    def set_capacity_scale(self, scale: float, target_fraction: float = 1.0) -> None:
+        """Capacities = ``scale`` x the constructor's budgets; aim at ``target_fraction`` of them.
+
+        Call before the first step (capacities are baked into a captured graph); the fraction is a
+        buffer and may change at any time."""
+        self.sample_budget = max(1, int(self.base_sample_budget * scale))
+        self.march_budget = max(self.sample_budget, int(self.base_march_budget * scale))
+        self.target_fraction.fill_(float(target_fraction))
+
+    def forward(
+        self, rays_o: Tensor, rays_d: Tensor, target: Tensor, background: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        n_slots = rays_o.shape[0]
+        with torch.no_grad():
+            self.n_active.clamp_(max=n_slots)
+        out = self.renderer.render_rays_fixed(
+            self.field,
+            rays_o,
+            rays_d,
+            background,
+            march_capacity=self.march_budget,
+            sample_capacity=self.sample_budget,
+            n_active=self.n_active,
+            jitter=self.jitter,
+        )
+        valid = out["ray_valid"]
+        per_ray = self.per_ray_loss(out["rgb"], target) * valid
+        n_valid = out["n_rays"]
+        loss = per_ray.sum() / n_valid.clamp_min(1)
+        with torch.no_grad():
+            sq_err = (((out["rgb"].detach().float() - target) ** 2).mean(dim=-1) * valid).sum()
+            self._adapt(n_valid, out["n_samples"], out["n_samples_rendered"], n_slots)
+            stats = torch.stack([n_valid, out["n_samples"], out["n_samples_rendered"]]).to(torch.float64)
+            stats = torch.cat([stats, sq_err.to(torch.float64)[None]])
+        return loss, per_ray.detach(), valid, stats
+
+    @torch.no_grad()
+    def _adapt(self, n_valid: Tensor, n_marched: Tensor, n_rendered: Tensor, n_slots: int) -> None:
+        """Next ``n_active``: the rays whose measured samples fill both budgets (instant-ngp's rule
+        ``rays * target / measured``), smoothed, clamped to ``[min_rays, n_slots]``."""
+        rays = n_valid.float().clamp_min(1.0)
+        per_ray_rendered = (n_rendered.float() / rays).clamp_min(0.25)
+        per_ray_marched = (n_marched.float() / rays).clamp_min(0.25)
+        fill = 0.98 * self.target_fraction  # just under the budgets: an overflow drops whole rays
+        target = torch.minimum(
+            fill * self.sample_budget / per_ray_rendered, fill * self.march_budget / per_ray_marched
+        )
+        m = self.adapt_momentum
+        new = (m * self.n_active_f + (1.0 - m) * target).clamp(min=float(self.min_rays), max=float(n_slots))
+        self.n_active_f.copy_(new)
+        self.n_active.copy_(new.round().to(torch.int64))
+
+
+def autocast_for(precision: str | int | None) -> Any:
+    """The autocast context of a Lightning precision string, with the autocast cache off.
+
+    CUDA graphs must not rely on autocast's weight-cast cache (a cached cast would be captured once
+    and never refreshed after an optimizer step), so capture and replay run with ``cache_enabled=False``.
+    """
+    dtype = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}.get(str(precision))
+    if dtype is None:
+        return nullcontext()
+    return torch.autocast("cuda", dtype=dtype, cache_enabled=False)
+
+
+def capture(step: FixedBudgetStep, sample_args: tuple[Tensor, ...], precision: str | int | None) -> nn.Module:
+    """Capture ``step``'s forward and backward as CUDA graphs (``torch.cuda.make_graphed_callables``).
+
+    The returned module replays the graphs: inputs are copied into static buffers, outputs and the
+    parameters' gradients come from static buffers. Parameters, the occupancy bitfield and the
+    ``n_active`` buffer are read in place, so optimizer steps and occupancy updates made between
+    replays are seen. Gradients are pre-allocated so that autograd accumulates into ``.grad``
+    instead of aliasing the graph's output buffers (zero them with ``set_to_none=False``).
+    """
+    for p in step.parameters():
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
+    # Not cloned: when the inputs are themselves static buffers (the DataModule's graphed batch),
+    # the replays then skip copying them. The graphs keep these tensors alive.
+    args = tuple(a.detach() for a in sample_args)
+    # The warm-up calls of make_graphed_callables adapt n_active: start the replays where eager
+    # execution would have started.
+    saved = {name: b.clone() for name, b in step.named_buffers(recurse=False)}
+    with autocast_for(precision):
+        graphed = torch.cuda.make_graphed_callables(step, args, num_warmup_iters=3, allow_unused_input=True)
+    with torch.no_grad():
+        for name, value in saved.items():
+            getattr(step, name).copy_(value)
+    return graphed

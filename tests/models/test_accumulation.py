@@ -1,0 +1,88 @@
+"""Gradient accumulation: k micro-batches of B/k rays give the gradient of one batch of B rays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import pytest
+import torch
+
+from nerf_lightning.data.synthetic import generate_scene
+
+SMALL = [
+    "accelerator=cpu",
+    "logger=none",
+    "callbacks=none",
+    "model.sample_budget=null",
+    "model.jitter=false",
+    "model.grid_resolution=16",
+    "model.field.encoding.n_levels=4",
+    "model.field.encoding.log2_hashmap_size=12",
+    "model.field.encoding.max_resolution=64",
+    "model.step_size=0.02",
+    "model.max_samples_per_ray=64",
+    "+trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "trainer.max_steps=2",
+]
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("scene") / "acc"
+    generate_scene(out, n_views=8, width=24, height=24, supersample=1)
+    return out
+
+
+class _Grads(L.Callback):
+    """The gradient of every optimizer step, as seen by the optimizer."""
+
+    def __init__(self) -> None:
+        self.steps: list[list[torch.Tensor]] = []
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
+    ) -> None:
+        self.steps.append([p.grad.detach().clone() for p in pl_module.parameters()])
+
+
+def _first_step_grads(scene: Path, compose_cfg, accumulate: int, batch: dict[str, torch.Tensor]):
+    cfg = compose_cfg(f"data.path={scene}", f"accumulate_grad_batches={accumulate}", *SMALL)
+    dm = hydra.utils.instantiate(cfg.data)
+    dm.prepare_data()
+    dm.setup("fit")
+    n = batch["rays_o"].shape[0] // accumulate
+
+    def micro_batch(step_index: Any, dataloader_idx: int) -> dict[str, Any]:
+        if not dm.trainer.training:
+            return dm.val_batch(int(step_index))
+        i = int(step_index) % accumulate
+        return {k: v[i * n : (i + 1) * n] for k, v in batch.items()}
+
+    dm.on_after_batch_transfer = micro_batch
+    torch.manual_seed(0)
+    model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale)
+    grads = _Grads()
+    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=[grads], logger=False)
+    trainer.fit(model, datamodule=dm)
+    assert len(grads.steps) == 2 and trainer.global_step == 2
+    return grads.steps[0]
+
+
+def test_accumulated_micro_batches_equal_one_batch(scene: Path, compose_cfg) -> None:
+    torch.set_num_threads(2)
+    cfg = compose_cfg(f"data.path={scene}", *SMALL)
+    dm = hydra.utils.instantiate(cfg.data)
+    dm.prepare_data()
+    dm.setup("fit")
+    torch.manual_seed(1)
+    batch = dm.train_batch(256)
+    whole = _first_step_grads(scene, compose_cfg, 1, batch)
+    for k in (2, 4):
+        split = _first_step_grads(scene, compose_cfg, k, batch)
+        for a, b in zip(split, whole, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-9)
+    assert any(float(g.abs().max()) > 0 for g in whole)

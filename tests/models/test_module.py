@@ -1,0 +1,96 @@
+"""NeRFModule as a container: deep copies own their state, ``.to()`` moves every tensor and keeps its
+dtype, the state dict round-trips into a fresh module that then renders the same image."""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import torch
+
+from nerf_lightning.models.field import NGPField
+from nerf_lightning.models.module import NeRFModule
+
+
+def _tiny_module(seed: int) -> NeRFModule:
+    torch.manual_seed(seed)
+    return NeRFModule(
+        field=functools.partial(
+            NGPField,
+            encoding=dict(n_levels=4, log2_hashmap_size=10, max_resolution=64, backend="torch"),
+            hidden_dim=16,
+            density_bias=1.0,
+        ),
+        optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
+        aabb_scale=2,
+        grid_resolution=16,
+        step_size=1 / 32,
+        ops_backend="torch",
+    )
+
+
+def _trained_like(seed: int) -> NeRFModule:
+    """A module whose parameters and occupancy grid are not their initial values."""
+    module = _tiny_module(seed)
+    with torch.no_grad():
+        module.field.encoding.params.uniform_(-0.5, 0.5)
+    module.occupancy.update(0, module.field.density, generator=torch.Generator().manual_seed(seed))
+    assert 0.0 < module.occupancy.occupied_fraction() < 1.0
+    return module
+
+
+def _render(module: NeRFModule) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    o = torch.rand(48, 3, generator=g) * torch.tensor([1.0, 1.0, 0.0]) + torch.tensor([0.0, 0.0, -0.6])
+    d = torch.nn.functional.normalize(
+        torch.tensor([0.0, 0.0, 1.0]) + 0.3 * torch.randn(48, 3, generator=g), dim=-1
+    )
+    with torch.no_grad():
+        return module.renderer.render_rays(module.field, o, d, torch.ones(3), jitter=False)
+
+
+def test_state_dict_round_trip_renders_the_same_image() -> None:
+    trained = _trained_like(0)
+    fresh = _tiny_module(1)
+    before = _render(fresh)["rgb"]
+    fresh.load_state_dict(trained.state_dict())
+    a, b = _render(trained), _render(fresh)
+    assert not torch.allclose(before, a["rgb"])  # the fresh module really was different
+    for k in ("rgb", "depth", "opacity", "n_samples"):
+        assert torch.equal(a[k], b[k]), k
+    assert torch.equal(fresh.occupancy.binaries, trained.occupancy.binaries)
+
+
+def test_deep_copy_owns_parameters_and_buffers() -> None:
+    module = _trained_like(0)
+    clone = copy.deepcopy(module)
+    reference = {k: v.clone() for k, v in module.state_dict().items()}
+    image = _render(module)["rgb"]
+    with torch.no_grad():
+        for v in clone.state_dict().values():
+            v.zero_() if v.dtype == torch.bool else v.add_(1)
+    for k, v in module.state_dict().items():
+        assert torch.equal(v, reference[k]), f"editing the copy changed the original's {k}"
+    assert torch.equal(_render(module)["rgb"], image)
+
+
+def test_to_moves_every_tensor_and_keeps_dtypes() -> None:
+    """The meta device stands in for a GPU: no tensor attribute of any submodule stays behind (a
+    stale CPU tensor would fail on the first CUDA step) and no dtype changes on the way."""
+    module = _tiny_module(0)
+    dtypes = {k: v.dtype for k, v in module.state_dict(keep_vars=True).items()}
+    dtypes.update({f"buffer:{k}": v.dtype for k, v in module.named_buffers()})
+    module.to("meta")
+    after = {k: v.dtype for k, v in module.state_dict(keep_vars=True).items()}
+    after.update({f"buffer:{k}": v.dtype for k, v in module.named_buffers()})
+    assert after == dtypes
+    assert dtypes["renderer.occupancy.density_grid"] == torch.float32
+    assert dtypes["renderer.occupancy.binaries"] == torch.bool
+    stale = []
+    for name, sub in module.named_modules():
+        for attr, value in vars(sub).items():
+            tensors = value.values() if isinstance(value, dict) else [value]
+            for t in tensors:
+                if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                    stale.append(f"{name}.{attr}")
+    assert not stale, f"tensors left on the CPU by .to(): {stale}"

@@ -1,0 +1,108 @@
+"""The budgeted training path (static shapes) against the dynamic renderer, on the CPU reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nerf_lightning.models.field import NGPField
+from nerf_lightning.models.train_step import FixedBudgetStep
+from nerf_lightning.render.occupancy import OccupancyGrid
+from nerf_lightning.render.renderer import Renderer
+
+ENC = dict(n_levels=4, log2_hashmap_size=12, base_resolution=4, max_resolution=32, backend="torch")
+
+
+def _setup(seed: int = 0, compact: bool = True):
+    torch.manual_seed(seed)
+    field = NGPField(encoding=ENC, hidden_dim=16, density_bias=2.0)  # dense enough to terminate rays
+    with torch.no_grad():
+        field.encoding.params.uniform_(-1.0, 1.0)
+    renderer = Renderer(
+        OccupancyGrid(resolution=16), step_size=0.02, ops_backend="torch", compact_samples=compact
+    )
+    gen = torch.Generator().manual_seed(seed + 1)
+    renderer.occupancy.binaries.copy_(torch.rand(renderer.occupancy.binaries.shape, generator=gen) < 0.6)
+    o = torch.rand(24, 3, generator=gen) * 0.4 + 0.3 + torch.tensor([0.0, 0.0, -1.0])
+    d = torch.nn.functional.normalize(
+        torch.randn(24, 3, generator=gen) * 0.2 + torch.tensor([0, 0, 1.0]), dim=-1
+    )
+    bg = torch.rand(24, 3, generator=gen)
+    return field, renderer, o, d, bg
+
+
+def _grads(field):
+    return [p.grad.clone() for p in field.parameters()]
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_fixed_render_equals_dynamic_render_when_everything_fits(compact: bool) -> None:
+    field, renderer, o, d, bg = _setup(compact=compact)
+    dyn = renderer.render_rays(field, o, d, bg, jitter=False)
+    dyn["rgb"].square().sum().backward()
+    g_dyn = _grads(field)
+    field.zero_grad()
+    fixed = renderer.render_rays_fixed(
+        field, o, d, bg, march_capacity=4096, sample_capacity=4096, jitter=False
+    )
+    fixed["rgb"].square().sum().backward()
+    assert fixed["ray_valid"].all()
+    assert fixed["t_starts"].shape == (4096,)
+    torch.testing.assert_close(fixed["rgb"], dyn["rgb"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fixed["depth"], dyn["depth"], rtol=1e-5, atol=1e-6)
+    assert int(fixed["n_samples"]) == int(dyn["n_samples"])
+    assert int(fixed["n_samples_rendered"]) == int(dyn["n_samples_rendered"])
+    for a, b in zip(_grads(field), g_dyn, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_fixed_render_drops_whole_rays_that_do_not_fit() -> None:
+    field, renderer, o, d, bg = _setup()
+    dyn = renderer.render_rays(field, o, d, bg, jitter=False)
+    rendered = dyn["packed_info"][:, 1]
+    cap = int(rendered[:10].sum())
+    fixed = renderer.render_rays_fixed(
+        field, o, d, bg, march_capacity=4096, sample_capacity=cap, jitter=False
+    )
+    valid = fixed["ray_valid"]
+    n_valid = int(valid.sum())
+    assert n_valid >= 10 and not valid[n_valid:].any() and valid[:n_valid].all()
+    assert int(rendered[:n_valid].sum()) <= cap
+    torch.testing.assert_close(fixed["rgb"][valid], dyn["rgb"][valid], rtol=1e-5, atol=1e-6)
+    # marching budget: rays are dropped before the density pass too
+    marched = renderer.render_rays(field, o, d, bg, jitter=False)["n_samples"]
+    small = renderer.render_rays_fixed(
+        field, o, d, bg, march_capacity=int(marched) // 2, sample_capacity=4096, jitter=False
+    )
+    assert 0 < int(small["n_rays"]) < 24 and int(small["n_samples"]) <= int(marched) // 2
+
+
+def test_budget_step_loss_is_the_mean_over_valid_rays_and_the_ray_count_adapts() -> None:
+    field, renderer, o, d, bg = _setup()
+    target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
+
+    def per_ray(pred, tgt):
+        return ((pred - tgt) ** 2).mean(-1)
+
+    step = FixedBudgetStep(
+        field,
+        renderer,
+        per_ray,
+        sample_budget=300,
+        march_budget=1200,
+        n_rays_init=24,
+        min_rays=2,
+        jitter=False,
+    )
+    loss, per_ray_loss, valid, stats = step(o, d, target, bg)
+    dyn = renderer.render_rays(field, o, d, bg, jitter=False)
+    expected = per_ray(dyn["rgb"], target)[valid].mean()
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-7)
+    assert (per_ray_loss[~valid] == 0).all()
+    assert int(stats[0]) == int(valid.sum()) and int(stats[2]) <= 300 and int(stats[1]) <= 1200
+    # the next ray count is the one whose samples fill the budget: rays * budget / rendered
+    n_valid, rendered = float(stats[0]), float(stats[2])
+    marched = float(stats[1])
+    target_rays = min(0.98 * 300 / (rendered / n_valid), 0.98 * 1200 / (marched / n_valid))
+    assert float(step.n_active_f) == pytest.approx(0.5 * 24 + 0.5 * min(target_rays, 24), rel=1e-5)
+    assert int(step.n_active) == round(float(step.n_active_f))
