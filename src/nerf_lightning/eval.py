@@ -31,8 +31,10 @@ from nerf_lightning.utils.apps import nested_overrides, normalize_app_argv
 from nerf_lightning.utils.config import CONF_DIR
 from nerf_lightning.utils.io import atomic_write_json
 from nerf_lightning.utils.restore import load_run
+from nerf_lightning.utils.run_dir import register_resolvers
 
 log = logging.getLogger("nerf_lightning.eval")
+register_resolvers()  # the run-directory resolvers of conf/hydra/default.yaml
 
 SPLITS = ("auto", "val", "test", "train")
 

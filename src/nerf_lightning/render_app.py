@@ -35,8 +35,10 @@ from nerf_lightning.utils.apps import device_of, nested_overrides, normalize_app
 from nerf_lightning.utils.config import CONF_DIR
 from nerf_lightning.utils.io import atomic_write_json
 from nerf_lightning.utils.restore import load_run
+from nerf_lightning.utils.run_dir import register_resolvers
 
 log = logging.getLogger("nerf_lightning.render")
+register_resolvers()  # the run-directory resolvers of conf/hydra/default.yaml
 
 
 def path_cameras(cfg: DictConfig, capture: Capture) -> tuple[list[PathCamera], float | None]:
