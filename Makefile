@@ -26,8 +26,14 @@ test: setup
 test-cuda: setup
 	$(PY) -m pytest -q -m cuda $(PYTEST_ARGS)
 
-## Benchmarks (CUDA ops vs the reference; results go to BENCHMARKS.md by hand).
-bench: bench-ops
+## Time to quality: held-out PSNR at 5/15/60/300 s of training on a GPU (20/40 s with the CPU preset
+## without one): curve.json + curve.png under outputs/bench/curve; results go to BENCHMARKS.md by hand.
+## A capture and extra overrides: make bench OVERRIDES="experiment=blender data.path=/data/lego"
+GPU_CHECKPOINTS := 5,15,60,300
+CPU_CHECKPOINTS := 20,40
+BENCH_CHECKPOINTS ?= $(if $(HAS_GPU),$(GPU_CHECKPOINTS),$(CPU_CHECKPOINTS))
+bench: setup
+	$(PY) -m nerf_lightning.bench.curve --checkpoints $(BENCH_CHECKPOINTS) --profile-steps 50 -- $(TRAIN_PRESET) $(OVERRIDES)
 
 bench-ops: setup
 	$(PY) -m nerf_lightning.bench.ops

@@ -29,6 +29,7 @@ from nerf_lightning.callbacks.checkpointing import RunState
 from nerf_lightning.errors import UserError, user_errors
 from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO
 from nerf_lightning.utils.config import CONF_DIR
+from nerf_lightning.utils.distributed import unshard_fsdp_root
 from nerf_lightning.utils.io import atomic_write_json
 from nerf_lightning.utils.resume import resolve_ckpt_path, select_run_dir
 from nerf_lightning.utils.run_dir import register_resolvers
@@ -83,7 +84,9 @@ def _load_state_error(err: RuntimeError, ckpt_path: str) -> UserError | None:
 def validate_trained(trainer: L.Trainer, model: L.LightningModule, datamodule: Any) -> list[dict[str, float]]:
     """Validate the weights just trained. Under SLURM, ``validate(ckpt_path=None)`` would load the run's
     newest ``hpc_ckpt_<n>.ckpt`` (what a requeued job resumed from) instead: Lightning picks it whenever
-    it detects SLURM, so detection is switched off for this call."""
+    it detects SLURM, so detection is switched off for this call. Under FSDP the module first gets its
+    full parameters back (``unshard_fsdp_root``)."""
+    unshard_fsdp_root(trainer, model)
     with mock.patch.object(SLURMEnvironment, "detect", staticmethod(lambda: False)):
         return trainer.validate(model, datamodule=datamodule, verbose=False)
 

@@ -156,7 +156,7 @@ def curve(
     points = []
     for i, target in enumerate(sorted(checkpoints)):
         for attempt in range(2):
-            steps = max(20, int(round(rate * target)))
+            steps = max(5, int(round(rate * target)))
             t0 = time.perf_counter()
             m = run_once(overrides, out / f"t{target:g}_{attempt}", steps, profile_steps if i == 0 else 0)
             train_s = float(m.get("time/train_s", time.perf_counter() - t0))

@@ -161,9 +161,8 @@ def capture(step: FixedBudgetStep, sample_args: tuple[Tensor, ...], precision: s
     for p in step.parameters():
         if p.requires_grad and p.grad is None:
             p.grad = torch.zeros_like(p)
-    # Not cloned: when the inputs are themselves static buffers (the DataModule's graphed batch),
-    # the replays then skip copying them. The graphs keep these tensors alive.
-    args = tuple(a.detach() for a in sample_args)
+    # Cloned: each replay copies its inputs into these buffers, which must not be the caller's.
+    args = tuple(a.detach().clone() for a in sample_args)
     # The warm-up calls of make_graphed_callables adapt n_active: start the replays where eager
     # execution would have started.
     saved = {name: b.clone() for name, b in step.named_buffers(recurse=False)}

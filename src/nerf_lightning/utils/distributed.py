@@ -58,3 +58,32 @@ def fsdp_wrap_policy() -> Any:
     from nerf_lightning.models.encoding import HashEncoding
 
     return ModuleWrapPolicy({HashEncoding})
+
+
+def unshard_fsdp_root(trainer: L.Trainer, module: torch.nn.Module) -> None:
+    """After ``fit`` under FSDP, give the module its full parameters back (no-op otherwise).
+
+    A later ``trainer.validate`` connects the bare LightningModule again; as it already holds FSDP
+    units (the hash encodings), Lightning does not wrap it a second time, so the parameters of the
+    former root unit (the MLPs) would stay this rank's flat 1-D shards. They are gathered here and
+    installed as plain full parameters; the hash table stays sharded in its own unit, which gathers
+    it on each forward.
+    """
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    if not isinstance(trainer.strategy, FSDPStrategy) or trainer.strategy.model is None:
+        return
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    root = trainer.strategy.model
+    inner = {name for name, m in module.named_modules() if isinstance(m, FullyShardedDataParallel)}
+    with FullyShardedDataParallel.summon_full_params(root, writeback=False):
+        full = {
+            name: (p.detach().clone(), p.requires_grad)
+            for name, p in module.named_parameters()
+            if not any(name.startswith(f"{prefix}.") for prefix in inner if prefix)
+        }
+    for name, (value, requires_grad) in full.items():
+        owner_name, _, attr = name.rpartition(".")
+        owner = module.get_submodule(owner_name) if owner_name else module
+        setattr(owner, attr, torch.nn.Parameter(value, requires_grad=requires_grad))
