@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
+from runs import TINY, TRAINED_STEPS
 
-from nerf_lightning.utils.config import CONF_DIR, compose_train_config
+from nerf_lightning.utils.config import CONF_DIR, compose_app_config, compose_train_config
 
-__all__ = ["CONF_DIR", "compose_train_config"]
+__all__ = ["CONF_DIR", "compose_app_config", "compose_train_config"]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FOX_DIR = REPO_ROOT.parent / "shared" / "data" / "fox"
 
@@ -22,3 +23,31 @@ def compose_cfg(tmp_path: Path):
 
     yield _compose
     GlobalHydra.instance().clear()
+
+
+@pytest.fixture(scope="session")
+def tiny_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from nerf_lightning.data.synthetic import generate_scene
+
+    out = tmp_path_factory.mktemp("scene") / "tiny"
+    generate_scene(out, n_views=24, width=40, height=40, supersample=2)
+    return out
+
+
+@pytest.fixture(scope="session")
+def trained_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float]]:
+    """(run folder, final metrics) of one short training (shared by the e2e and the entry-point tests)."""
+    import torch
+
+    from nerf_lightning.train import train
+
+    torch.set_num_threads(2)
+    run_dir = tmp_path_factory.mktemp("trained_run")
+    try:
+        cfg = compose_train_config(
+            [f"data.path={tiny_scene}", f"trainer.max_steps={TRAINED_STEPS}", *TINY], run_dir
+        )
+        metrics = train(cfg)
+    finally:
+        GlobalHydra.instance().clear()
+    return run_dir, metrics

@@ -10,28 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from runs import TINY
 
-from nerf_lightning.data.synthetic import generate_scene
 from nerf_lightning.train import train
 from nerf_lightning.utils.config import compose_train_config
-
-TINY = [
-    "data.batch_size=1024",
-    "model.sample_budget=null",  # the CPU preset's fixed rays per step (the budget path: test below)
-    "data.steps_per_epoch=60",
-    "model.grid_resolution=32",
-    "model.grid_warmup_steps=16",
-    "model.field.encoding.n_levels=8",
-    "model.field.encoding.log2_hashmap_size=14",
-    "model.field.encoding.max_resolution=256",
-    "model.step_size=0.0135",
-    "model.max_samples_per_ray=128",
-    "trainer.check_val_every_n_epoch=1000",
-    "trainer.log_every_n_steps=10",
-    "callbacks.progress_bar=null",
-    "accelerator=cpu",
-    "logger=csv",
-]
 
 
 def instant_ngp_lr(step: int, lr: float, total: int, sched) -> float:
@@ -45,26 +27,22 @@ def instant_ngp_lr(step: int, lr: float, total: int, sched) -> float:
     return lr * ramp * sched.decay_base**decays
 
 
-@pytest.fixture(scope="module")
-def scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("scene") / "tiny"
-    generate_scene(out, n_views=24, width=40, height=40, supersample=2)
-    return out
-
-
 @pytest.mark.slow
-def test_training_raises_psnr_and_writes_run_outputs(scene: Path, compose_cfg, tmp_path: Path) -> None:
+def test_training_raises_psnr_and_writes_run_outputs(
+    tiny_scene: Path, trained_run: tuple[Path, dict[str, float]], compose_cfg, tmp_path: Path
+) -> None:
+    # the 120-step run is the session's shared `trained_run` (conftest.py; eval/render/export use it too)
+    scene = tiny_scene
     torch.set_num_threads(2)
     untrained = train(compose_cfg(f"data.path={scene}", "trainer.max_steps=0", *TINY))
-    cfg = compose_cfg(f"data.path={scene}", "trainer.max_steps=120", *TINY)
-    metrics = train(cfg)
+    cfg = compose_cfg(f"data.path={scene}", "trainer.max_steps=120", *TINY)  # the trained run's config
+    run_dir, metrics = trained_run
 
     assert metrics["steps"] == 120
     assert metrics["val/psnr"] > untrained["val/psnr"] + 6.0, (untrained["val/psnr"], metrics["val/psnr"])
     assert metrics["val/psnr"] > 17.0
     assert 0.0 < metrics["val/ssim"] <= 1.0
     assert metrics["train/rays_per_s"] > 0 and metrics["train/samples_per_s"] > metrics["train/rays_per_s"]
-    run_dir = Path(cfg.paths.output_dir)
     written = json.loads((run_dir / "metrics.json").read_text())
     assert written["val/psnr"] == pytest.approx(metrics["val/psnr"])
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
@@ -103,8 +81,9 @@ def test_training_raises_psnr_and_writes_run_outputs(scene: Path, compose_cfg, t
 
 
 @pytest.mark.slow
-def test_budgeted_training_learns_and_adapts_its_ray_count(scene: Path, compose_cfg) -> None:
+def test_budgeted_training_learns_and_adapts_its_ray_count(tiny_scene: Path, compose_cfg) -> None:
     """The GPU default (a fixed sample budget, static shapes) on the CPU reference path."""
+    scene = tiny_scene
     torch.set_num_threads(2)
     budget = ["model.sample_budget=3072", "model.march_budget=8192", "model.n_rays_init=128"]
     untrained = train(compose_cfg(f"data.path={scene}", "trainer.max_steps=0", *TINY, *budget))

@@ -25,9 +25,13 @@ import torch
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig, OmegaConf
 
+from nerf_lightning.callbacks.checkpointing import RunState
+from nerf_lightning.errors import UserError, user_errors
 from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO
+from nerf_lightning.utils.config import CONF_DIR
 from nerf_lightning.utils.distributed import unshard_fsdp_root
 from nerf_lightning.utils.io import atomic_write_json
+from nerf_lightning.utils.resume import resolve_ckpt_path, select_run_dir
 from nerf_lightning.utils.run_dir import register_resolvers
 from nerf_lightning.utils.tracking import finish_loggers
 
@@ -50,11 +54,31 @@ def instantiate_group(group: DictConfig | None) -> list[Any]:
     ]
 
 
-def _resolve_ckpt(ckpt_path: str | None, output_dir: Path) -> str | None:
-    if ckpt_path == "last":
-        last = output_dir / "checkpoints" / "last.ckpt"
-        return str(last) if last.exists() else None
-    return ckpt_path
+def run_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as plain data, stored in every checkpoint (``hydra`` section dropped).
+
+    ``data.path`` is made absolute (relative to the launch directory), so that eval/render/export
+    find the capture from any working directory."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(plain, dict)
+    plain.pop("hydra", None)
+    data = plain.get("data")
+    if isinstance(data, dict) and data.get("path"):
+        root = Path(str(OmegaConf.select(cfg, "paths.root_dir", default=".") or "."))
+        data["path"] = str((root / Path(str(data["path"])).expanduser()).resolve())
+    return plain
+
+
+def _load_state_error(err: RuntimeError, ckpt_path: str) -> UserError | None:
+    """A checkpoint whose weights do not fit this run's model, as one actionable line."""
+    text = str(err)
+    if "Error(s) in loading state_dict" not in text:
+        return None
+    detail = next((ln.strip() for ln in text.splitlines()[1:] if ln.strip()), "")
+    return UserError(
+        f"ckpt_path={ckpt_path}: its weights do not fit this run's model ({detail[:200]}); resume with the "
+        "model config the checkpoint was trained with (stored in it; see `python -m nerf_lightning.eval`)"
+    )
 
 
 def validate_trained(trainer: L.Trainer, model: L.LightningModule, datamodule: Any) -> list[dict[str, float]]:
@@ -72,15 +96,27 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
 
     ``extra_callbacks`` (benchmarks, tests) are added to the configured ones."""
     output_dir = Path(cfg.paths.output_dir)
+    plain_config = run_config(cfg)  # resolves every value first: an unset one names its key here
+    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), str(cfg.get("resume") or "never"), output_dir)
+    if ckpt_path is not None:
+        log.info("resuming from %s", ckpt_path)
+    elif cfg.get("ckpt_path") == "last":
+        log.info("ckpt_path=last: no %s yet, starting from scratch", output_dir / "checkpoints" / "last.ckpt")
     L.seed_everything(cfg.seed, workers=True)
 
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     # The model's box (aabb_scale) comes from the capture, so read the capture first.
     datamodule.prepare_data()
-    datamodule.setup("fit")
-    model: L.LightningModule = hydra.utils.instantiate(cfg.model, aabb_scale=datamodule.aabb_scale)
+    try:
+        datamodule.setup("fit")
+    except ValueError as err:  # data.* values the loaders reject (CaptureError is a UserError already)
+        raise (err if isinstance(err, UserError) else UserError(f"data: {err}")) from err
+    model_kwargs = {"aabb_scale": datamodule.aabb_scale}
+    model: L.LightningModule = hydra.utils.instantiate(cfg.model, **model_kwargs)
 
     callbacks = [*instantiate_group(cfg.get("callbacks")), *(extra_callbacks or [])]
+    # Always on: the run's config and exact-resume state go into every checkpoint.
+    callbacks.append(RunState(plain_config, {"model": model_kwargs}, seed=int(cfg.seed)))
     loggers = instantiate_group(cfg.get("logger"))
     # cluster=slurm|torchelastic|...: the ClusterEnvironment plugin (none: Lightning detects it)
     cluster = [hydra.utils.instantiate(cfg.cluster)] if cfg.get("cluster") else []
@@ -94,7 +130,13 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
             lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))  # the resolved Hydra config
 
         start = time.perf_counter()
-        trainer.fit(model, datamodule=datamodule, ckpt_path=_resolve_ckpt(cfg.get("ckpt_path"), output_dir))
+        try:
+            trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+        except RuntimeError as err:
+            user = _load_state_error(err, str(ckpt_path)) if ckpt_path else None
+            if user is None:
+                raise
+            raise user from err
         wall_s = time.perf_counter() - start
         results = validate_trained(trainer, model, datamodule)
 
@@ -135,12 +177,15 @@ def normalize_overrides(argv: list[str]) -> list[str]:
     return [_NUMERIC_GROUP_CHOICE.sub(r"\1='\2'", arg) for arg in argv]
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+# An absolute config path: Hydra would otherwise look for a `nerf_lightning.conf` Python package
+# whenever this module is not `__main__` (console scripts, `python -m nerf_lightning.render`).
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def _hydra_main(cfg: DictConfig) -> float | None:
     if cfg.get("print_config", False):
         print(OmegaConf.to_yaml(cfg, resolve=True))
     torch.set_float32_matmul_precision("high")
-    metrics = train(cfg)
+    with user_errors():
+        metrics = train(cfg)
     value = metrics.get(cfg.get("optimized_metric") or "")
     return float(value) if value is not None else None
 
@@ -162,9 +207,30 @@ def with_device_preset(argv: list[str], has_cuda: bool) -> list[str]:
     return [*argv, "experiment=cpu"]  # after the user's args: before `-m` Hydra would reject them
 
 
+_MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def with_resume_dir(argv: list[str]) -> list[str]:
+    """``resume=auto`` on a single run whose folder Hydra would choose: point ``hydra.run.dir`` at the
+    newest earlier run with the same overrides (see ``utils/resume.py``), so it continues there."""
+    if "resume=auto" not in argv or any(a in _MULTIRUN_FLAGS for a in argv):
+        return argv
+    if any(a.lstrip("+~").startswith(("hydra.run.dir=", "hydra.mode=", "hparams_search=")) for a in argv):
+        return argv  # a fixed folder (resumed in train()) or a sweep (each job resumes its own folder)
+    if any(a in ("--help", "-h", "--hydra-help", "--info", "--cfg", "-c") for a in argv):
+        return argv
+    try:
+        found, message = select_run_dir(argv)
+    except Exception:  # noqa: BLE001 - a config that does not compose: Hydra reports it properly next
+        return argv
+    print(f"[nerf_lightning] {message}", file=sys.stderr)
+    return argv if found is None else [*argv, f"hydra.run.dir='{found}'"]
+
+
 def main() -> None:
     argv = normalize_overrides(sys.argv[1:])
-    sys.argv = [sys.argv[0], *with_device_preset(argv, torch.cuda.is_available())]
+    argv = with_device_preset(argv, torch.cuda.is_available())
+    sys.argv = [sys.argv[0], *with_resume_dir(argv)]
     _hydra_main()
 
 

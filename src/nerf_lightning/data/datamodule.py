@@ -26,12 +26,15 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from nerf_lightning.data.cameras import UndistortionTable, intrinsics_tensor, pixel_rays, poses_tensor
-from nerf_lightning.data.formats import load_capture
+from nerf_lightning.data.formats import CaptureError, load_capture
 from nerf_lightning.data.images import ImageSet, load_images
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
 from nerf_lightning.data.types import Capture, Frame
 
 log = logging.getLogger(__name__)
+
+#: values of ``data.val_split``
+VAL_SPLITS = ("val", "test", "auto", "train")
 
 
 BATCH_SCALINGS = ("per_device", "global", "throughput")
@@ -54,6 +57,22 @@ class _StepIndices(IterableDataset):
 
     def __len__(self) -> int:
         return self.steps_per_epoch
+
+
+class _StepLoader(DataLoader):
+    """The training loader: resumable mid-epoch, because it has no state to resume.
+
+    Its items are step numbers that nothing reads (``train_batch`` draws the rays from the sampler,
+    whose state is in the DataModule's ``state_dict``); Lightning's loop tracks the position within
+    the epoch and ends a resumed epoch after the remaining steps. Implementing the ``_Stateful``
+    protocol tells Lightning that resuming mid-epoch is exact (no "dataloader is not resumable"
+    warning)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
 
 
 class _ViewIndices(Dataset):
@@ -139,6 +158,9 @@ class NeRFDataModule(L.LightningDataModule):
         sampler: name of the training ray sampler, a key of ``samplers``.
         samplers: ``RaySampler`` factories (``_partial_`` configs) taking ``widths``/``heights``.
         max_val_views: validate on at most this many held-out views (evenly spaced); ``None`` = all.
+        val_split: which frames validation renders: ``val`` (the held-out views; the test split when
+            the capture has no val split), ``test`` (the test split; an error when there is none),
+            ``auto`` (test split if there is one, else ``val``), ``train`` (the training views).
         batch_scaling: how ``batch_size`` (and the model's sample budget) is read with several
             processes: ``per_device`` (each rank draws ``batch_size`` rays: the global batch grows
             with the number of ranks, the learning rate stays), ``global`` (each rank draws
@@ -167,6 +189,7 @@ class NeRFDataModule(L.LightningDataModule):
         cache_dir: str | None = None,
         scene_root: str = "outputs/scenes",
         camera_model: str | None = None,
+        val_split: str = "val",
         batch_scaling: str = "per_device",
         cuda_graph: bool | str = "auto",
     ) -> None:
@@ -197,6 +220,9 @@ class NeRFDataModule(L.LightningDataModule):
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.scene_root = Path(scene_root)
         self.camera_model_override = camera_model
+        if val_split not in VAL_SPLITS:
+            raise ValueError(f"data.val_split={val_split!r} is not one of {VAL_SPLITS}")
+        self.val_split = val_split
         self.capture: Capture | None = None
         self.train_set: _ViewSet | None = None
         self.val_set: _ViewSet | None = None
@@ -230,7 +256,7 @@ class NeRFDataModule(L.LightningDataModule):
         self.capture = capture
         train_images = load_images(capture.train, self.downscale, self.image_workers, self.cache_dir)
         self.train_set = _ViewSet(capture.train, train_images, model)
-        val_frames = capture.val or capture.test
+        val_frames = _split_frames(capture, self.val_split, path)
         if self.max_val_views is not None and len(val_frames) > self.max_val_views:
             stride = len(val_frames) / self.max_val_views
             val_frames = [val_frames[int(i * stride)] for i in range(self.max_val_views)]
@@ -268,7 +294,11 @@ class NeRFDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------------------------- loaders
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(_StepIndices(self.steps_per_epoch), batch_size=None, num_workers=0)
+        # Own generators: a DataLoader draws a seed from the given generator (by default the global
+        # RNG) every time an epoch starts, which would shift the training randomness of a resumed run.
+        return _StepLoader(
+            _StepIndices(self.steps_per_epoch), batch_size=None, num_workers=0, generator=torch.Generator()
+        )
 
     def val_dataloader(self) -> DataLoader:
         """Each held-out view exactly once over all ranks: rank r renders views r, r + W, ...
@@ -281,7 +311,7 @@ class NeRFDataModule(L.LightningDataModule):
         views = list(range(rank, n, world))
         if not views and world > 1 and n > 0:
             views = [NO_VIEW]  # more ranks than views: this rank takes part in the metric sync only
-        return DataLoader(_ViewIndices(views), batch_size=None, num_workers=0)
+        return DataLoader(_ViewIndices(views), batch_size=None, num_workers=0, generator=torch.Generator())
 
     # -------------------------------------------------------------------------- device batches
     def _ensure_device(self, device: torch.device) -> None:
@@ -392,6 +422,20 @@ class NeRFDataModule(L.LightningDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if self.sampler is not None and "sampler" in state_dict:
             self.sampler.load_state_dict(state_dict["sampler"])
+
+
+def _split_frames(capture: Capture, split: str, path: Path) -> list[Frame]:
+    """The frames validation renders for ``split`` (see ``NeRFDataModule``)."""
+    if split == "test" and not capture.test:
+        raise CaptureError(
+            f"{path}: the capture has no test split (data.val_split=test); "
+            "use data.val_split=val for the held-out views"
+        )
+    if split == "test" or (split == "auto" and capture.test):
+        return capture.test
+    if split == "train":
+        return capture.train
+    return capture.val or capture.test
 
 
 def _camera_model(capture: Capture) -> str:

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from nerf_lightning.data.types import Capture, Frame, Intrinsics
+from nerf_lightning.errors import UserError
 
 __all__ = [
     "CaptureError",
@@ -72,7 +73,7 @@ _NERFSTUDIO_MODELS = {
 }
 
 
-class CaptureError(ValueError):
+class CaptureError(UserError, ValueError):
     """A capture on disk is missing, malformed or inconsistent; the message names file and key."""
 
 
@@ -602,7 +603,16 @@ def _load_nerfstudio(
         scale=scale,
         offset=offset3,
         has_alpha=alpha,
+        world_transform=_similarity(info),
     )
+
+
+def _similarity(info: dict[str, Any]) -> np.ndarray:
+    """[4, 4] matrix of ``normalize_nerfstudio_poses``'s point map p -> scale * (R p - center)."""
+    m = np.eye(4)
+    m[:3, :3] = info["scale"] * np.asarray(info["rotation"], dtype=np.float64)
+    m[:3, 3] = -info["scale"] * np.asarray(info["center"], dtype=np.float64)
+    return m
 
 
 def load_capture(

@@ -90,6 +90,9 @@ class Capture:
     has_alpha: bool = False
     eval_background: tuple[float, float, float] = (1.0, 1.0, 1.0)
     test: list[Frame] = field(default_factory=list)
+    #: [4, 4] similarity the loader applied to the file's world before ``nerf_to_ngp`` (nerfstudio
+    #: captures: orientation, centring and scale); None = identity. See ``data/scene_space.py``.
+    world_transform: np.ndarray | None = None
 
     @property
     def aabb(self) -> tuple[float, float, float, float, float, float]:

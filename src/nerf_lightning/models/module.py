@@ -286,11 +286,11 @@ class NeRFModule(L.LightningModule):
         return FullyShardedDataParallel.summon_full_params(strategy.model, writeback=False)
 
     # -------------------------------------------------------------------------- validation
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor] | None:
         if batch["view"] < 0:  # a rank without a view of its own: log (sync) the metrics only
             self.log("val/psnr", self.val_psnr, prog_bar=True, batch_size=1)
             self.log("val/ssim", self.val_ssim, batch_size=1)
-            return
+            return None
         h, w = batch["height"], batch["width"]
         out = self.renderer.render_image(
             self.field, batch["rays_o"], batch["rays_d"], batch["background"], chunk=self.hparams.val_chunk
@@ -302,9 +302,11 @@ class NeRFModule(L.LightningModule):
         self.val_ssim.update(pred_chw, gt_chw)
         self.log("val/psnr", self.val_psnr, prog_bar=True, batch_size=1)
         self.log("val/ssim", self.val_ssim, batch_size=1)
+        depth = out["depth"].reshape(h, w)
         if self.hparams.save_val_images and batch_idx == 0 and self.trainer.is_global_zero:
-            depth = out["depth"].reshape(h, w)
             self._save_panel(batch["view"], gt, pred, depth)
+        # for callbacks (eval writes every view): prediction [H, W, 3], depth and opacity [H, W]
+        return {"rgb": pred, "depth": depth, "opacity": out["opacity"].reshape(h, w)}
 
     def _save_panel(self, view: int, gt: Tensor, pred: Tensor, depth: Tensor) -> None:
         """GT | prediction | depth | error as one PNG under ``<run>/val/``, and on the logger."""

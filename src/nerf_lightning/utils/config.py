@@ -22,10 +22,17 @@ def compose_train_config(
     ``cwd`` stands for the launch directory (``paths.root_dir``: scene and image caches); default
     ``output_dir``. Registers the config as the current Hydra config so ``${hydra:...}`` resolves.
     """
+    return compose_app_config("train", overrides, output_dir, cwd)
+
+
+def compose_app_config(
+    config_name: str, overrides: list[str], output_dir: str | Path, cwd: str | Path | None = None
+) -> DictConfig:
+    """Like :func:`compose_train_config` for any app (``train``, ``eval``, ``render``, ``export``)."""
     register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+        cfg = compose(config_name=config_name, overrides=list(overrides), return_hydra_config=True)
         with open_dict(cfg):
             cfg.hydra.runtime.output_dir = str(output_dir)
             cfg.hydra.runtime.cwd = str(cwd if cwd is not None else output_dir)

@@ -9,6 +9,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+#: temporary files of :func:`atomic_write_bytes` (``.<name>.<random>.tmp``); a process killed during
+#: a write leaves one behind, which :func:`remove_stale_temporaries` deletes
+TMP_PATTERN = ".*.tmp"
+
 # The process umask, read once at import (reading it means setting it; not thread-safe later).
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
@@ -41,3 +45,15 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def remove_stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files that writes killed mid-way left in ``folder``; returns them.
+
+    Only call it when no other process writes into ``folder``."""
+    removed = []
+    for tmp in Path(folder).glob(TMP_PATTERN):
+        if tmp.is_file():
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed

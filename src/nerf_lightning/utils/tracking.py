@@ -29,9 +29,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 from hydra.experimental.callback import Callback as HydraCallback
+from lightning.pytorch.loggers import CSVLogger as _LightningCSVLogger
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.loggers import TensorBoardLogger as _LightningTensorBoardLogger
 from lightning.pytorch.loggers import WandbLogger as _LightningWandbLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter as _LightningCSVWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
@@ -491,6 +493,33 @@ class MultirunSummary(HydraCallback):
             write_sweep_summary(sweep_dir, metric, direction)
         except Exception as err:  # noqa: BLE001 - a summary must not turn a finished sweep into a failure
             log.warning("multirun summary failed (%s: %s)", type(err).__name__, err)
+
+
+class _AppendingCSVWriter(_LightningCSVWriter):
+    """Lightning's CSV writer, except that an existing ``metrics.csv`` (a resumed run's folder) is
+    continued instead of deleted: its header is taken over and new rows are appended."""
+
+    def _check_log_dir_exists(self) -> None:
+        if not self._fs.isfile(self.metrics_file_path):
+            return
+        with self._fs.open(self.metrics_file_path, "r", newline="") as f:
+            header = next(csv.reader(f), [])
+        self.metrics_keys = sorted(header)
+
+
+class CSVLogger(_LightningCSVLogger):
+    """Lightning's ``CSVLogger`` (``logger=csv``) whose ``metrics.csv`` survives a resume in the same
+    folder (``ckpt_path=last`` / ``resume=auto``): rows of the earlier process stay, new rows follow (the
+    steps between the checkpoint and the crash appear twice, the later rows being the resumed run's)."""
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> _LightningCSVWriter:
+        if self._experiment is not None:
+            return self._experiment
+        self._fs.makedirs(self.root_dir, exist_ok=True)
+        self._experiment = _AppendingCSVWriter(log_dir=self.log_dir)
+        return self._experiment
 
 
 class TensorBoardLogger(_LightningTensorBoardLogger):

@@ -1,0 +1,22 @@
+"""Fault injection for tests that train in other processes (`+callbacks.fault._target_=faults.RankFault`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning as L
+
+
+class RankFault(L.Callback):
+    """On global rank ``rank``, when optimizer step ``step`` starts: ``raise`` a RuntimeError, or ``hang``
+    (stop taking part in collectives while staying alive, as a rank stuck in I/O or a dead GPU does)."""
+
+    def __init__(self, rank: int = 1, step: int = 2, mode: str = "raise") -> None:
+        self.rank, self.step, self.mode = rank, step, mode
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        if trainer.global_rank == self.rank and trainer.global_step >= self.step:
+            if self.mode == "hang":
+                time.sleep(3600)
+            raise RuntimeError(f"injected fault on rank {self.rank} at step {trainer.global_step}")

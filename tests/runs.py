@@ -1,0 +1,126 @@
+"""Running the real entry points in subprocesses, on a tiny scene (shared by the resume/app/error tests)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+#: a short CPU training on a small rendering of the default scene (its objects, at 40x40 pixels)
+TINY = [
+    "data.batch_size=1024",
+    "model.sample_budget=null",  # fixed rays per step
+    "data.steps_per_epoch=60",
+    "model.grid_resolution=32",
+    "model.grid_warmup_steps=16",
+    "model.field.encoding.n_levels=8",
+    "model.field.encoding.log2_hashmap_size=14",
+    "model.field.encoding.max_resolution=256",
+    "model.step_size=0.0135",
+    "model.max_samples_per_ray=128",
+    "trainer.check_val_every_n_epoch=1000",
+    "trainer.log_every_n_steps=10",
+    "callbacks.progress_bar=null",
+    "accelerator=cpu",
+    "logger=csv",
+]
+TRAINED_STEPS = 120
+
+#: the CPU preset shrunk to a few seconds of training (same pipeline: hash grid, occupancy grid, ...)
+TINY_TRAIN = [
+    "experiment=cpu",
+    "accelerator=cpu",
+    "logger=csv",
+    "data.batch_size=512",
+    "data.steps_per_epoch=20",
+    "model.grid_resolution=32",
+    "model.grid_warmup_steps=16",
+    "model.field.encoding.n_levels=4",
+    "model.field.encoding.log2_hashmap_size=12",
+    "model.field.encoding.max_resolution=64",
+    "model.step_size=0.0135",
+    "model.max_samples_per_ray=64",
+    "callbacks.progress_bar=null",
+    "trainer.enable_model_summary=false",
+]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This checkout's sources first; one intra-op thread (deterministic floats, no oversubscription)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "WANDB_MODE")}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT), env.get("PYTHONPATH", "")]),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        WANDB_MODE="disabled",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def app_cmd(app: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", f"nerf_lightning.{app}", *args]
+
+
+def start(app: str, *args: str, cwd: Path, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        app_cmd(app, *args),
+        cwd=cwd,
+        env=child_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run(
+    app: str, *args: str, cwd: Path, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        app_cmd(app, *args), cwd=cwd, env=child_env(**env), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _fork_main(app: str, argv: list[str], cwd: str, log: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = sys.stderr = os.fdopen(fd, "w", buffering=1)  # not the test runner's capture objects
+    os.chdir(cwd)
+    for key, value in child_env().items():
+        if key not in ("PYTHONPATH",):
+            os.environ[key] = value
+    import importlib
+    import traceback
+
+    import torch
+    from hydra.core.global_hydra import GlobalHydra
+
+    torch.set_num_threads(1)
+    GlobalHydra.instance().clear()
+    sys.argv = [f"nerf_lightning.{app}", *argv]
+    code = 0
+    try:
+        importlib.import_module(f"nerf_lightning.{app}").main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - reported in the log
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def fork_app(app: str, *argv: str, cwd: Path, log: Path):
+    """``python -m nerf_lightning.<app> argv...`` in a child forked from the test process: a real process
+    (its own PID, killable), without the seconds of interpreter and import start-up. Output goes to
+    ``log`` (appended)."""
+    import multiprocessing as mp
+
+    proc = mp.get_context("fork").Process(target=_fork_main, args=(app, list(argv), str(cwd), str(log)))
+    proc.start()
+    return proc

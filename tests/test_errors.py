@@ -1,0 +1,170 @@
+"""Errors a user can act on (one line, no traceback, exit status 2) and a DDP rank crash that ends the run."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import hydra
+import pytest
+import torch
+import torch.multiprocessing as mp
+from runs import TINY_TRAIN, run
+
+from nerf_lightning.errors import EXIT_USER_ERROR, user_errors
+from nerf_lightning.train import train
+from nerf_lightning.utils.config import compose_train_config
+
+
+def _user_error_line(capsys: pytest.CaptureFixture, fn) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        with user_errors():
+            fn()
+    assert exit_info.value.code == EXIT_USER_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_user_errors_of_train_are_one_line(compose_cfg, tiny_scene: Path, capsys, monkeypatch) -> None:
+    line = _user_error_line(capsys, lambda: train(compose_cfg("data.path=/no/such/capture", "logger=none")))
+    assert "/no/such/capture: capture path does not exist" in line
+
+    cfg = compose_cfg(f"data.path={tiny_scene}", "model.loss=l1", "logger=none", "accelerator=cpu")
+    line = _user_error_line(capsys, lambda: train(cfg))
+    assert "config `model`" in line and "model.loss must be 'huber' or 'mse', got 'l1'" in line
+
+    monkeypatch.delenv("NERF_LIGHTNING_FOX", raising=False)
+    line = _user_error_line(capsys, lambda: train(compose_cfg("experiment=fox", "logger=none")))
+    assert "`data.path`" in line and "NERF_LIGHTNING_FOX" in line
+
+    cfg = compose_cfg(f"data.path={tiny_scene}", "ckpt_path=/no/run/last.ckpt", "logger=none")
+    line = _user_error_line(capsys, lambda: train(cfg))
+    assert "ckpt_path=/no/run/last.ckpt: no such checkpoint" in line
+
+
+def test_bugs_keep_their_traceback() -> None:
+    with pytest.raises(ZeroDivisionError):
+        with user_errors():
+            _ = 1 / 0
+
+
+def test_entry_point_prints_one_line_to_stderr_and_the_log(tmp_path: Path) -> None:
+    short = run("eval", "ckpt=/no/such.ckpt", f"hydra.run.dir={tmp_path / 'a'}", cwd=tmp_path)
+    assert short.returncode == EXIT_USER_ERROR
+    assert "Traceback" not in short.stderr
+    assert short.stderr.strip().splitlines()[-1] == (
+        "error: ckpt=/no/such.ckpt: no such file; expected a .ckpt file or a training run folder"
+    )
+    assert "no such file" in (tmp_path / "a" / "eval.log").read_text()  # and in the job's log
+
+
+def test_hydra_full_error_re_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nerf_lightning.errors import UserError
+
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # Hydra then prints the whole traceback
+    with pytest.raises(UserError, match="bad capture"):
+        with user_errors():
+            raise UserError("bad capture")
+
+
+def test_dist_timeout_reaches_the_strategies(compose_cfg) -> None:
+    for name in ("ddp", "fsdp"):
+        cfg = compose_cfg(f"strategy={name}", "dist_timeout_s=42")
+        strategy = hydra.utils.instantiate(cfg.trainer.strategy)
+        assert strategy._timeout == timedelta(seconds=42)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, port: str, overrides: list[str], run_dir: str, log: str) -> None:
+    """One DDP rank, forked from the test process (no interpreter start-up), launched as torchrun /
+    SLURM launch ranks: the environment says which rank it is, Lightning starts no processes."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = sys.stderr = os.fdopen(fd, "w", buffering=1)  # not the test runner's capture objects
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE="2", NODE_RANK="0", LOCAL_RANK=str(rank)
+    )
+    torch.set_num_threads(1)
+    code = 0
+    try:
+        train(compose_train_config(overrides, run_dir))
+    except BaseException:  # noqa: BLE001 - the test reads the log
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["raise", "hang"])
+def test_ddp_rank_failure_ends_the_run(mode: str, tiny_scene: Path, tmp_path: Path) -> None:
+    """Two gloo ranks; at step 2 rank 1 raises (its process dies: gloo sees the closed connection) or
+    hangs (alive, silent: only the timeout can end the wait). Either way rank 0, blocked in a
+    collective, fails and exits non-zero; when hung, after ``dist_timeout_s``, not torch's default of
+    30 minutes."""
+    timeout_s = 10
+    overrides = [
+        *TINY_TRAIN,
+        f"data.path={tiny_scene}",
+        "strategy=ddp",
+        "devices=2",
+        f"dist_timeout_s={timeout_s}",
+        "trainer.max_steps=50",
+        "+callbacks.fault._target_=faults.RankFault",
+        "+callbacks.fault.rank=1",
+        "+callbacks.fault.step=2",
+        f"+callbacks.fault.mode={mode}",
+    ]
+    port = str(_free_port())
+    ctx = mp.get_context("fork")
+    logs = [str(tmp_path / f"rank{r}.log") for r in range(2)]
+    procs = [
+        ctx.Process(target=_rank_main, args=(r, port, overrides, str(tmp_path / "run"), logs[r]))
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        procs[0].join(timeout=240)
+        assert procs[0].exitcode not in (0, None), "rank 0 did not fail"
+        out0 = Path(logs[0]).read_text()
+        if mode == "raise":
+            procs[1].join(timeout=60)
+            assert "injected fault on rank 1" in Path(logs[1]).read_text()
+            assert procs[1].exitcode == 1
+        else:
+            assert "timed out" in out0.lower() or "timeout" in out0.lower(), out0[-2000:]
+            assert procs[1].is_alive()  # still hung: the timeout, not its death, ended rank 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=30)
+    assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_app_argv_normalization() -> None:
+    from nerf_lightning.utils.apps import normalize_app_argv
+
+    argv = ["mesh", "ckpt=run", "data.path=/x", "model.val_chunk=8", "+data.k=1", "precision=32"]
+    assert normalize_app_argv(argv, positional="what") == [
+        "what=mesh",
+        "ckpt=run",
+        "++data.path=/x",
+        "++model.val_chunk=8",
+        "+data.k=1",
+        "precision='32'",
+    ]
+    assert normalize_app_argv(["ckpt=run"], positional="what") == ["ckpt=run"]
