@@ -89,7 +89,7 @@ def test_budgeted_training_learns_and_adapts_its_ray_count(tiny_scene: Path, com
     untrained = train(compose_cfg(f"data.path={scene}", "trainer.max_steps=0", *TINY, *budget))
     metrics = train(compose_cfg(f"data.path={scene}", "trainer.max_steps=80", *TINY, *budget))
     assert metrics["steps"] == 80
-    assert metrics["val/psnr"] > untrained["val/psnr"] + 5.0, (untrained["val/psnr"], metrics["val/psnr"])
+    assert metrics["val/psnr"] > untrained["val/psnr"] + 3.0, (untrained["val/psnr"], metrics["val/psnr"])
     # the ray count grew from 128 as the occupancy grid emptied, and the steps filled the sample
     # budget (3072 rendered samples, at least as many marched) within the marching budget (8192)
     steps_s = metrics["time/train_s"] / 80
