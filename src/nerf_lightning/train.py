@@ -23,6 +23,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from nerf_lightning.models.metrics import final_evaluation
 from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO
 from nerf_lightning.utils.io import atomic_write_json
 from nerf_lightning.utils.tracking import finish_loggers
@@ -80,6 +81,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         results = trainer.validate(model, datamodule=datamodule, verbose=False)
 
         metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+        # per-view numbers, and the final evaluation on the test split when the capture has one
+        metrics.update(final_evaluation(trainer, model, datamodule))
         for cb in callbacks:
             summary = getattr(cb, "summary", None)
             if callable(summary):
@@ -93,13 +96,17 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if trainer.is_global_zero:
         atomic_write_json(output_dir / "metrics.json", metrics)
         log.info(
-            "val/psnr %.2f dB  val/ssim %.4f  (%d steps, %.0f s training)",
+            "val/psnr %.2f dB  val/ssim %.4f  final evaluation (%s): %.2f dB  (%d steps, %.0f s training)",
             metrics.get("val/psnr", float("nan")),
             metrics.get("val/ssim", float("nan")),
+            metrics.get("eval/split", "?"),
+            metrics.get("eval/psnr", float("nan")),
             metrics["steps"],
             metrics.get("time/train_s", metrics["time/wall_s"]),
         )
         print(f"val/psnr: {metrics.get('val/psnr', float('nan')):.2f} dB")
+        if metrics.get("eval/split") == "test":
+            print(f"test/psnr: {metrics.get('test/psnr', float('nan')):.2f} dB")
         print(f"run dir: {output_dir}")
     return metrics
 

@@ -6,8 +6,15 @@ training ``dict``:
     ``rays_o`` [R, 3] f32, ``rays_d`` [R, 3] f32 unit (NGP space), ``rgb`` [R, 3] f32 target (RGBA
     captures: composited over ``background``), ``background`` [R, 3] random colours for every capture,
     ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler).
-validation ``dict`` (one whole held-out view):
-    same keys for all ``H * W`` pixels in row-major order plus ``height``, ``width`` (ints), ``view`` (int).
+validation / test ``dict`` (one whole held-out view):
+    same keys for all ``H * W`` pixels in row-major order plus ``height``, ``width`` (ints), ``view`` (int,
+    index into that split's frames).
+
+Splits: ``val`` is what validation during training renders (the capture's val split, else its test
+split, at most ``max_val_views`` of them); ``test`` is the final evaluation (``trainer.test``): the
+capture's test split when it has one, else the same views as ``val``. :attr:`NeRFDataModule.eval_split`
+names which. A capture without any held-out view is refused in ``setup`` (a run that validates on
+nothing would report a NaN PSNR).
 
 The loaders only yield small index tensors; all pixels (uint8) live on the device, so a training step
 costs no host->device copy and no host synchronization.
@@ -26,7 +33,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from nerf_lightning.data.cameras import UndistortionTable, intrinsics_tensor, pixel_rays, poses_tensor
-from nerf_lightning.data.formats import load_capture
+from nerf_lightning.data.formats import CaptureError, load_capture
 from nerf_lightning.data.images import ImageSet, load_images
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
 from nerf_lightning.data.types import Capture, Frame
@@ -130,6 +137,8 @@ class NeRFDataModule(L.LightningDataModule):
         samplers: ``RaySampler`` factories (``_partial_`` configs) taking ``widths``/``heights``.
         max_val_views: validate on at most this many held-out views (evenly spaced); ``None`` = all.
         image_workers / cache_dir: parallel decoding and the uint8 image cache.
+        aabb_scale: override the capture's ``aabb_scale`` (outer box and occupancy cascades); ``None``
+            keeps the value of the transforms file (or the format's default).
     """
 
     def __init__(
@@ -148,6 +157,7 @@ class NeRFDataModule(L.LightningDataModule):
         cache_dir: str | None = None,
         scene_root: str = "outputs/scenes",
         camera_model: str | None = None,
+        aabb_scale: int | None = None,
     ) -> None:
         super().__init__()
         self.path = path
@@ -167,9 +177,11 @@ class NeRFDataModule(L.LightningDataModule):
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.scene_root = Path(scene_root)
         self.camera_model_override = camera_model
+        self.aabb_scale_override = aabb_scale
         self.capture: Capture | None = None
         self.train_set: _ViewSet | None = None
         self.val_set: _ViewSet | None = None
+        self.test_set: _ViewSet | None = None
         self.sampler: RaySampler | None = None
         self._device: torch.device | None = None
 
@@ -195,28 +207,40 @@ class NeRFDataModule(L.LightningDataModule):
             downscale=self.downscale,
             test_every=self.test_every,
             min_sharpness=self.min_sharpness,
+            aabb_scale=self.aabb_scale_override,
         )
         model = self.camera_model_override or _camera_model(capture)
         self.capture = capture
+        if not capture.train:
+            raise CaptureError(f"{path}: no training views ({len(capture.val)} held out, none left to train)")
         train_images = load_images(capture.train, self.downscale, self.image_workers, self.cache_dir)
         self.train_set = _ViewSet(capture.train, train_images, model)
         val_frames = capture.val or capture.test
+        if not val_frames:
+            raise CaptureError(_no_heldout_message(path, capture, self.test_every))
         if self.max_val_views is not None and len(val_frames) > self.max_val_views:
             stride = len(val_frames) / self.max_val_views
             val_frames = [val_frames[int(i * stride)] for i in range(self.max_val_views)]
-        if val_frames:
-            self.val_set = _ViewSet(
-                val_frames, load_images(val_frames, self.downscale, self.image_workers, self.cache_dir), model
-            )
+        self.val_set = _ViewSet(
+            val_frames, load_images(val_frames, self.downscale, self.image_workers, self.cache_dir), model
+        )
+        test_frames = capture.test or capture.val
+        if [f.image_path for f in test_frames] == [f.image_path for f in val_frames]:
+            self.test_set = self.val_set  # the same views: keep one copy of their pixels
+        else:
+            test_images = load_images(test_frames, self.downscale, self.image_workers, self.cache_dir)
+            self.test_set = _ViewSet(test_frames, test_images, model)
         self.sampler = self.sampler_factory(
             widths=self.train_set.widths.clone(), heights=self.train_set.heights.clone()
         )
         log.info(
-            "capture %s (%s): %d train / %d val views, %dx%d (downscale %d), aabb_scale %d",
+            "capture %s (%s): %d train / %d val / %d %s views, %dx%d (downscale %d), aabb_scale %d",
             path,
             capture.format,
             len(capture.train),
             len(val_frames),
+            len(self.test_set.frames),
+            self.eval_split,
             int(train_images.widths[0]),
             int(train_images.heights[0]),
             self.downscale,
@@ -232,6 +256,14 @@ class NeRFDataModule(L.LightningDataModule):
     def has_alpha(self) -> bool:
         return bool(self.train_set is not None and self.train_set.channels == 4)
 
+    @property
+    def eval_split(self) -> str:
+        """Which split the final evaluation (``test_dataloader``) renders: ``"test"`` when the capture
+        has a test split, else ``"val"`` (all held-out views, even when ``max_val_views`` thins
+        validation during training)."""
+        assert self.capture is not None, "call setup() first"
+        return "test" if self.capture.test else "val"
+
     def eval_background(self, device: torch.device) -> Tensor:
         assert self.capture is not None
         return torch.tensor(self.capture.eval_background, dtype=torch.float32, device=device)
@@ -244,14 +276,19 @@ class NeRFDataModule(L.LightningDataModule):
         n = len(self.val_set.frames) if self.val_set is not None else 0
         return DataLoader(_ViewIndices(n), batch_size=None, num_workers=0)
 
+    def test_dataloader(self) -> DataLoader:
+        """The final evaluation's views (:attr:`eval_split`), one whole image per batch."""
+        n = len(self.test_set.frames) if self.test_set is not None else 0
+        return DataLoader(_ViewIndices(n), batch_size=None, num_workers=0)
+
     # -------------------------------------------------------------------------- device batches
     def _ensure_device(self, device: torch.device) -> None:
         if self._device == device:
             return
         assert self.train_set is not None and self.sampler is not None
         self.train_set.to(device)
-        if self.val_set is not None:
-            self.val_set.to(device)
+        for views in {id(v): v for v in (self.val_set, self.test_set) if v is not None}.values():
+            views.to(device)
         self.sampler.to(device)
         self._device = device
 
@@ -261,6 +298,8 @@ class NeRFDataModule(L.LightningDataModule):
         trainer = self.trainer
         if trainer is not None and trainer.training:
             return self.train_batch(self.batch_size)
+        if trainer is not None and trainer.testing:
+            return self.test_batch(int(batch))
         return self.val_batch(int(batch))
 
     def train_batch(self, n_rays: int) -> dict[str, Any]:
@@ -279,9 +318,16 @@ class NeRFDataModule(L.LightningDataModule):
         return ts.batch(view_ids, ix, iy, px, py, background)
 
     def val_batch(self, view: int) -> dict[str, Any]:
-        """All pixels of held-out view ``view`` (row-major), composited over the eval background."""
-        vs = self.val_set
-        assert vs is not None
+        """All pixels of validation view ``view`` (row-major), composited over the eval background."""
+        assert self.val_set is not None, "call setup() first"
+        return self._image_batch(self.val_set, view)
+
+    def test_batch(self, view: int) -> dict[str, Any]:
+        """All pixels of final-evaluation view ``view`` (:attr:`eval_split`), over the eval background."""
+        assert self.test_set is not None, "call setup() first"
+        return self._image_batch(self.test_set, view)
+
+    def _image_batch(self, vs: _ViewSet, view: int) -> dict[str, Any]:
         device = vs.pixels.device
         h, w = int(vs.heights[view]), int(vs.widths[view])
         iy, ix = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
@@ -298,6 +344,26 @@ class NeRFDataModule(L.LightningDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if self.sampler is not None and "sampler" in state_dict:
             self.sampler.load_state_dict(state_dict["sampler"])
+
+
+def _no_heldout_message(path: Path, capture: Capture, test_every: int) -> str:
+    """Why a capture has no validation view, and what to change."""
+    if capture.format == "blender":
+        return (
+            f"{path}: no held-out views to validate on: transforms_val.json / transforms_test.json list no "
+            "frame with an existing image; fix those files, or remove them to hold out every "
+            "data.test_every-th training frame"
+        )
+    if test_every == 0:
+        return (
+            f"{path}: no held-out views to validate on: data.test_every=0 holds out no frame and the capture "
+            "has no split; set data.test_every=N (N >= 2) to hold out every Nth frame"
+        )
+    return (
+        f"{path}: no held-out views to validate on: the capture's own split lists no validation or test "
+        "frame with an existing image; add one, or remove the split to hold out every data.test_every-th "
+        "frame"
+    )
 
 
 def _camera_model(capture: Capture) -> str:
