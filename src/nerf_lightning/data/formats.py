@@ -278,9 +278,15 @@ def _intrinsics(
     w_i, h_i = int(round(w)), int(round(h))
     if (w_i, h_i) != (hw, hh):
         src = "per-frame" if ("w" in frame or "h" in frame) else "global"
+        hint = "images of different sizes need per-frame intrinsics ('w', 'h', 'fl_x', 'cx', ...)"
+        if (w_i, h_i) == (hh, hw):
+            hint = (
+                "width and height are swapped: the image was rotated by 90 degrees after the camera "
+                "solve (e.g. by a tool applying its EXIF orientation); pixels are used as stored, as "
+                "instant-ngp does, so keep the images the solver saw"
+            )
         raise CaptureError(
-            f"{json_path}: {where}: image is {hw}x{hh} but the {src} intrinsics are for {w_i}x{h_i}; "
-            "images of different sizes need per-frame intrinsics ('w', 'h', 'fl_x', 'cx', ...)"
+            f"{json_path}: {where}: image is {hw}x{hh} but the {src} intrinsics are for {w_i}x{h_i}; {hint}"
         )
     fx, fy = get("fl_x", focal_src), get("fl_y", focal_src)
     ax, ay = get("camera_angle_x", focal_src), get("camera_angle_y", focal_src)
