@@ -49,6 +49,19 @@ def test_ssim_per_image_and_repeated_views_counted_once() -> None:
     assert table["view"] == [1, 3] and table["image"] == ["b.png", "d.png"] and table["psnr"][0] is None
 
 
+def test_a_single_view_gives_a_one_row_table() -> None:
+    m = M.ViewMetrics(lpips=False)
+    m.update(*_image(0.5, 0.1), view=4)
+    out = m.compute()
+    assert float(out["psnr"]) == pytest.approx(20.0, abs=1e-4)
+    table = M.per_view_table(out, names=[f"{i}.png" for i in range(5)])
+    assert (
+        table["view"] == [4]
+        and table["image"] == ["4.png"]
+        and table["psnr"] == [pytest.approx(20.0, abs=1e-4)]
+    )
+
+
 def test_compute_without_views_and_bad_shapes_are_errors() -> None:
     m = M.ViewMetrics(lpips=False)
     with pytest.raises(RuntimeError, match="no view was evaluated"):

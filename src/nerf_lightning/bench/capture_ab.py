@@ -112,7 +112,7 @@ def run_variant(path: str, overrides: list[str], steps: int, seed: int, out_dir:
         "heldout_ssim": float(result["ssim"]),
         "train_psnr": train_psnr,
         "constant_psnr": constant_colour_psnr(dm),
-        "views": len(result["views"]),
+        "views": int(result["views"].numel()),
         "train_s": train_s,
     }
 

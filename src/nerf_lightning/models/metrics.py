@@ -95,7 +95,8 @@ class ViewMetrics(Metric):
     ``update(pred, target, view)`` takes one whole image: ``pred`` and ``target`` float [H, W, 3] in
     [0, 1] (``pred`` is clamped), ``view`` its index in the evaluated split. ``compute()`` returns
     ``{"psnr", "ssim"[, "lpips"]}`` means over the distinct views (0-dim tensors), plus ``"views"``
-    (int64 [V], sorted) and ``"per_view"`` (dict of float [V] tensors in the same order).
+    (int64 [V], sorted) and ``"per_view"`` (dict of float [V] tensors in the same order); with a single
+    view torchmetrics squeezes those to 0-dim, so read them with ``.reshape(-1)``.
     """
 
     full_state_update = False
@@ -167,12 +168,13 @@ class ViewMetrics(Metric):
 def per_view_table(result: dict[str, Any], names: list[str] | None = None) -> dict[str, list]:
     """JSON-ready per-view numbers of a :meth:`ViewMetrics.compute` result: ``view`` (index in the
     split), ``image`` (file names, when ``names`` indexes the split's frames) and one list per metric."""
-    views = [int(v) for v in result["views"]]
+    # reshape: torchmetrics squeezes one-element results of compute() to 0-dim tensors
+    views = [int(v) for v in result["views"].reshape(-1)]
     table: dict[str, list] = {"view": views}
     if names is not None:
         table["image"] = [names[v] for v in views]
     for name, values in result["per_view"].items():
-        table[name] = [round(float(x), 6) if math.isfinite(float(x)) else None for x in values]
+        table[name] = [round(float(x), 6) if math.isfinite(float(x)) else None for x in values.reshape(-1)]
     return table
 
 
