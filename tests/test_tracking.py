@@ -134,6 +134,8 @@ def test_sweep_summary_csv(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     common = ["data.path=/x", "trainer.max_steps=10"]
     for num, size, psnr in ((0, 15, 20.0), (1, 17, 24.5), (10, 19, None)):
         metrics = None if psnr is None else {"val/psnr": psnr, "train/samples_per_s": 1e6 * (num + 1)}
+        if metrics is not None:  # nested per-view tables and the split name, as train.py writes them
+            metrics.update({"val/per_view": {"view": [0], "psnr": [psnr]}, "eval/split": "val"})
         _fake_job(sweep, num, [*common, f"model.field.encoding.log2_hashmap_size={size}"], metrics)
     csv_path = tracking.write_sweep_summary(sweep, "val/psnr", "maximize")
     with csv_path.open() as f:
@@ -144,6 +146,7 @@ def test_sweep_summary_csv(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     assert rows[1]["overrides"] == " ".join([*common, "model.field.encoding.log2_hashmap_size=17"])
     assert [r["val/psnr"] for r in rows] == ["20.0", "24.5", ""]
     assert list(rows[0])[4] == "val/psnr"  # the optimized metric is the first metric column
+    assert "val/per_view" not in rows[0] and rows[0]["eval/split"] == "val"  # no dict-valued columns
     out = capsys.readouterr().out
     assert "24.5" in out and "failed" in out and "summary.csv" in out
     assert tracking.write_sweep_summary(tmp_path / "empty") is None

@@ -45,6 +45,11 @@ def test_training_raises_psnr_and_writes_run_outputs(
     assert metrics["train/rays_per_s"] > 0 and metrics["train/samples_per_s"] > metrics["train/rays_per_s"]
     written = json.loads((run_dir / "metrics.json").read_text())
     assert written["val/psnr"] == pytest.approx(metrics["val/psnr"])
+    # held-out PSNR is the mean of the per-view PSNRs listed next to it; no test split: final = val
+    per_view = written["val/per_view"]
+    assert per_view["image"] == ["0000.png", "0008.png", "0016.png"]
+    assert written["val/psnr"] == pytest.approx(sum(per_view["psnr"]) / 3, abs=1e-4)
+    assert written["eval/split"] == "val" and written["eval/psnr"] == pytest.approx(written["val/psnr"])
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert list((run_dir / "val").glob("*.png")), "validation render missing"
 

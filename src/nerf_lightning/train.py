@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.callbacks.checkpointing import RunState
 from nerf_lightning.errors import UserError, user_errors
+from nerf_lightning.models.metrics import final_evaluation
 from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO
 from nerf_lightning.utils.config import CONF_DIR
 from nerf_lightning.utils.distributed import unshard_fsdp_root
@@ -141,6 +142,8 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         results = validate_trained(trainer, model, datamodule)
 
         metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+        # per-view numbers, and the final evaluation on the test split when the capture has one
+        metrics.update(final_evaluation(trainer, model, datamodule))
         for cb in callbacks:
             summary = getattr(cb, "summary", None)
             if callable(summary):
@@ -154,13 +157,17 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     if trainer.is_global_zero:
         atomic_write_json(output_dir / "metrics.json", metrics)
         log.info(
-            "val/psnr %.2f dB  val/ssim %.4f  (%d steps, %.0f s training)",
+            "val/psnr %.2f dB  val/ssim %.4f  final evaluation (%s): %.2f dB  (%d steps, %.0f s training)",
             metrics.get("val/psnr", float("nan")),
             metrics.get("val/ssim", float("nan")),
+            metrics.get("eval/split", "?"),
+            metrics.get("eval/psnr", float("nan")),
             metrics["steps"],
             metrics.get("time/train_s", metrics["time/wall_s"]),
         )
         print(f"val/psnr: {metrics.get('val/psnr', float('nan')):.2f} dB")
+        if metrics.get("eval/split") == "test":
+            print(f"test/psnr: {metrics.get('test/psnr', float('nan')):.2f} dB")
         print(f"run dir: {output_dir}")
     return metrics
 

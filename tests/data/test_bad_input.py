@@ -99,6 +99,15 @@ def test_images_of_different_sizes_without_per_frame_intrinsics(make_ngp):
         load_capture(root)
 
 
+def test_rotated_image_is_named_as_such(make_ngp):
+    # a portrait phone image re-saved upright by an EXIF-aware tool after COLMAP saw it in landscape
+    root = make_ngp(n=2, image_sizes={0: (12, 16)})
+    with pytest.raises(
+        CaptureError, match=r"image is 12x16 but .* for 16x12; width and height are swapped.*EXIF"
+    ):
+        load_capture(root)
+
+
 def test_zero_usable_frames(make_ngp):
     root = make_ngp(n=3, missing=(0, 1, 2))
     with pytest.warns(UserWarning, match="skipped 3 of 3"):

@@ -99,6 +99,24 @@ def test_ngp_downscale_and_overrides(make_ngp):
     np.testing.assert_allclose(np.linalg.norm(_centres(cap.train), axis=1), 0.5 * math.sqrt(10), rtol=1e-12)
 
 
+def test_downscale_not_a_multiple_scales_pixels_by_exactly_one_over_factor(make_ngp):
+    # 605x806 (the fruit capture) at factor 4: the loader crops to 604x804 and averages 4x4 blocks,
+    # so pixel coordinates scale by exactly 1/4 (151/605 and 201/806 would be off by up to 0.5 px).
+    root = make_ngp(n=2, size=(605, 806), header={"fl_x": 627.8, "fl_y": 616.5, "cx": 318.8, "cy": 395.3})
+    full = load_capture(root, test_every=0).train[0].intrinsics
+    small = load_capture(root, downscale=4, test_every=0).train[0].intrinsics
+    assert (small.width, small.height) == (151, 201)
+    assert (small.fx, small.fy, small.cx, small.cy) == pytest.approx(
+        (627.8 / 4, 616.5 / 4, 318.8 / 4, 395.3 / 4)
+    )
+    # a point seen at the far corner of the original lands at the same place of the 4x4 block average
+    u_full, v_full = 600.0, 800.0
+    x, y = (u_full - full.cx) / full.fx, (v_full - full.cy) / full.fy
+    assert small.fx * x + small.cx == pytest.approx(u_full / 4) and small.fy * y + small.cy == pytest.approx(
+        v_full / 4
+    )
+
+
 def test_ngp_camera_angle_and_per_frame_intrinsics(make_ngp):
     root = make_ngp(
         n=3,

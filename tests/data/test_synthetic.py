@@ -384,3 +384,52 @@ def test_hard_views_are_close_ups(tmp_path: Path, scene: SyntheticScene) -> None
             assert a.mean() > 0.6  # mostly filled by nearby detailed surfaces
         else:
             assert np.linalg.norm(m[:3, 3] - box) > 2.5 and a.mean() < 0.6
+
+
+def test_phone_rig_mirrors_the_fruit_capture(tmp_path: Path) -> None:
+    """The phone rig writes the fruit capture's camera model and layout, and the loader reads it back
+    so that its rays hit the scene where the generator's own projection says (lens, off-centre
+    principal point and fx != fy included)."""
+    torch = pytest.importorskip("torch")
+    formats = pytest.importorskip("nerf_lightning.data.formats")
+    cameras = pytest.importorskip("nerf_lightning.data.cameras")
+    root = generate_scene(
+        tmp_path / "phone", n_views=10, width=30, height=40, supersample=1, rig="phone"
+    ).parent
+    doc = _json(root)
+    assert (doc["w"], doc["h"], doc["aabb_scale"]) == (30, 40, 32)
+    assert doc["fl_x"] / doc["w"] == pytest.approx(627.79 / 605) and doc["fl_y"] / doc["w"] == pytest.approx(
+        616.5 / 605
+    )
+    assert doc["cx"] / doc["w"] == pytest.approx(318.79 / 605) and doc["cy"] / doc["h"] == pytest.approx(
+        395.33 / 806
+    )
+    assert _dist(doc) == gen_mod.PHONE_LENS
+    img = iio.imread(root / doc["frames"][0]["file_path"])
+    assert img.shape == (40, 30, 3)  # opaque RGB: no alpha tells where empty space is
+    c2w = np.stack([np.asarray(f["transform_matrix"]) for f in doc["frames"]])
+    eye = c2w[:, :3, 3] - gen_mod._LOOK_AT
+    elevation = np.degrees(np.arcsin(eye[:, 2] / np.linalg.norm(eye, axis=1)))
+    assert elevation.min() > 20 and elevation.max() < 76 and np.ptp(elevation) > 30
+    cap = formats.load_capture(root, test_every=5)
+    assert not cap.has_alpha and cap.aabb_scale == 32 and (len(cap.train), len(cap.val)) == (8, 2)
+    frame = cap.val[1]
+    intr = frame.intrinsics
+    assert intr.model == "opencv" and (intr.width, intr.height) == (30, 40)
+    idx = int(Path(frame.image_path).stem)
+    scene = SyntheticScene(floor_radius=gen_mod.PHONE_FLOOR_RADIUS)
+    rng = np.random.default_rng(4)
+    px, py = rng.uniform(0, 30, 200), rng.uniform(0, 40, 200)
+    o_ngp, d_ngp = cameras.pixel_rays(
+        torch.as_tensor(frame.c2w).expand(200, 4, 4),
+        torch.as_tensor(intr.as_array(), dtype=torch.float64).expand(200, 10),
+        torch.as_tensor(px),
+        torch.as_tensor(py),
+        model=intr.model,
+    )
+    o_w = (o_ngp.numpy()[:, [2, 0, 1]] - np.asarray(cap.offset)) / cap.scale
+    _, alpha, _, hit = scene.trace(o_w, d_ngp.numpy()[:, [2, 0, 1]])
+    assert alpha.mean() > 0.8  # mostly floor and objects, some sky
+    u, v = project(hit[alpha > 0], c2w[idx], *_intr(doc), *_dist(doc))
+    np.testing.assert_allclose(u, px[alpha > 0], atol=1e-6)
+    np.testing.assert_allclose(v, py[alpha > 0], atol=1e-6)

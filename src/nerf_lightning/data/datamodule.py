@@ -6,8 +6,15 @@ training ``dict``:
     ``rays_o`` [R, 3] f32, ``rays_d`` [R, 3] f32 unit (NGP space), ``rgb`` [R, 3] f32 target (RGBA
     captures: composited over ``background``), ``background`` [R, 3] random colours for every capture,
     ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler).
-validation ``dict`` (one whole held-out view):
-    same keys for all ``H * W`` pixels in row-major order plus ``height``, ``width`` (ints), ``view`` (int).
+validation / test ``dict`` (one whole held-out view):
+    same keys for all ``H * W`` pixels in row-major order plus ``height``, ``width`` (ints), ``view`` (int,
+    index into that split's frames).
+
+Splits: ``val`` is what validation during training renders (the capture's val split, else its test
+split, at most ``max_val_views`` of them); ``test`` is the final evaluation (``trainer.test``): the
+capture's test split when it has one, else the same views as ``val``. :attr:`NeRFDataModule.eval_split`
+names which. A capture without any held-out view is refused in ``setup`` (a run that validates on
+nothing would report a NaN PSNR).
 
 The loaders only yield small index tensors; all pixels (uint8) live on the device, so a training step
 costs no host->device copy and no host synchronization.
@@ -38,8 +45,6 @@ VAL_SPLITS = ("val", "test", "auto", "train")
 
 
 BATCH_SCALINGS = ("per_device", "global", "throughput")
-#: A validation "view" index for a rank without a held-out view of its own.
-NO_VIEW = -1
 
 
 class _StepIndices(IterableDataset):
@@ -171,6 +176,8 @@ class NeRFDataModule(L.LightningDataModule):
             launch instead of ~40, the batch lands in the same buffers every step), ``true`` or
             ``false``.
         image_workers / cache_dir: parallel decoding and the uint8 image cache.
+        aabb_scale: override the capture's ``aabb_scale`` (outer box and occupancy cascades); ``None``
+            keeps the value of the transforms file (or the format's default).
     """
 
     def __init__(
@@ -192,6 +199,7 @@ class NeRFDataModule(L.LightningDataModule):
         val_split: str = "val",
         batch_scaling: str = "per_device",
         cuda_graph: bool | str = "auto",
+        aabb_scale: int | None = None,
     ) -> None:
         super().__init__()
         if batch_scaling not in BATCH_SCALINGS:
@@ -223,9 +231,11 @@ class NeRFDataModule(L.LightningDataModule):
         if val_split not in VAL_SPLITS:
             raise ValueError(f"data.val_split={val_split!r} is not one of {VAL_SPLITS}")
         self.val_split = val_split
+        self.aabb_scale_override = aabb_scale
         self.capture: Capture | None = None
         self.train_set: _ViewSet | None = None
         self.val_set: _ViewSet | None = None
+        self.test_set: _ViewSet | None = None
         self.sampler: RaySampler | None = None
         self._device: torch.device | None = None
 
@@ -251,28 +261,40 @@ class NeRFDataModule(L.LightningDataModule):
             downscale=self.downscale,
             test_every=self.test_every,
             min_sharpness=self.min_sharpness,
+            aabb_scale=self.aabb_scale_override,
         )
         model = self.camera_model_override or _camera_model(capture)
         self.capture = capture
+        if not capture.train:
+            raise CaptureError(f"{path}: no training views ({len(capture.val)} held out, none left to train)")
         train_images = load_images(capture.train, self.downscale, self.image_workers, self.cache_dir)
         self.train_set = _ViewSet(capture.train, train_images, model)
         val_frames = _split_frames(capture, self.val_split, path)
+        if not val_frames:
+            raise CaptureError(_no_heldout_message(path, capture, self.test_every))
         if self.max_val_views is not None and len(val_frames) > self.max_val_views:
             stride = len(val_frames) / self.max_val_views
             val_frames = [val_frames[int(i * stride)] for i in range(self.max_val_views)]
-        if val_frames:
-            self.val_set = _ViewSet(
-                val_frames, load_images(val_frames, self.downscale, self.image_workers, self.cache_dir), model
-            )
+        self.val_set = _ViewSet(
+            val_frames, load_images(val_frames, self.downscale, self.image_workers, self.cache_dir), model
+        )
+        test_frames = capture.test or capture.val
+        if [f.image_path for f in test_frames] == [f.image_path for f in val_frames]:
+            self.test_set = self.val_set  # the same views: keep one copy of their pixels
+        else:
+            test_images = load_images(test_frames, self.downscale, self.image_workers, self.cache_dir)
+            self.test_set = _ViewSet(test_frames, test_images, model)
         self.sampler = self.sampler_factory(
             widths=self.train_set.widths.clone(), heights=self.train_set.heights.clone()
         )
         log.info(
-            "capture %s (%s): %d train / %d val views, %dx%d (downscale %d), aabb_scale %d",
+            "capture %s (%s): %d train / %d val / %d %s views, %dx%d (downscale %d), aabb_scale %d",
             path,
             capture.format,
             len(capture.train),
             len(val_frames),
+            len(self.test_set.frames),
+            self.eval_split,
             int(train_images.widths[0]),
             int(train_images.heights[0]),
             self.downscale,
@@ -287,6 +309,14 @@ class NeRFDataModule(L.LightningDataModule):
     @property
     def has_alpha(self) -> bool:
         return bool(self.train_set is not None and self.train_set.channels == 4)
+
+    @property
+    def eval_split(self) -> str:
+        """Which split the final evaluation (``test_dataloader``) renders: ``"test"`` when the capture
+        has a test split, else ``"val"`` (all held-out views, even when ``max_val_views`` thins
+        validation during training)."""
+        assert self.capture is not None, "call setup() first"
+        return "test" if self.capture.test else "val"
 
     def eval_background(self, device: torch.device) -> Tensor:
         assert self.capture is not None
@@ -305,12 +335,22 @@ class NeRFDataModule(L.LightningDataModule):
 
         (Lightning's DistributedSampler would pad the list to a multiple of the world size and count
         some views twice; ``trainer.use_distributed_sampler`` is off.)"""
-        n = len(self.val_set.frames) if self.val_set is not None else 0
+        return self._view_loader(self.val_set)
+
+    def test_dataloader(self) -> DataLoader:
+        """The final evaluation's views (:attr:`eval_split`), one whole image per batch, each view
+        exactly once over all ranks (as ``val_dataloader``)."""
+        return self._view_loader(self.test_set)
+
+    def _view_loader(self, views_set: _ViewSet | None) -> DataLoader:
+        n = len(views_set.frames) if views_set is not None else 0
         trainer = self.trainer
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         views = list(range(rank, n, world))
-        if not views and world > 1 and n > 0:
-            views = [NO_VIEW]  # more ranks than views: this rank takes part in the metric sync only
+        if not views and n > 0:
+            # more ranks than views: render one again (ViewMetrics counts a view once), so that every
+            # rank takes part in the metrics' gather
+            views = [rank % n]
         return DataLoader(_ViewIndices(views), batch_size=None, num_workers=0, generator=torch.Generator())
 
     # -------------------------------------------------------------------------- device batches
@@ -319,8 +359,8 @@ class NeRFDataModule(L.LightningDataModule):
             return
         assert self.train_set is not None and self.sampler is not None
         self.train_set.to(device)
-        if self.val_set is not None:
-            self.val_set.to(device)
+        for views in {id(v): v for v in (self.val_set, self.test_set) if v is not None}.values():
+            views.to(device)
         self.sampler.to(device)
         self._device = device
 
@@ -336,6 +376,8 @@ class NeRFDataModule(L.LightningDataModule):
             if device.type == "cuda" and self.cuda_graph is not False:
                 return self._replay_train_batch(n_rays)
             return self.train_batch(n_rays)
+        if trainer is not None and trainer.testing:
+            return self.test_batch(int(batch))
         return self.val_batch(int(batch))
 
     def rays_per_step(self) -> int:
@@ -399,13 +441,16 @@ class NeRFDataModule(L.LightningDataModule):
         return ts.batch(view_ids, ix, iy, px, py, background)
 
     def val_batch(self, view: int) -> dict[str, Any]:
-        """All pixels of held-out view ``view`` (row-major), composited over the eval background.
+        """All pixels of validation view ``view`` (row-major), composited over the eval background."""
+        assert self.val_set is not None, "call setup() first"
+        return self._image_batch(self.val_set, view)
 
-        ``view == NO_VIEW`` gives ``{"view": NO_VIEW}``: nothing to render (see ``val_dataloader``)."""
-        if view == NO_VIEW:
-            return {"view": NO_VIEW}
-        vs = self.val_set
-        assert vs is not None
+    def test_batch(self, view: int) -> dict[str, Any]:
+        """All pixels of final-evaluation view ``view`` (:attr:`eval_split`), over the eval background."""
+        assert self.test_set is not None, "call setup() first"
+        return self._image_batch(self.test_set, view)
+
+    def _image_batch(self, vs: _ViewSet, view: int) -> dict[str, Any]:
         device = vs.pixels.device
         h, w = int(vs.heights[view]), int(vs.widths[view])
         iy, ix = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
@@ -436,6 +481,26 @@ def _split_frames(capture: Capture, split: str, path: Path) -> list[Frame]:
     if split == "train":
         return capture.train
     return capture.val or capture.test
+
+
+def _no_heldout_message(path: Path, capture: Capture, test_every: int) -> str:
+    """Why a capture has no validation view, and what to change."""
+    if capture.format == "blender":
+        return (
+            f"{path}: no held-out views to validate on: transforms_val.json / transforms_test.json list no "
+            "frame with an existing image; fix those files, or remove them to hold out every "
+            "data.test_every-th training frame"
+        )
+    if test_every == 0:
+        return (
+            f"{path}: no held-out views to validate on: data.test_every=0 holds out no frame and the capture "
+            "has no split; set data.test_every=N (N >= 2) to hold out every Nth frame"
+        )
+    return (
+        f"{path}: no held-out views to validate on: the capture's own split lists no validation or test "
+        "frame with an existing image; add one, or remove the split to hold out every data.test_every-th "
+        "frame"
+    )
 
 
 def _camera_model(capture: Capture) -> str:

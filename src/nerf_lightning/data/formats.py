@@ -15,7 +15,10 @@ Format summary
 ``blender``
     NeRF synthetic scenes: ``transforms_{train,val,test}.json`` with ``camera_angle_x`` and RGBA
     PNGs whose ``file_path`` has no extension. Same NGP transform as instant-ngp uses for them
-    (scale 0.33, offset 0.5, aabb_scale 1); ``has_alpha=True``, evaluated over white.
+    (scale 0.33, offset 0.5, aabb_scale 1); ``has_alpha=True``, evaluated over white. The split
+    files decide the split; a folder with only ``transforms_train.json`` (common in copies of the
+    NeRF-synthetic scenes) holds out every ``test_every``-th training frame as validation, as
+    captures without split files do.
 ``nerfstudio``
     ``transforms.json`` with ``camera_model`` (PINHOLE / OPENCV / OPENCV_FISHEYE) and/or
     ``applied_transform``. Its world frame is arbitrary, so the poses are normalized first
@@ -276,9 +279,15 @@ def _intrinsics(
     w_i, h_i = int(round(w)), int(round(h))
     if (w_i, h_i) != (hw, hh):
         src = "per-frame" if ("w" in frame or "h" in frame) else "global"
+        hint = "images of different sizes need per-frame intrinsics ('w', 'h', 'fl_x', 'cx', ...)"
+        if (w_i, h_i) == (hh, hw):
+            hint = (
+                "width and height are swapped: the image was rotated by 90 degrees after the camera "
+                "solve (e.g. by a tool applying its EXIF orientation); pixels are used as stored, as "
+                "instant-ngp does, so keep the images the solver saw"
+            )
         raise CaptureError(
-            f"{json_path}: {where}: image is {hw}x{hh} but the {src} intrinsics are for {w_i}x{h_i}; "
-            "images of different sizes need per-frame intrinsics ('w', 'h', 'fl_x', 'cx', ...)"
+            f"{json_path}: {where}: image is {hw}x{hh} but the {src} intrinsics are for {w_i}x{h_i}; {hint}"
         )
     fx, fy = get("fl_x", focal_src), get("fl_y", focal_src)
     ax, ay = get("camera_angle_x", focal_src), get("camera_angle_y", focal_src)
@@ -492,7 +501,7 @@ def _filter_sharpness(
     return kept, dropped
 
 
-def _load_blender(root: Path, downscale: int, scale, offset, aabb_scale) -> Capture:
+def _load_blender(root: Path, downscale: int, test_every: int, scale, offset, aabb_scale) -> Capture:
     train_json = root / "transforms_train.json"
     if not train_json.is_file():
         raise CaptureError(f"{root}: no transforms file; expected transforms_train.json (Blender)")
@@ -524,11 +533,22 @@ def _load_blender(root: Path, downscale: int, scale, offset, aabb_scale) -> Capt
     _warn_missing(train_json, all_missing, total)
     if not splits["train"]:
         raise _no_frames(train_json, total, len(all_missing), 0)
+    train, val = splits["train"], splits["val"]
+    if not any((root / f"transforms_{split}.json").is_file() for split in ("val", "test")):
+        # Only a train split: hold out frames from it rather than validating on nothing.
+        train, val = _holdout(train, test_every)
+        log.info(
+            "%s: no transforms_val.json or transforms_test.json; holding out every %d-th of the %d "
+            "training frames for validation (data.test_every)",
+            root,
+            test_every,
+            len(splits["train"]),
+        )
     return Capture(
         root=root,
         format="blender",
-        train=splits["train"],
-        val=splits["val"],
+        train=train,
+        val=val,
         test=splits["test"],
         aabb_scale=aabb,
         scale=scale,
@@ -632,7 +652,8 @@ def load_capture(
         format: "auto" (detect, see :func:`detect_format`), "ngp", "blender" or "nerfstudio".
         downscale: integer factor >= 1; intrinsics are those of the downscaled images.
         test_every: hold out frames with index ``i % test_every == 0`` (index over usable frames, in
-            file order) as validation; 0 disables the holdout. Ignored for Blender (split files).
+            file order) as validation; 0 disables the holdout. Blender folders use their split files
+            and hold out from the train split only when there is neither a val nor a test split.
         min_sharpness: drop frames whose ``sharpness`` is below this value.
         scale, offset, aabb_scale: override the values from the file / format defaults.
 
@@ -651,7 +672,7 @@ def load_capture(
         raise CaptureError(f"{path}: unknown format {format!r}; expected 'auto' or one of {FORMATS}")
     root = path if path.is_dir() else path.parent
     if fmt == "blender":
-        return _load_blender(root, downscale, scale, offset, aabb_scale)
+        return _load_blender(root, downscale, test_every, scale, offset, aabb_scale)
     json_path = path if path.is_file() else root / "transforms.json"
     if not json_path.is_file():
         raise CaptureError(f"{root}: no transforms file; expected {json_path.name}")

@@ -3,6 +3,9 @@
 ``load_images`` turns a list of frames into one packed uint8 tensor of pixels (all views
 concatenated, row-major), which the DataModule moves to the training device once.
 
+Pixels are used as stored: an EXIF orientation tag is not applied, as instant-ngp (stb_image) does
+not apply it, so the image matches the ``w``/``h`` and principal point the camera solve wrote.
+
 Cache: one ``.npy`` per (image file content, downscale) under ``cache_dir`` (default
 ``$NERF_LIGHTNING_CACHE`` or ``~/.cache/nerf_lightning/images``), named by the BLAKE2b digest of
 the file bytes, so renamed or copied captures hit the cache and edited images miss it. Entries are

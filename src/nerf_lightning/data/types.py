@@ -48,13 +48,24 @@ class Intrinsics:
         return any(v != 0.0 for v in (self.k1, self.k2, self.k3, self.k4, self.p1, self.p2))
 
     def downscaled(self, factor: int) -> Intrinsics:
-        """Intrinsics of the image resized by 1/factor (sizes rounded down, as the image loader does)."""
+        """Intrinsics of the image downscaled by an integer ``factor`` as ``images.downscale_image`` does.
+
+        The loader crops the image to a multiple of ``factor`` at the right and bottom and averages
+        ``factor x factor`` blocks, so pixel i of the small image covers pixels [factor i, factor (i+1))
+        of the original: every pixel coordinate scales by exactly 1/factor (not by the ratio of the
+        rounded-down sizes, which is off by up to a pixel at the far edge of the original).
+        """
         if factor == 1:
             return self
-        w, h = self.width // factor, self.height // factor
-        sx, sy = w / self.width, h / self.height
+        s = 1.0 / factor
         return replace(
-            self, fx=self.fx * sx, fy=self.fy * sy, cx=self.cx * sx, cy=self.cy * sy, width=w, height=h
+            self,
+            fx=self.fx * s,
+            fy=self.fy * s,
+            cx=self.cx * s,
+            cy=self.cy * s,
+            width=self.width // factor,
+            height=self.height // factor,
         )
 
     def as_array(self) -> np.ndarray:

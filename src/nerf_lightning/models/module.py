@@ -14,9 +14,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
 from nerf_lightning.models.field import NGPField
+from nerf_lightning.models.metrics import ViewMetrics
 from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
 from nerf_lightning.render.occupancy import OccupancyGrid
 from nerf_lightning.render.renderer import Renderer
@@ -44,6 +44,7 @@ class NeRFModule(L.LightningModule):
             ``large_scene_cone_angle`` (1/256) when ``aabb_scale > 1`` (real captures with
             background), else 0.
         max_samples_per_ray: per-ray cap on kept samples.
+        near_plane: samples start this far (NGP units) from the ray origin (0: at the camera).
         early_stop_eps: transmittance below which a ray stops contributing.
         compact_samples: drop samples behind the early-termination point before the differentiable
             pass (see ``Renderer``).
@@ -65,6 +66,13 @@ class NeRFModule(L.LightningModule):
         val_chunk: rays per chunk when rendering validation images.
         ops_backend: ``auto | cuda | torch`` for the ray ops.
         save_val_images: write ``val/view{v}_step{s}.png`` (GT | prediction | depth | error).
+        lpips: LPIPS in the evaluation metrics: ``null`` (VGG, as nerfacc, when its weights are local),
+            ``false``, or a torchmetrics net name (``vgg``, ``alex``, ``squeeze``).
+
+    Evaluation (``validation_step`` / ``test_step``, one whole held-out image per batch): PSNR, SSIM
+    (and LPIPS) per image, logged at the end of the pass as their means over the views
+    (``val/psnr`` ... and ``test/psnr`` ...; see ``models/metrics.py``). The full result of the last
+    pass of each stage, per-view numbers included, is kept in :attr:`eval_results`.
     """
 
     def __init__(
@@ -82,6 +90,7 @@ class NeRFModule(L.LightningModule):
         cone_angle: float | None = None,
         large_scene_cone_angle: float = 1.0 / 256,
         max_samples_per_ray: int = 1024,
+        near_plane: float = 0.0,
         early_stop_eps: float = 1e-4,
         compact_samples: bool = True,
         loss: str = "huber",
@@ -95,6 +104,7 @@ class NeRFModule(L.LightningModule):
         val_chunk: int = 1 << 15,
         ops_backend: str = "auto",
         save_val_images: bool = True,
+        lpips: bool | str | None = None,
     ) -> None:
         super().__init__()
         # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
@@ -110,6 +120,7 @@ class NeRFModule(L.LightningModule):
             if cone_angle is None
             else cone_angle,
             max_samples_per_ray=max_samples_per_ray,
+            near_plane=near_plane,
             early_stop_eps=early_stop_eps,
             compact_samples=compact_samples,
             ops_backend=ops_backend,
@@ -134,8 +145,10 @@ class NeRFModule(L.LightningModule):
         self._graphed = False
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
-        self.val_psnr = PeakSignalNoiseRatio(data_range=1.0)
-        self.val_ssim = StructuralSimilarityIndexMeasure(data_range=1.0)
+        self.val_metrics = ViewMetrics(lpips=lpips)
+        self.test_metrics = ViewMetrics(lpips=lpips)
+        #: stage ("val" / "test") -> last ViewMetrics.compute() result of that stage (rank 0 has all views)
+        self.eval_results: dict[str, dict[str, Any]] = {}
         # Device-side counters read by the throughput callback (no host sync in the step).
         self.register_buffer("rays_seen", torch.zeros((), dtype=torch.float64), persistent=False)
         self.register_buffer("samples_seen", torch.zeros((), dtype=torch.float64), persistent=False)
@@ -285,28 +298,56 @@ class NeRFModule(L.LightningModule):
 
         return FullyShardedDataParallel.summon_full_params(strategy.model, writeback=False)
 
-    # -------------------------------------------------------------------------- validation
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor] | None:
-        if batch["view"] < 0:  # a rank without a view of its own: log (sync) the metrics only
-            self.log("val/psnr", self.val_psnr, prog_bar=True, batch_size=1)
-            self.log("val/ssim", self.val_ssim, batch_size=1)
-            return None
+    # -------------------------------------------------------------------------- evaluation
+    def render_view(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        """Render one whole held-out view batch (``NeRFDataModule.val_batch`` layout).
+
+        Returns:
+            ``rgb`` prediction [H, W, 3] in [0, 1] over the batch's background, ``gt`` ground truth
+            [H, W, 3], ``depth`` [H, W] (weighted sample distance, not normalized by opacity) and
+            ``opacity`` [H, W].
+        """
         h, w = batch["height"], batch["width"]
         out = self.renderer.render_image(
             self.field, batch["rays_o"], batch["rays_d"], batch["background"], chunk=self.hparams.val_chunk
         )
-        pred = out["rgb"].reshape(h, w, 3).clamp(0, 1)
-        gt = batch["rgb"].reshape(h, w, 3)
-        pred_chw, gt_chw = pred.permute(2, 0, 1)[None], gt.permute(2, 0, 1)[None]
-        self.val_psnr.update(pred_chw, gt_chw)
-        self.val_ssim.update(pred_chw, gt_chw)
-        self.log("val/psnr", self.val_psnr, prog_bar=True, batch_size=1)
-        self.log("val/ssim", self.val_ssim, batch_size=1)
-        depth = out["depth"].reshape(h, w)
+        return {
+            "rgb": out["rgb"].reshape(h, w, 3).clamp(0, 1),
+            "gt": batch["rgb"].reshape(h, w, 3),
+            "depth": out["depth"].reshape(h, w),
+            "opacity": out["opacity"].reshape(h, w),
+        }
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
+        view = self.render_view(batch)
+        self.val_metrics.update(view["rgb"], view["gt"], batch["view"])
         if self.hparams.save_val_images and batch_idx == 0 and self.trainer.is_global_zero:
-            self._save_panel(batch["view"], gt, pred, depth)
+            self._save_panel(batch["view"], view["gt"], view["rgb"], view["depth"])
         # for callbacks (eval writes every view): prediction [H, W, 3], depth and opacity [H, W]
-        return {"rgb": pred, "depth": depth, "opacity": out["opacity"].reshape(h, w)}
+        return {k: view[k] for k in ("rgb", "depth", "opacity")}
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
+        view = self.render_view(batch)
+        self.test_metrics.update(view["rgb"], view["gt"], batch["view"])
+        return {k: view[k] for k in ("rgb", "depth", "opacity")}
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_eval("val", self.val_metrics)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_eval("test", self.test_metrics)
+
+    def _log_eval(self, stage: str, metrics: ViewMetrics) -> None:
+        """Log the means of one evaluation pass (already gathered over ranks) and keep the result."""
+        if not metrics.update_count:
+            return  # no evaluation batch ran (e.g. limit_val_batches=0)
+        result = metrics.compute()
+        metrics.reset()
+        self.eval_results[stage] = result
+        for name in ("psnr", "ssim", "lpips"):
+            if name in result:
+                # every rank holds the gathered mean, so no further reduction
+                self.log(f"{stage}/{name}", result[name], prog_bar=name == "psnr", sync_dist=False)
 
     def _save_panel(self, view: int, gt: Tensor, pred: Tensor, depth: Tensor) -> None:
         """GT | prediction | depth | error as one PNG under ``<run>/val/``, and on the logger."""

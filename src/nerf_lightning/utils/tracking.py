@@ -398,7 +398,15 @@ def write_sweep_summary(
     if not rows:
         return None
     varying = _varying_overrides(rows)
-    metric_keys = sorted({k for r in rows for k in r if k not in ("job", "dir", "status", "overrides")})
+    # one column per scalar metric; nested entries (per-view tables) stay in each job's metrics.json
+    metric_keys = sorted(
+        {
+            k
+            for r in rows
+            for k, v in r.items()
+            if k not in ("job", "dir", "status", "overrides") and not isinstance(v, (dict, list))
+        }
+    )
     if optimized_metric in metric_keys:
         metric_keys.remove(optimized_metric)
         metric_keys.insert(0, optimized_metric)

@@ -11,6 +11,19 @@ Frames are NeRF/Blender camera-to-world matrices (OpenGL camera axes) in world c
 loader turns them into NGP space with ``scale`` and ``offset``. Orbit views come first (a low-discrepancy
 spiral over elevations 15-60 degrees, so every 8th view held out is spread over the whole orbit);
 optional close-up ("hard") views follow them.
+
+Rigs (``rig=``):
+
+``orbit`` (default)
+    Square pixels, centred principal point, optional mild lens (:data:`DISTORTION`), RGBA images of the
+    objects over a transparent background, ``aabb_scale`` 1.
+``phone``
+    The camera model and layout of a handheld phone capture run through COLMAP + ``colmap2nerf`` (the
+    shared ``fruit`` capture): portrait images, ``fl_x != fl_y``, a principal point off the image
+    centre, radial + tangential distortion (:data:`PHONE_LENS`, the fruit capture's coefficients),
+    cameras all around at 24-72 degrees elevation looking down at the objects, opaque RGB images of the
+    objects on a floor that reaches the horizon under a sky (no alpha: nothing says where empty space
+    is), and ``aabb_scale`` 32 with the cameras inside the box.
 """
 
 from __future__ import annotations
@@ -33,6 +46,9 @@ from nerf_lightning.data.synthetic.camera import camera_rays, look_at
 from nerf_lightning.data.synthetic.scene import SyntheticScene
 
 __all__ = [
+    "PHONE_LENS",
+    "RIGS",
+    "phone_poses",
     "GENERATOR_NAME",
     "GENERATOR_VERSION",
     "DEFAULT_SCENE",
@@ -58,6 +74,15 @@ OFFSET = (0.5, 0.5, 0.5)
 AABB_SCALE = 1
 #: parameters of the embedded default scene of ``make train`` (see :func:`ensure_default_scene`)
 DEFAULT_SCENE = {"n_views": 64, "width": 256, "height": 256, "seed": 0, "distortion": False, "supersample": 2}
+RIGS = ("orbit", "phone")
+#: the phone rig's intrinsics relative to the image size and its OpenCV lens, from the fruit capture
+#: (605x806: fl_x 627.8, fl_y 616.5, cx 318.8, cy 395.3, k1 -0.0024, k2 -0.0213, p1 0.0110, p2 0.0096)
+PHONE_FX_PER_WIDTH, PHONE_FY_PER_WIDTH = 627.79 / 605.0, 616.50 / 605.0
+PHONE_CX_PER_WIDTH, PHONE_CY_PER_HEIGHT = 318.79 / 605.0, 395.33 / 806.0
+PHONE_LENS = (-0.002425, -0.021258, 0.011019, 0.009578)
+PHONE_AABB_SCALE = 32
+#: the floor of the phone rig reaches far beyond the box (the horizon is seen by the low cameras)
+PHONE_FLOOR_RADIUS = 400.0
 
 _LOOK_AT = np.array([0.0, 0.0, 0.25])
 
@@ -81,6 +106,33 @@ def orbit_poses(n_views: int, seed: int = 0) -> np.ndarray:
         [np.cos(elevation) * np.cos(azimuth), np.cos(elevation) * np.sin(azimuth), np.sin(elevation)], axis=1
     )
     return np.stack([look_at(t + r * d, t) for t, r, d in zip(targets, distance, dirs, strict=True)])
+
+
+def phone_poses(n_views: int, seed: int = 0) -> np.ndarray:
+    """A handheld walk around the objects: float64 [n_views, 4, 4] camera-to-world (OpenGL axes).
+
+    Low-discrepancy azimuths, elevations 24-72 degrees (uniform in sin(elevation)) at distance 3.2-4.8
+    (the fruit capture's cameras sit 1.0-1.75 NGP units = 3-5.3 world units from the point their
+    optical axes converge to), aimed at jittered points around the objects' centre, with a few
+    degrees of roll as a hand holds a phone.
+    """
+    rng = np.random.default_rng([seed, 4])
+    k = np.arange(n_views)
+    azimuth = 2 * math.pi * ((k * (math.sqrt(2.0) - 1.0)) % 1.0) + rng.uniform(-0.15, 0.15, n_views)
+    s_lo, s_hi = math.sin(math.radians(24.0)), math.sin(math.radians(72.0))
+    elevation = np.arcsin(s_lo + (s_hi - s_lo) * (k + rng.uniform(0.2, 0.8, n_views)) / n_views)
+    distance = rng.uniform(3.2, 4.8, n_views)
+    targets = _LOOK_AT + rng.uniform(-0.12, 0.12, (n_views, 3))
+    dirs = np.stack(
+        [np.cos(elevation) * np.cos(azimuth), np.cos(elevation) * np.sin(azimuth), np.sin(elevation)], axis=1
+    )
+    poses = []
+    for t, r, d, roll in zip(targets, distance, dirs, rng.uniform(-0.08, 0.08, n_views), strict=True):
+        c2w = look_at(t + r * d, t)
+        c, s_ = math.cos(roll), math.sin(roll)
+        c2w[:3, :2] = c2w[:3, :2] @ np.array([[c, s_], [-s_, c]])  # roll about the viewing axis
+        poses.append(c2w)
+    return np.stack(poses)
 
 
 def closeup_poses(n_views: int, scene: SyntheticScene, seed: int = 0) -> np.ndarray:
@@ -128,12 +180,15 @@ def render_view(
     distortion: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
     supersample: int = 2,
     rng: np.random.Generator | None = None,
+    sky: bool = False,
 ) -> np.ndarray:
     """Render one view: float64 [height, width, 4] straight (not premultiplied) RGBA in [0, 1].
 
     Each pixel averages ``supersample**2`` rays at stratified jittered positions inside it (only the
     pixel centre when ``supersample == 1``); rgb is the mean colour of the samples that hit, alpha the
-    fraction that hit, so compositing over any background reproduces the box-filtered image.
+    fraction that hit, so compositing over any background reproduces the box-filtered image. With
+    ``sky`` the rays that hit nothing see ``scene.sky`` instead: rgb is the mean over all samples and
+    alpha is 1 (an opaque photograph).
     """
     fx, fy, cx, cy = intrinsics
     s = int(supersample)
@@ -151,6 +206,9 @@ def render_view(
     px = np.stack([u, v], axis=-1)[:, :, None, :] + sub + jitter  # [h, w, s*s, 2]
     origins, dirs = camera_rays(c2w, fx, fy, cx, cy, width, height, *distortion, pixels=px.reshape(-1, 2))
     rgb, alpha, _, _ = scene.trace(origins, dirs)
+    if sky:
+        rgb = np.where(alpha[:, None] > 0, rgb, scene.sky(dirs))
+        alpha = np.ones_like(alpha)
     rgb = rgb.reshape(height, width, s * s, 3)
     alpha = alpha.reshape(height, width, s * s)
     cover = alpha.sum(axis=-1)
@@ -170,9 +228,18 @@ def _default_workers() -> int:
 
 
 def _generator_meta(
-    n_views: int, width: int, height: int, seed: int, distortion: bool, supersample: int, hard_views: int
+    n_views: int,
+    width: int,
+    height: int,
+    seed: int,
+    distortion: bool,
+    supersample: int,
+    hard_views: int,
+    rig: str = "orbit",
 ) -> dict:
+    extra = {} if rig == "orbit" else {"rig": rig}  # default-rig keys unchanged: cached scenes stay valid
     return {
+        **extra,
         "name": GENERATOR_NAME,
         "version": GENERATOR_VERSION,
         "seed": int(seed),
@@ -206,6 +273,7 @@ def generate_scene(
     overwrite: bool = False,
     verbose: bool = False,
     workers: int | None = None,
+    rig: str = "orbit",
 ) -> Path:
     """Render the synthetic scene into ``out_dir`` (cached) and return the path of its transforms.json.
 
@@ -225,14 +293,21 @@ def generate_scene(
         overwrite: regenerate even if a matching scene exists.
         verbose: print progress to stderr.
         workers: rendering threads (default: the usable cores, at most 4); images do not depend on it.
+        rig: ``orbit`` or ``phone`` (see the module docstring); ``phone`` ignores ``distortion`` (it
+            always has its lens) and ``hard_views``, and writes opaque RGB images.
     """
     if n_views < 1 or width < 8 or height < 8 or hard_views < 0:
         raise ValueError(
             f"generate_scene: need n_views >= 1, width/height >= 8, hard_views >= 0; got n_views={n_views}, "
             f"width={width}, height={height}, hard_views={hard_views}"
         )
+    if rig not in RIGS:
+        raise ValueError(f"generate_scene: rig must be one of {RIGS}, got {rig!r}")
+    phone = rig == "phone"
+    if phone:
+        distortion, hard_views = True, 0
     out_dir = Path(out_dir)
-    meta = _generator_meta(n_views, width, height, seed, distortion, supersample, hard_views)
+    meta = _generator_meta(n_views, width, height, seed, distortion, supersample, hard_views, rig)
     transforms = out_dir / "transforms.json"
     stored = _read_meta(transforms)
     # the stored block also has informative keys (timing, bounds): the cache key is `meta` only
@@ -240,12 +315,20 @@ def generate_scene(
         return transforms
 
     t_start = time.perf_counter()
-    scene = SyntheticScene()
-    fx = fy = 0.5 * width / math.tan(math.radians(FOV_X_DEG) / 2)
-    cx, cy = width / 2.0, height / 2.0
-    k = DISTORTION if distortion else (0.0, 0.0, 0.0, 0.0)
-    poses = np.concatenate([orbit_poses(n_views, seed), closeup_poses(hard_views, scene, seed)])
-    kinds = ["orbit"] * n_views + ["closeup"] * hard_views
+    if phone:
+        scene = SyntheticScene(floor_radius=PHONE_FLOOR_RADIUS)
+        fx, fy = PHONE_FX_PER_WIDTH * width, PHONE_FY_PER_WIDTH * width
+        cx, cy = PHONE_CX_PER_WIDTH * width, PHONE_CY_PER_HEIGHT * height
+        k = PHONE_LENS
+        poses = phone_poses(n_views, seed)
+        kinds = ["phone"] * n_views
+    else:
+        scene = SyntheticScene()
+        fx = fy = 0.5 * width / math.tan(math.radians(FOV_X_DEG) / 2)
+        cx, cy = width / 2.0, height / 2.0
+        k = DISTORTION if distortion else (0.0, 0.0, 0.0, 0.0)
+        poses = np.concatenate([orbit_poses(n_views, seed), closeup_poses(hard_views, scene, seed)])
+        kinds = ["orbit"] * n_views + ["closeup"] * hard_views
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
@@ -255,8 +338,10 @@ def generate_scene(
         def render_one(i: int) -> None:
             # per-view generator: images do not depend on the thread schedule or on hard_views
             rng = np.random.default_rng([seed, 3, i])
-            rgba = render_view(scene, poses[i], (fx, fy, cx, cy), width, height, k, supersample, rng)
-            iio.imwrite(tmp / f"images/{i:04d}.png", np.round(rgba * 255.0).astype(np.uint8))
+            intr = (fx, fy, cx, cy)
+            rgba = render_view(scene, poses[i], intr, width, height, k, supersample, rng, sky=phone)
+            pixels = rgba[..., :3] if phone else rgba  # a photograph has no alpha channel
+            iio.imwrite(tmp / f"images/{i:04d}.png", np.round(pixels * 255.0).astype(np.uint8))
 
         # numpy releases the GIL inside its large array loops, so threads use several cores without
         # the start-up cost and fork hazards of processes (this may run inside a torch program)
@@ -285,14 +370,16 @@ def generate_scene(
             "k2": k[1],
             "p1": k[2],
             "p2": k[3],
-            "aabb_scale": AABB_SCALE,
+            "aabb_scale": PHONE_AABB_SCALE if phone else AABB_SCALE,
             "scale": SCALE,
             "offset": list(OFFSET),
             "generator": {
                 **meta,
                 "scene": "default-v1",
                 "world_bounds": list(SyntheticScene.BOUNDS),
-                "background": "transparent (alpha 0); evaluate over white",
+                "background": (
+                    "floor and sky (opaque RGB)" if phone else "transparent (alpha 0); evaluate over white"
+                ),
                 "seconds": round(time.perf_counter() - t_start, 2),
             },
             "frames": frames,
@@ -337,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--supersample", type=int, default=2, help="jittered samples per pixel per axis")
     ap.add_argument("--hard-views", type=int, default=0, help="extra close-ups of the most detailed region")
     ap.add_argument("--overwrite", action="store_true", help="regenerate even if a matching scene exists")
+    ap.add_argument("--rig", choices=RIGS, default="orbit", help="camera model and layout (see module doc)")
     args = ap.parse_args(argv)
     path = generate_scene(
         args.out_dir,
@@ -349,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         hard_views=args.hard_views,
         overwrite=args.overwrite,
         verbose=True,
+        rig=args.rig,
     )
     print(path)
     return 0

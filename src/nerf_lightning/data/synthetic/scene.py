@@ -291,10 +291,25 @@ class _Disc(_Primitive):
 
 
 # ------------------------------------------------------------------------------------------- textures
+#: radius of the textured ground disc of the default scene; a larger ``floor_radius`` extends it
+GROUND_RADIUS = 1.2
+
+
 class _Ground(_Disc):
     def albedo(self, p: np.ndarray, n: np.ndarray) -> np.ndarray:
         x, y = p[:, 0], p[:, 1]
         r = np.hypot(x, y)
+        col = self._disc_albedo(x, y, r)
+        floor = r > GROUND_RADIUS
+        if floor.any():  # the room's floor around the disc: tiles of 0.5 with grain
+            xf, yf = x[floor], y[floor]
+            tile = (np.floor(xf / 0.5) + np.floor(yf / 0.5)) % 2
+            grain = fbm(np.stack([xf * 2.0, yf * 2.0, np.ones_like(xf)], 1), octaves=3, seed=5)
+            col[floor] = _mix((0.62, 0.60, 0.66), (0.40, 0.42, 0.50), tile) * (0.75 + 0.5 * grain)[:, None]
+        return col
+
+    @staticmethod
+    def _disc_albedo(x: np.ndarray, y: np.ndarray, r: np.ndarray) -> np.ndarray:
         checker = (np.floor(x / 0.16) + np.floor(y / 0.16)) % 2
         col = _mix((0.80, 0.74, 0.62), (0.50, 0.45, 0.40), checker)
         # concentric dark rings every 0.3 (lines ~0.03 wide)
@@ -413,6 +428,11 @@ class Hit:
 class SyntheticScene:
     """The procedural default scene in world (NeRF) coordinates, z up; see the module docstring.
 
+    Args:
+        floor_radius: radius of the ground. Beyond the default disc (1.2) it is a tiled floor: a large
+            value puts the objects on a floor that reaches the horizon under a :meth:`sky`, an opaque
+            backdrop like a phone capture's, instead of the default scene's transparent background.
+
     Attributes:
         objects: the primitives, indexed by ``Hit.object_id``.
         glossy: bool [len(objects)], objects with a Blinn-Phong highlight (view-dependent colour).
@@ -422,15 +442,17 @@ class SyntheticScene:
     KEY_DIR = np.array([0.45, -0.55, 0.70]) / np.linalg.norm([0.45, -0.55, 0.70])
     FILL_DIR = np.array([-0.60, 0.50, 0.40]) / np.linalg.norm([-0.60, 0.50, 0.40])
     KEY, FILL, AMBIENT = 0.75, 0.25, 0.25
-    #: everything lies in this world-space box (xmin, ymin, zmin, xmax, ymax, zmax)
+    #: everything lies in this world-space box (xmin, ymin, zmin, xmax, ymax, zmax) (floor excepted)
     BOUNDS = (-1.2, -1.2, 0.0, 1.2, 1.2, 0.8)
+    #: colours of the sky (rays that hit nothing, with ``floor_radius``): at the horizon, at the zenith
+    SKY_HORIZON, SKY_ZENITH = (0.86, 0.84, 0.80), (0.42, 0.56, 0.82)
 
-    def __init__(self) -> None:
+    def __init__(self, floor_radius: float = GROUND_RADIUS) -> None:
         tilt = np.array([[1.0, 0.0, 0.0], [0.0, np.cos(0.5), -np.sin(0.5)], [0.0, np.sin(0.5), np.cos(0.5)]])
         tilt = tilt @ _rot_z(0.3)
         box = _CheckerBox("checker_box", center=(-0.45, -0.30, 0.25), half=(0.25, 0.20, 0.25), angle=0.52)
         self.objects: list[_Primitive] = [
-            _Ground("ground", radius=1.2, z=0.0),
+            _Ground("ground", radius=max(float(floor_radius), GROUND_RADIUS), z=0.0),
             box,
             _GoldBall(
                 "gold_ball", _Material((0.65, 0.52, 0.28), 80.0), center=(-0.45, -0.30, 0.63), radius=0.13
@@ -457,7 +479,8 @@ class SyntheticScene:
         lo, hi = np.asarray(self.BOUNDS[:3]), np.asarray(self.BOUNDS[3:])
         # sphere around the cylinder |xy| <= 1.2, 0 <= z <= 0.8 that holds every object
         self._bound_center = np.array([0.0, 0.0, 0.5 * (lo[2] + hi[2])])
-        self._bound_radius = float(np.hypot(hi[0], 0.5 * (hi[2] - lo[2]))) * 1.01
+        self._bound_radius = float(np.hypot(max(hi[0], floor_radius), 0.5 * (hi[2] - lo[2]))) * 1.01
+        self.floor_radius = max(float(floor_radius), GROUND_RADIUS)
 
     # ------------------------------------------------------------------------------------------
     def intersect(self, origins: np.ndarray, dirs: np.ndarray) -> Hit:
@@ -545,3 +568,10 @@ class SyntheticScene:
         hit = self.intersect(origins, dirs)
         rgb = self.shade(hit, dirs)
         return rgb, (hit.object_id >= 0).astype(np.float64), hit.t, hit.point
+
+    def sky(self, dirs: np.ndarray) -> np.ndarray:
+        """Sky colour (float64 [N, 3]) seen along directions ``dirs`` ([N, 3], any length): a gradient
+        from the horizon to the zenith, an environment at infinity (the same from every position)."""
+        d = np.asarray(dirs, dtype=np.float64).reshape(-1, 3)
+        up = np.clip(d[:, 2] / np.linalg.norm(d, axis=1), 0.0, 1.0)
+        return _mix(self.SKY_HORIZON, self.SKY_ZENITH, np.sqrt(up))

@@ -1,0 +1,211 @@
+"""Held-out image metrics as instant-ngp, nerfacc and torch-ngp report them.
+
+Every metric is computed **per image** and then averaged over the views: held-out PSNR is the mean
+of the per-image PSNRs (not the PSNR of the MSE pooled over all pixels, which weights large and
+badly reconstructed images differently), SSIM the mean of per-image SSIMs (torchmetrics' Gaussian
+11x11 window), and LPIPS the mean of per-image LPIPS when its network weights are on this machine.
+
+LPIPS needs ``torchvision`` and the backbone's ImageNet weights in the torch hub cache
+(``torch.hub.get_dir()/checkpoints``); they are never downloaded during a run. When either is
+missing, LPIPS is skipped with one log line per process.
+
+:class:`ViewMetrics` accumulates the per-view values of one evaluation pass in torchmetrics list
+states, so under DDP every rank's views are gathered before the mean (views a distributed sampler
+repeated to even out the ranks are counted once).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import torch
+from torch import Tensor, nn
+from torchmetrics import Metric
+from torchmetrics.functional.image import peak_signal_noise_ratio, structural_similarity_index_measure
+from torchmetrics.utilities import dim_zero_cat
+
+__all__ = [
+    "LPIPS_NETS",
+    "ViewMetrics",
+    "final_evaluation",
+    "load_lpips",
+    "lpips_weights_path",
+    "per_view_table",
+]
+
+log = logging.getLogger(__name__)
+
+#: torchmetrics' LPIPS ``net_type`` -> torchvision weights enum (the backbone it loads)
+LPIPS_NETS = {"vgg": "VGG16_Weights", "alex": "AlexNet_Weights", "squeeze": "SqueezeNet1_1_Weights"}
+
+_lpips_cache: dict[str, nn.Module | None] = {}
+
+
+def lpips_weights_path(net: str = "vgg") -> Path | str:
+    """Where torchvision keeps the LPIPS backbone weights of ``net``, or why they cannot be there.
+
+    Returns:
+        the weights file path (it may not exist), or a string saying what is missing (torchvision).
+    """
+    if net not in LPIPS_NETS:
+        raise ValueError(f"LPIPS net must be one of {sorted(LPIPS_NETS)}, got {net!r}")
+    try:
+        import torchvision
+    except ImportError:
+        return "torchvision is not installed"
+    weights = getattr(torchvision.models, LPIPS_NETS[net]).DEFAULT
+    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(weights.url).path)
+
+
+def load_lpips(net: str = "vgg") -> nn.Module | None:
+    """torchmetrics' LPIPS scorer (inputs in [0, 1]) if its weights are local, else None (logged once).
+
+    One scorer per process and ``net``: it is shared by every :class:`ViewMetrics` and kept out of the
+    LightningModule's parameters, so checkpoints never contain it.
+    """
+    if net in _lpips_cache:
+        return _lpips_cache[net]
+    where = lpips_weights_path(net)
+    scorer = None
+    if isinstance(where, str):
+        log.info("LPIPS skipped: %s", where)
+    elif not where.is_file():
+        log.info("LPIPS skipped: backbone weights not found at %s (torchvision's %s download)", where, net)
+    else:
+        from torchmetrics.image.lpip import LearnedPerceptualImagePatchSimilarity
+
+        scorer = LearnedPerceptualImagePatchSimilarity(net_type=net, normalize=True).eval()
+        scorer.requires_grad_(False)
+    _lpips_cache[net] = scorer
+    return scorer
+
+
+class ViewMetrics(Metric):
+    """Per-view PSNR / SSIM (/ LPIPS) of one evaluation pass, and their means.
+
+    Args:
+        lpips: ``None`` (LPIPS when its weights are local), ``False`` (never), or a net name
+            (``vgg`` like nerfacc, ``alex``, ``squeeze``; skipped when its weights are missing).
+
+    ``update(pred, target, view)`` takes one whole image: ``pred`` and ``target`` float [H, W, 3] in
+    [0, 1] (``pred`` is clamped), ``view`` its index in the evaluated split. ``compute()`` returns
+    ``{"psnr", "ssim"[, "lpips"]}`` means over the distinct views (0-dim tensors), plus ``"views"``
+    (int64 [V], sorted) and ``"per_view"`` (dict of float [V] tensors in the same order); with a single
+    view torchmetrics squeezes those to 0-dim, so read them with ``.reshape(-1)``.
+    """
+
+    full_state_update = False
+    higher_is_better = True
+
+    def __init__(self, lpips: bool | str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        net = "vgg" if lpips in (None, True) else lpips
+        # A module in a plain list: not a submodule, so not in state dicts or parameter lists.
+        self._lpips = [load_lpips(net)] if net else [None]
+        for name in ("views", "psnr", "ssim", "lpips"):
+            self.add_state(name, default=[], dist_reduce_fx="cat")
+
+    @property
+    def has_lpips(self) -> bool:
+        return self._lpips[0] is not None
+
+    def score(self, pred: Tensor, target: Tensor) -> dict[str, Tensor]:
+        """The metrics of one image, 0-dim tensors (``psnr``, ``ssim``[, ``lpips``]); stores nothing.
+
+        Args:
+            pred: float [H, W, 3] in [0, 1] (clamped).
+            target: float [H, W, 3] in [0, 1].
+        """
+        if pred.shape != target.shape or pred.dim() != 3 or pred.shape[-1] != 3:
+            raise ValueError(
+                f"ViewMetrics: pred and target must both be [H, W, 3], got "
+                f"{tuple(pred.shape)} and {tuple(target.shape)}"
+            )
+        p = pred.detach().float().clamp(0, 1).permute(2, 0, 1)[None]
+        t = target.detach().float().permute(2, 0, 1)[None]
+        values = {
+            "psnr": peak_signal_noise_ratio(p, t, data_range=1.0),
+            "ssim": structural_similarity_index_measure(p, t, data_range=1.0),
+        }
+        scorer = self._lpips[0]
+        if scorer is not None:
+            scorer.to(p.device)
+            values["lpips"] = scorer(p, t)
+            scorer.reset()
+        return values
+
+    def update(self, pred: Tensor, target: Tensor, view: int) -> None:  # type: ignore[override]
+        """Score one whole image (see :meth:`score`) as view ``view`` of the evaluated split."""
+        values = self.score(pred, target)
+        self.views.append(torch.tensor([int(view)], device=pred.device))
+        for name, value in values.items():
+            getattr(self, name).append(value.reshape(1).float())
+
+    def compute(self) -> dict[str, Any]:
+        if not self.views:
+            raise RuntimeError("ViewMetrics.compute: no view was evaluated (empty split?)")
+        views = dim_zero_cat(self.views)
+        order = torch.argsort(views, stable=True)
+        views = views[order]
+        first = torch.ones_like(views, dtype=torch.bool)
+        first[1:] = views[1:] != views[:-1]  # a distributed sampler may repeat views: keep one
+        out: dict[str, Any] = {"views": views[first], "per_view": {}}
+        for name in ("psnr", "ssim", "lpips"):
+            state = getattr(self, name)
+            if not state:
+                continue
+            values = dim_zero_cat(state)[order][first]
+            out["per_view"][name] = values
+            out[name] = values.mean()
+        return out
+
+
+def per_view_table(result: dict[str, Any], names: list[str] | None = None) -> dict[str, list]:
+    """JSON-ready per-view numbers of a :meth:`ViewMetrics.compute` result: ``view`` (index in the
+    split), ``image`` (file names, when ``names`` indexes the split's frames) and one list per metric."""
+    # reshape: torchmetrics squeezes one-element results of compute() to 0-dim tensors
+    views = [int(v) for v in result["views"].reshape(-1)]
+    table: dict[str, list] = {"view": views}
+    if names is not None:
+        table["image"] = [names[v] for v in views]
+    for name, values in result["per_view"].items():
+        table[name] = [round(float(x), 6) if math.isfinite(float(x)) else None for x in values.reshape(-1)]
+    return table
+
+
+def final_evaluation(trainer: Any, model: Any, datamodule: Any) -> dict[str, Any]:
+    """The ``metrics.json`` entries of a finished run's evaluation, after ``trainer.validate``.
+
+    Runs ``trainer.test`` on the datamodule's final-evaluation views (its ``test_dataloader``: the
+    capture's test split, else all held-out views) unless validation already rendered exactly those.
+
+    Returns:
+        ``val/per_view`` (and ``test/*`` with ``test/per_view`` when the test stage ran), plus the
+        headline ``eval/psnr``, ``eval/ssim`` (``eval/lpips``) and ``eval/split`` (``"test"`` or
+        ``"val"``): the split the final numbers come from.
+    """
+    out: dict[str, Any] = {}
+    results = model.eval_results
+    if "val" in results:
+        out["val/per_view"] = per_view_table(results["val"], _names(datamodule.val_set))
+    stage = "val"
+    if datamodule.test_set is not datamodule.val_set:
+        tested = trainer.test(model, datamodule=datamodule, verbose=False)
+        out.update({k: float(v) for k, v in (tested[0] if tested else {}).items()})
+        out["test/per_view"] = per_view_table(results["test"], _names(datamodule.test_set))
+        stage = "test"
+    for name in ("psnr", "ssim", "lpips"):
+        if stage in results and name in results[stage]:
+            out[f"eval/{name}"] = float(results[stage][name])
+    out["eval/split"] = datamodule.eval_split
+    return out
+
+
+def _names(view_set: Any) -> list[str] | None:
+    frames = getattr(view_set, "frames", None)
+    return None if frames is None else [Path(f.image_path).name for f in frames]

@@ -1,0 +1,91 @@
+"""Held-out metrics: per-image PSNR / SSIM averaged over views; LPIPS only with local weights."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from nerf_lightning.models import metrics as M
+
+
+def _image(value: float, error: float, h: int = 8, w: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    gt = torch.full((h, w, 3), value)
+    return gt + error, gt
+
+
+def test_psnr_is_the_mean_of_per_image_psnrs() -> None:
+    m = M.ViewMetrics(lpips=False)
+    a, b = _image(0.5, 0.1), _image(0.5, 0.01)  # MSE 1e-2 -> 20 dB, MSE 1e-4 -> 40 dB
+    assert float(m.score(*a)["psnr"]) == pytest.approx(20.0, abs=1e-4)
+    assert float(m.score(*b)["psnr"]) == pytest.approx(40.0, abs=1e-3)
+    m.update(*a, view=0)
+    m.update(*b, view=1)
+    out = m.compute()
+    assert float(out["psnr"]) == pytest.approx(30.0, abs=1e-3)
+    pooled = -10 * math.log10((1e-2 + 1e-4) / 2)  # 22.97 dB: what one PSNR over all pixels gives
+    assert abs(float(out["psnr"]) - pooled) > 7
+    assert out["views"].tolist() == [0, 1] and "lpips" not in out
+
+
+def test_ssim_per_image_and_repeated_views_counted_once() -> None:
+    torch.manual_seed(0)
+    gt = torch.rand(16, 16, 3)
+    noisy = (gt + 0.2 * torch.randn_like(gt)).clamp(0, 1)
+    m = M.ViewMetrics(lpips=False)
+    m.update(noisy, gt, view=3)
+    m.update(gt, gt, view=1)
+    m.update(gt, gt, view=1)  # a distributed sampler pads ranks by repeating views
+    out = m.compute()
+    assert out["views"].tolist() == [1, 3]
+    ssim = out["per_view"]["ssim"]
+    assert float(ssim[0]) == pytest.approx(1.0, abs=1e-6) and float(ssim[1]) < 0.9
+    assert float(out["ssim"]) == pytest.approx(float(ssim.mean()))
+    assert math.isinf(float(out["per_view"]["psnr"][0]))  # identical image
+    table = M.per_view_table(out, names=["a.png", "b.png", "c.png", "d.png"])
+    assert table["view"] == [1, 3] and table["image"] == ["b.png", "d.png"] and table["psnr"][0] is None
+
+
+def test_a_single_view_gives_a_one_row_table() -> None:
+    m = M.ViewMetrics(lpips=False)
+    m.update(*_image(0.5, 0.1), view=4)
+    out = m.compute()
+    assert float(out["psnr"]) == pytest.approx(20.0, abs=1e-4)
+    table = M.per_view_table(out, names=[f"{i}.png" for i in range(5)])
+    assert (
+        table["view"] == [4]
+        and table["image"] == ["4.png"]
+        and table["psnr"] == [pytest.approx(20.0, abs=1e-4)]
+    )
+
+
+def test_compute_without_views_and_bad_shapes_are_errors() -> None:
+    m = M.ViewMetrics(lpips=False)
+    with pytest.raises(RuntimeError, match="no view was evaluated"):
+        m.compute()
+    with pytest.raises(ValueError, match=r"\[H, W, 3\]"):
+        m.update(torch.zeros(4, 4, 3), torch.zeros(4, 3, 3), view=0)
+
+
+def test_lpips_skipped_with_one_line_when_weights_are_missing(monkeypatch, caplog, tmp_path: Path) -> None:
+    monkeypatch.setattr(M, "_lpips_cache", {})
+    monkeypatch.setattr(M, "lpips_weights_path", lambda net="vgg": tmp_path / "vgg16-397923af.pth")
+    with caplog.at_level(logging.INFO, logger=M.__name__):
+        first = M.ViewMetrics()
+        second = M.ViewMetrics(lpips="vgg")
+    assert not first.has_lpips and not second.has_lpips
+    lines = [r.getMessage() for r in caplog.records if "LPIPS" in r.getMessage()]
+    assert len(lines) == 1 and str(tmp_path / "vgg16-397923af.pth") in lines[0]
+    monkeypatch.setattr(M, "_lpips_cache", {})
+    monkeypatch.setattr(M, "lpips_weights_path", lambda net="vgg": "torchvision is not installed")
+    with caplog.at_level(logging.INFO, logger=M.__name__):
+        assert M.load_lpips("alex") is None
+    assert "LPIPS skipped: torchvision is not installed" in caplog.text
+
+
+def test_lpips_net_names_are_checked() -> None:
+    with pytest.raises(ValueError, match="LPIPS net must be one of"):
+        M.lpips_weights_path("resnet")
