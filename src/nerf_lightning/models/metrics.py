@@ -147,22 +147,30 @@ class ViewMetrics(Metric):
             getattr(self, name).append(value.reshape(1).float())
 
     def compute(self) -> dict[str, Any]:
-        if not self.views:
+        # list states on one process; one tensor each once torchmetrics has gathered them under DDP
+        views = _cat(self.views)
+        if views is None or views.numel() == 0:
             raise RuntimeError("ViewMetrics.compute: no view was evaluated (empty split?)")
-        views = dim_zero_cat(self.views)
         order = torch.argsort(views, stable=True)
         views = views[order]
         first = torch.ones_like(views, dtype=torch.bool)
         first[1:] = views[1:] != views[:-1]  # a distributed sampler may repeat views: keep one
         out: dict[str, Any] = {"views": views[first], "per_view": {}}
         for name in ("psnr", "ssim", "lpips"):
-            state = getattr(self, name)
-            if not state:
+            state = _cat(getattr(self, name))
+            if state is None or state.numel() == 0:
                 continue
-            values = dim_zero_cat(state)[order][first]
+            values = state[order][first]
             out["per_view"][name] = values
             out[name] = values.mean()
         return out
+
+
+def _cat(state: Tensor | list[Tensor]) -> Tensor | None:
+    """A list state as one tensor (None when empty); a gathered state as it is."""
+    if isinstance(state, Tensor):
+        return state.reshape(-1)
+    return dim_zero_cat(state).reshape(-1) if state else None
 
 
 def per_view_table(result: dict[str, Any], names: list[str] | None = None) -> dict[str, list]:
