@@ -114,7 +114,7 @@ def test_ddp_rank_failure_ends_the_run(mode: str, tiny_scene: Path, tmp_path: Pa
     hangs (alive, silent: only the timeout can end the wait). Either way rank 0, blocked in a
     collective, fails and exits non-zero; when hung, after ``dist_timeout_s``, not torch's default of
     30 minutes."""
-    timeout_s = 10
+    timeout_s = 4
     overrides = [
         *TINY_TRAIN,
         f"data.path={tiny_scene}",

@@ -70,13 +70,13 @@ def test_throughput_scaling_evens_out_a_slow_rank(tmp_path: Path) -> None:
     run = tmp_path / "run"
     args = [
         "strategy=ddp", "devices=2", "accelerator=cpu", "experiment=cpu", "logger=none",
-        f"data.path={scene}", "data.batch_size=256", "data.batch_scaling=throughput",
-        "data.steps_per_epoch=150", "trainer.max_steps=150", "trainer.check_val_every_n_epoch=1000",
+        f"data.path={scene}", "data.batch_size=128", "data.batch_scaling=throughput",
+        "data.steps_per_epoch=120", "trainer.max_steps=120", "trainer.check_val_every_n_epoch=1000",
         "model.grid_resolution=16", "model.field.encoding.n_levels=4",
         "model.field.encoding.max_resolution=64",
         "model.step_size=0.03", "model.max_samples_per_ray=48", "model.grid_warmup_steps=4",
         "callbacks.progress_bar=null", "callbacks.model_checkpoint=null",
-        "callbacks.load_balance.every_n_steps=15",
+        "callbacks.load_balance.every_n_steps=12",
         "+callbacks.slow._target_=slow_rank.SlowRank", f"hydra.run.dir={run}",
     ]  # fmt: skip
     proc = subprocess.run(
