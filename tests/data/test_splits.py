@@ -110,3 +110,25 @@ def test_train_reports_test_split_and_per_view_numbers(tmp_path: Path, compose_c
     assert written["eval/psnr"] == pytest.approx(written["test/psnr"])
     assert written["val/psnr"] == pytest.approx(sum(written["val/per_view"]["psnr"]) / 2, abs=1e-4)
     assert metrics["eval/split"] == "test"
+
+
+@pytest.mark.parametrize(("n_views", "world"), [(13, 2), (7, 3), (2, 3), (4, 4)])
+def test_held_out_views_shard_over_ranks_in_equal_counts(tmp_path: Path, n_views: int, world: int) -> None:
+    """Every view on some rank, the same number of views on every rank (an FSDP validation step is a
+    collective), and nothing beyond the repeats needed for that."""
+    root = _blender(tmp_path / "lego", {"train": 2, "val": n_views})
+    dm = NeRFDataModule(path=str(root), cache_dir=str(tmp_path / "c"))
+    dm.setup("fit")
+
+    class _Trainer:  # what _view_loader reads of a trainer
+        def __init__(self, rank: int) -> None:
+            self.global_rank, self.world_size = rank, world
+
+    per_rank = []
+    for rank in range(world):
+        dm.trainer = _Trainer(rank)  # type: ignore[assignment]
+        per_rank.append([int(v) for v in dm.val_dataloader()])
+    assert {len(views) for views in per_rank} == {-(-n_views // world)}
+    assert sorted({v for views in per_rank for v in views}) == list(range(n_views))
+    for rank, views in enumerate(per_rank):
+        assert views[: len(range(rank, n_views, world))] == list(range(rank, n_views, world))

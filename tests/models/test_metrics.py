@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torchmetrics.functional.image import peak_signal_noise_ratio, structural_similarity_index_measure
 
 from nerf_lightning.models import metrics as M
 
@@ -89,3 +90,21 @@ def test_lpips_skipped_with_one_line_when_weights_are_missing(monkeypatch, caplo
 def test_lpips_net_names_are_checked() -> None:
     with pytest.raises(ValueError, match="LPIPS net must be one of"):
         M.lpips_weights_path("resnet")
+
+
+def test_scores_are_float32_under_a_mixed_precision_autocast() -> None:
+    """bf16-mixed runs validate under autocast: the scores must equal the float32 ones."""
+    gen = torch.Generator().manual_seed(3)
+    target = torch.rand(48, 40, 3, generator=gen)
+    pred = (target + 0.03 * torch.randn(48, 40, 3, generator=gen)).clamp(0, 1)
+    p, t = pred.permute(2, 0, 1)[None], target.permute(2, 0, 1)[None]
+    expected = {  # float32, outside any autocast
+        "psnr": peak_signal_noise_ratio(p, t, data_range=1.0),
+        "ssim": structural_similarity_index_measure(p, t, data_range=1.0),
+    }
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = M.ViewMetrics(lpips=False).score(pred, target)
+        assert abs(structural_similarity_index_measure(p, t, data_range=1.0) - expected["ssim"]) > 5e-6
+    for name in ("psnr", "ssim"):
+        assert mixed[name].dtype == torch.float32
+        torch.testing.assert_close(mixed[name], expected[name], rtol=0, atol=1e-6, msg=name)

@@ -331,10 +331,11 @@ class NeRFDataModule(L.LightningDataModule):
         )
 
     def val_dataloader(self) -> DataLoader:
-        """Each held-out view exactly once over all ranks: rank r renders views r, r + W, ...
+        """Each held-out view counted exactly once over all ranks: rank r renders views r, r + W, ...
+        (padded to equal counts per rank with repeats that the metrics drop, see ``_view_loader``).
 
         (Lightning's DistributedSampler would pad the list to a multiple of the world size and count
-        some views twice; ``trainer.use_distributed_sampler`` is off.)"""
+        the repeated views twice; ``trainer.use_distributed_sampler`` is off.)"""
         return self._view_loader(self.val_set)
 
     def test_dataloader(self) -> DataLoader:
@@ -347,10 +348,13 @@ class NeRFDataModule(L.LightningDataModule):
         trainer = self.trainer
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         views = list(range(rank, n, world))
-        if not views and n > 0:
-            # more ranks than views: render one again (ViewMetrics counts a view once), so that every
-            # rank takes part in the metrics' gather
-            views = [rank % n]
+        # Every rank renders the same number of views, ceil(n / world): the ranks with fewer views
+        # render their last one (or view rank % n) again, and ViewMetrics counts a view once. Under
+        # FSDP each validation step is a collective (the root unit gathers its shard), so unequal
+        # counts would hang; under DDP the padding costs no wall time (the busiest rank sets it).
+        per_rank = -(-n // world)
+        while n > 0 and len(views) < per_rank:
+            views.append(views[-1] if views else rank % n)
         return DataLoader(_ViewIndices(views), batch_size=None, num_workers=0, generator=torch.Generator())
 
     # -------------------------------------------------------------------------- device batches

@@ -20,7 +20,7 @@ from nerf_lightning.models.metrics import ViewMetrics
 from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
 from nerf_lightning.render.occupancy import OccupancyGrid
 from nerf_lightning.render.renderer import Renderer
-from nerf_lightning.utils.distributed import throttle_sigterm_broadcast
+from nerf_lightning.utils.distributed import fsdp_full_copy, throttle_sigterm_broadcast
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,11 @@ class NeRFModule(L.LightningModule):
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
+        # Under FSDP, evaluation renders with a plain full copy of the field (fsdp_full_copy); the
+        # factory builds it. Neither is a registered submodule (no parameters, no state-dict entries).
+        object.__setattr__(self, "_field_factory", field)
+        self._eval_field: nn.Module | None
+        object.__setattr__(self, "_eval_field", None)
         self.renderer = Renderer(
             OccupancyGrid(aabb_scale=aabb_scale, resolution=grid_resolution),
             step_size=step_size,
@@ -308,8 +313,9 @@ class NeRFModule(L.LightningModule):
             ``opacity`` [H, W].
         """
         h, w = batch["height"], batch["width"]
+        field = self._eval_field if self._eval_field is not None else self.field
         out = self.renderer.render_image(
-            self.field, batch["rays_o"], batch["rays_d"], batch["background"], chunk=self.hparams.val_chunk
+            field, batch["rays_o"], batch["rays_d"], batch["background"], chunk=self.hparams.val_chunk
         )
         return {
             "rgb": out["rgb"].reshape(h, w, 3).clamp(0, 1),
@@ -331,11 +337,25 @@ class NeRFModule(L.LightningModule):
         self.test_metrics.update(view["rgb"], view["gt"], batch["view"])
         return {k: view[k] for k in ("rgb", "depth", "opacity")}
 
+    def on_validation_epoch_start(self) -> None:
+        self._gather_eval_field()
+
+    def on_test_epoch_start(self) -> None:
+        self._gather_eval_field()
+
     def on_validation_epoch_end(self) -> None:
+        object.__setattr__(self, "_eval_field", None)
         self._log_eval("val", self.val_metrics)
 
     def on_test_epoch_end(self) -> None:
+        object.__setattr__(self, "_eval_field", None)
         self._log_eval("test", self.test_metrics)
+
+    def _gather_eval_field(self) -> None:
+        """Under FSDP, the field's full copy that this evaluation epoch renders with (every rank)."""
+        factory = self._field_factory
+        copy = fsdp_full_copy(self.trainer, self.field, lambda: factory(aabb_scale=self.hparams.aabb_scale))
+        object.__setattr__(self, "_eval_field", copy)
 
     def _log_eval(self, stage: str, metrics: ViewMetrics) -> None:
         """Log the means of one evaluation pass (already gathered over ranks) and keep the result."""

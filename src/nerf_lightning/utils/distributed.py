@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -87,3 +89,53 @@ def unshard_fsdp_root(trainer: L.Trainer, module: torch.nn.Module) -> None:
         owner_name, _, attr = name.rpartition(".")
         owner = module.get_submodule(owner_name) if owner_name else module
         setattr(owner, attr, torch.nn.Parameter(value, requires_grad=requires_grad))
+
+
+def fsdp_full_copy(
+    trainer: L.Trainer, module: torch.nn.Module, build: Callable[[], torch.nn.Module]
+) -> torch.nn.Module | None:
+    """Under FSDP, a plain copy of ``module`` with its full parameters; None under other strategies.
+
+    Collective: every rank calls it at the same point (an evaluation epoch's start). Rendering a view
+    calls the field a data-dependent number of times (a chunk whose rays hit no occupied cell skips
+    it) and an FSDP unit gathers its shard on every call, so ranks rendering through the sharded field
+    would wait on unmatched collectives. Evaluation renders with this copy instead: one gather per
+    evaluation epoch, none per view.
+
+    Args:
+        trainer: the running trainer (its strategy's wrapped model is the root of the gather).
+        module: the FSDP-wrapped submodule to copy (the field).
+        build: makes an unwrapped module of the same structure (its values are overwritten).
+    """
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    if not isinstance(trainer.strategy, FSDPStrategy) or trainer.strategy.model is None:
+        return None
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    copy = build()
+    targets = {**dict(copy.named_parameters()), **dict(copy.named_buffers())}
+    found: dict[str, torch.Tensor] = {}
+    with FullyShardedDataParallel.summon_full_params(trainer.strategy.model, writeback=False):
+        named = itertools.chain(
+            module.named_parameters(remove_duplicate=False), module.named_buffers(remove_duplicate=False)
+        )
+        for name, value in named:
+            clean = name.replace("_fsdp_wrapped_module.", "")
+            if clean in targets and clean not in found:
+                if value.shape != targets[clean].shape:
+                    raise RuntimeError(
+                        f"fsdp_full_copy: {clean} is {tuple(value.shape)} inside summon_full_params, "
+                        f"expected {tuple(targets[clean].shape)}"
+                    )
+                found[clean] = value.detach().clone()
+    missing = sorted(set(targets) - set(found))
+    if missing:
+        raise RuntimeError(f"fsdp_full_copy: no full value for {missing[:5]} (of {len(missing)})")
+    device = next(iter(found.values())).device
+    copy = copy.to(device)
+    targets = {**dict(copy.named_parameters()), **dict(copy.named_buffers())}
+    with torch.no_grad():
+        for name, value in found.items():
+            targets[name].copy_(value)
+    return copy.eval()
