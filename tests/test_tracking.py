@@ -112,6 +112,21 @@ def test_failed_online_init_falls_back_offline_and_reads_back(
     assert "bad" not in run["summary"]
 
 
+def test_a_restarted_run_logs_into_the_same_wandb_run(no_wandb_env: Path, tmp_path: Path) -> None:
+    """ckpt_path=last / resume=auto / a SLURM requeue restart in the same run folder: same W&B run id."""
+    run = tmp_path / "run"
+    first = tracking.WandbLogger(save_dir=str(run), mode="offline", name="n")
+    run_id = first.experiment.id
+    first.experiment.finish()
+    assert (run / tracking.RUN_ID_FILE).read_text().strip() == run_id
+    again = tracking.WandbLogger(save_dir=str(run), mode="offline", name="n")
+    assert (again._wandb_init["id"], again._wandb_init["resume"]) == (run_id, "allow")
+    other = tracking.WandbLogger(save_dir=str(tmp_path / "other"), mode="offline", name="n")
+    assert other._wandb_init["id"] != run_id
+    explicit = tracking.WandbLogger(save_dir=str(tmp_path / "x"), mode="offline", id="abc123")
+    assert explicit._wandb_init["id"] == "abc123"
+
+
 def test_read_offline_run_rejects_other_files(tmp_path: Path) -> None:
     (tmp_path / "run-x.wandb").write_bytes(b"not a log")
     with pytest.raises(ValueError, match="not a W&B transaction log"):

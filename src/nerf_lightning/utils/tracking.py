@@ -21,7 +21,9 @@ import logging
 import math
 import netrc
 import os
+import secrets
 import socket
+import string
 import struct
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -133,6 +135,30 @@ def auto_name() -> str | None:
     return f"{hc.job.num}:{name}" if name else str(hc.job.num)
 
 
+RUN_ID_FILE = "wandb_run_id"
+
+
+def run_id_for(run_dir: Path) -> str:
+    """The W&B run id of the training run in ``run_dir``: read from ``run_dir/wandb_run_id``, or made
+    and written there (atomically) on the run's first start.
+
+    A job restarted in the same folder (``ckpt_path=last``, ``resume=auto``, a SLURM requeue) thus logs
+    into the same W&B run (``resume="allow"``) instead of starting a new one at step 0.
+    """
+    path = run_dir / RUN_ID_FILE
+    if path.is_file():
+        existing = path.read_text().strip()
+        if existing:
+            return existing
+    new = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+    if rank_zero_only.rank != 0:
+        return new  # only rank 0 logs to W&B (and owns the file)
+    tmp = path.with_name(f".{RUN_ID_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(new + "\n")
+    os.replace(tmp, path)
+    return new
+
+
 class WandbLogger(_LightningWandbLogger):
     """Lightning's ``WandbLogger`` that runs offline when it cannot go online, and never raises at init.
 
@@ -169,6 +195,9 @@ class WandbLogger(_LightningWandbLogger):
         self._init_timeout = float(init_timeout)
         self._announced = False
         Path(save_dir).mkdir(parents=True, exist_ok=True)
+        if "id" not in kwargs:  # an explicit id (and resume policy) wins
+            kwargs["id"] = run_id_for(Path(save_dir))
+            kwargs.setdefault("resume", "allow")
         super().__init__(
             name=auto_name() if name == "auto" else name,
             save_dir=save_dir,
