@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
+# Idle OpenMP threads sleep instead of spinning (before torch is imported, here and in the children that
+# inherit the environment). On this 2-core machine a spinning pool of two threads next to any other busy
+# process (a second test process, another job) runs several times slower than one thread.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from pathlib import Path
 
 import pytest
