@@ -85,15 +85,20 @@ def run(
     )
 
 
-def _fork_main(app: str, argv: list[str], cwd: str, log: str) -> None:
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    sys.stdout = sys.stderr = os.fdopen(fd, "w", buffering=1)  # not the test runner's capture objects
+def _fork_main(
+    app: str, argv: list[str], cwd: str, log: str, err_log: str | None, env: dict[str, str], path: list[str]
+) -> None:
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    err = out if err_log is None else os.open(err_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    # not the test runner's capture objects
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
     os.chdir(cwd)
-    for key, value in child_env().items():
-        if key not in ("PYTHONPATH",):
-            os.environ[key] = value
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path[:0] = path
     import importlib
     import traceback
 
@@ -112,15 +117,27 @@ def _fork_main(app: str, argv: list[str], cwd: str, log: str) -> None:
         traceback.print_exc()
         code = 1
     sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(code)
 
 
-def fork_app(app: str, *argv: str, cwd: Path, log: Path):
+def fork_app(
+    app: str,
+    *argv: str,
+    cwd: Path,
+    log: Path,
+    err_log: Path | None = None,
+    env: dict[str, str] | None = None,
+    path: list[str] | None = None,
+):
     """``python -m nerf_lightning.<app> argv...`` in a child forked from the test process: a real process
-    (its own PID, killable), without the seconds of interpreter and import start-up. Output goes to
-    ``log`` (appended)."""
+    (its own PID, killable, its own exit status), without the seconds of interpreter and import
+    start-up. Its stdout goes to ``log`` (appended), its stderr too unless ``err_log`` is given. It runs
+    in the environment ``env`` (default: ``child_env()``), with ``path`` in front of ``sys.path``."""
     import multiprocessing as mp
 
-    proc = mp.get_context("fork").Process(target=_fork_main, args=(app, list(argv), str(cwd), str(log)))
+    args = (app, list(argv), str(cwd), str(log), None if err_log is None else str(err_log),
+            child_env() if env is None else env, list(path or []))  # fmt: skip
+    proc = mp.get_context("fork").Process(target=_fork_main, args=args)
     proc.start()
     return proc

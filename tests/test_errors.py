@@ -13,7 +13,7 @@ import hydra
 import pytest
 import torch
 import torch.multiprocessing as mp
-from runs import TINY_TRAIN, run
+from runs import TINY_TRAIN, fork_app
 
 from nerf_lightning.errors import EXIT_USER_ERROR, user_errors
 from nerf_lightning.train import train
@@ -54,10 +54,15 @@ def test_bugs_keep_their_traceback() -> None:
 
 
 def test_entry_point_prints_one_line_to_stderr_and_the_log(tmp_path: Path) -> None:
-    short = run("eval", "ckpt=/no/such.ckpt", f"hydra.run.dir={tmp_path / 'a'}", cwd=tmp_path)
-    assert short.returncode == EXIT_USER_ERROR
-    assert "Traceback" not in short.stderr
-    assert short.stderr.strip().splitlines()[-1] == (
+    # the entry point's main() in a process of its own (forked: no interpreter start-up), as `python -m`
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    proc = fork_app("eval", "ckpt=/no/such.ckpt", f"hydra.run.dir={tmp_path / 'a'}", cwd=tmp_path, log=out,
+                    err_log=err)  # fmt: skip
+    proc.join(timeout=120)
+    stderr = err.read_text()
+    assert proc.exitcode == EXIT_USER_ERROR, stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
         "error: ckpt=/no/such.ckpt: no such file; expected a .ckpt file or a training run folder"
     )
     assert "no such file" in (tmp_path / "a" / "eval.log").read_text()  # and in the job's log
