@@ -1,8 +1,9 @@
 """End to end (CPU, tiny scene): a Hydra multirun with offline W&B runs and the sweep summary; Optuna.
 
-Each test runs ``python -m nerf_lightning.train`` as a subprocess in ``tmp_path`` (Hydra writes
-``outputs/multirun/...`` relative to the working directory), with no W&B key and a private HOME so
-that W&B must fall back to offline by itself.
+Each test runs ``python -m nerf_lightning.train``'s ``main()`` in a process of its own (forked from the
+test process: no interpreter start-up) in ``tmp_path`` (Hydra writes ``outputs/multirun/...`` relative
+to the working directory), with no W&B key and a private HOME so that W&B must fall back to offline by
+itself.
 """
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ import csv
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from runs import fork_app
 
 from nerf_lightning.data.synthetic import generate_scene
 from nerf_lightning.utils.tracking import read_offline_run
@@ -42,16 +42,21 @@ def tiny_overrides(scene: Path) -> list[str]:
     ]
 
 
-def run_train(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+def run_train(args: list[str], cwd: Path) -> str:
+    """Run the training entry point with ``args``; its stdout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "NETRC"}
     env["HOME"] = str(cwd / "home")  # no ~/.netrc: W&B has no key and must go offline on its own
     env["NERF_LIGHTNING_CACHE"] = str(cwd / "cache")
     (cwd / "home").mkdir(exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "nerf_lightning.train", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, (
-        f"train failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
-    return proc
+    out, err = cwd / "stdout.txt", cwd / "stderr.txt"
+    proc = fork_app("train", *args, cwd=cwd, log=out, err_log=err, env=env)
+    proc.join(timeout=400)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+    assert proc.exitcode == 0, (
+        f"train failed ({proc.exitcode}):\n{out.read_text()[-4000:]}\n{err.read_text()[-6000:]}")
+    return out.read_text()
 
 
 def sweep_dir(cwd: Path) -> Path:
@@ -62,8 +67,8 @@ def sweep_dir(cwd: Path) -> Path:
 
 def test_multirun_offline_wandb_and_summary(tiny_scene: Path, tmp_path: Path) -> None:
     # The issue's spelling `model.encoding.*` is accepted for `model.field.encoding.*`.
-    proc = run_train(["-m", "model.encoding.log2_hashmap_size=11,12", "logger=wandb",
-                      *tiny_overrides(tiny_scene)], tmp_path)
+    out = run_train(["-m", "model.encoding.log2_hashmap_size=11,12", "logger=wandb",
+                     *tiny_overrides(tiny_scene)], tmp_path)
     sweep = sweep_dir(tmp_path)
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert [j.name for j in jobs] == ["0", "1"]
@@ -100,7 +105,6 @@ def test_multirun_offline_wandb_and_summary(tiny_scene: Path, tmp_path: Path) ->
         assert r["status"] == "ok"
         metrics = json.loads((job / "metrics.json").read_text())
         assert float(r["val/psnr"]) == pytest.approx(metrics["val/psnr"])
-    out = proc.stdout
     assert "summary.csv" in out and "val/psnr" in out
     sync_lines = [line for line in out.splitlines() if "wandb sync" in line]
     # one line for the whole sweep (the jobs stay quiet), with the sweep dir as Hydra names it
