@@ -1,7 +1,10 @@
 """The load balancer under DDP: a rank slowed in proportion to its work gets less of it.
 
-A real two-process gloo run of ``python -m nerf_lightning.train strategy=ddp`` in which rank 1
-computes each ray at half speed (a GPU half as fast, whatever the machine). The first window
+A real two-process gloo run of ``python -m nerf_lightning.train strategy=ddp devices=2`` in which
+rank 1 computes each ray at half speed (a GPU half as fast, whatever the machine). The two ranks are
+forked from the test process (no interpreter start-up) with the variables Lightning's launcher gives
+the processes it starts (``MASTER_ADDR``/``MASTER_PORT``, ``WORLD_SIZE``, ``NODE_RANK``, ``LOCAL_RANK``)
+and each runs the entry point's ``main()``. The first window
 measures the imbalance of an even split; with ``data.batch_scaling=throughput`` the last windows'
 forward times must agree within 20 %.
 """
@@ -9,17 +12,19 @@ forward times must agree within 20 %.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import socket
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from runs import child_env, fork_app
 
 from nerf_lightning.callbacks.load_balance import LoadBalancer
 from nerf_lightning.data.synthetic import generate_scene
+
+STEPS = 96
+WINDOW = 12  # optimizer steps per load-balancing window
 
 SLOW_RANK = textwrap.dedent(
     """
@@ -63,27 +68,43 @@ def test_throughput_scaling_evens_out_a_slow_rank(tmp_path: Path) -> None:
     scene = tmp_path / "scene"
     generate_scene(scene, n_views=8, width=24, height=24, supersample=1)
     (tmp_path / "slow_rank.py").write_text(SLOW_RANK)
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MASTER_", "LOCAL_RANK", "RANK"))
-    }
-    env.update(PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1")
     run = tmp_path / "run"
     args = [
         "strategy=ddp", "devices=2", "accelerator=cpu", "experiment=cpu", "logger=none",
         f"data.path={scene}", "data.batch_size=128", "data.batch_scaling=throughput",
-        "data.steps_per_epoch=120", "trainer.max_steps=120", "trainer.check_val_every_n_epoch=1000",
+        f"data.steps_per_epoch={STEPS}", f"trainer.max_steps={STEPS}", "trainer.check_val_every_n_epoch=1000",
         "model.grid_resolution=16", "model.field.encoding.n_levels=4",
         "model.field.encoding.max_resolution=64",
         "model.step_size=0.03", "model.max_samples_per_ray=48", "model.grid_warmup_steps=4",
         "callbacks.progress_bar=null", "callbacks.model_checkpoint=null",
-        "callbacks.load_balance.every_n_steps=12",
+        f"callbacks.load_balance.every_n_steps={WINDOW}",
         "+callbacks.slow._target_=slow_rank.SlowRank", f"hydra.run.dir={run}",
     ]  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, "-m", "nerf_lightning.train", *args], cwd=tmp_path, env=env, capture_output=True,
-        text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    base = {
+        k: v for k, v in child_env().items()
+        if not k.startswith(("WANDB_", "MASTER_", "LOCAL_RANK", "RANK", "NODE_RANK", "WORLD_SIZE"))
+    }  # fmt: skip
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    logs = [tmp_path / f"rank{r}.log" for r in range(2)]
+    ranks = [
+        fork_app("train", *args, cwd=tmp_path, log=logs[r], path=[str(tmp_path)],
+                 env={**base, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": "2",
+                      "NODE_RANK": "0", "LOCAL_RANK": str(r)})
+        for r in range(2)
+    ]  # fmt: skip
+    try:
+        for p in ranks:
+            p.join(timeout=300)
+    finally:
+        for p in ranks:
+            if p.is_alive():
+                p.kill()
+                p.join()
+    assert [p.exitcode for p in ranks] == [0, 0], "\n".join(log.read_text()[-3000:] for log in logs)
+    assert (run / "train_node0_local1.log").is_file()  # rank 1 ran in the shared run folder
     metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["steps"] == STEPS
     assert metrics["perf/forward_imbalance_first"] > 1.4, metrics  # an even split: rank 1 lags
     assert metrics["perf/forward_imbalance"] <= 1.2, metrics
