@@ -88,6 +88,10 @@ def run(
 def _fork_main(
     app: str, argv: list[str], cwd: str, log: str, err_log: str | None, env: dict[str, str], path: list[str]
 ) -> None:
+    import gc
+
+    # the test process's objects stay where they are: no collection walks them (and copies their pages)
+    gc.freeze()
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     err = out if err_log is None else os.open(err_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(out, 1)
