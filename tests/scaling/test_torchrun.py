@@ -4,16 +4,21 @@ Two torchrun agents meet through a c10d rendezvous, as on two machines. Checks: 
 torchelastic's ranks; both ranks share one run directory with one metrics.json; their occupancy grids
 (all-reduced after every update) and parameters are bit-identical; when one node dies, the other
 exits with an error instead of hanging.
+
+The two scenarios are independent (ports, run ids, folders of their own): the node-death run starts in
+the background with the module and its four processes start up while the other test's do.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import signal
-import subprocess
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -28,16 +33,44 @@ pytestmark = [
 STEPS = 24
 
 
-def _agent(node: int, port: int, run_id: str, cwd: Path, log: Path, *overrides: str) -> subprocess.Popen:
-    """One node: a torchrun agent running ``python -m nerf_lightning.train``."""
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run",
+def _agent_main(argv: list[str], cwd: str, log: str, env: dict[str, str]) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = sys.stderr = open(1, "w", buffering=1, closefd=False)  # not the test runner's capture
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    import gc
+    import traceback
+
+    from torch.distributed.run import main
+
+    gc.freeze()  # the test process's objects stay where they are: no collection copies their pages
+    code = 0
+    try:
+        main(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - reported in the log, as `python -m torch.distributed.run` does
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def _agent(node: int, port: int, run_id: str, cwd: Path, log: Path, *overrides: str) -> mp.Process:
+    """One node: a torchrun agent (``python -m torch.distributed.run``'s ``main()``, forked from the test
+    process: no interpreter start-up) running ``python -m nerf_lightning.train`` in its worker."""
+    argv = [
         "--nnodes=2", "--nproc-per-node=1",
         "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
         "--max-restarts=0", "--monitor-interval=0.5",
         "-m", "nerf_lightning.train", "strategy=ddp", "num_nodes=2", "devices=1", *overrides,
     ]  # fmt: skip
-    return subprocess.Popen(cmd, cwd=cwd, env=clean_env(), stdout=log.open("w"), stderr=subprocess.STDOUT)
+    proc = mp.get_context("fork").Process(target=_agent_main, args=(argv, str(cwd), str(log), clean_env()))
+    proc.start()
+    return proc
 
 
 def _children(pid: int) -> list[int]:
@@ -50,18 +83,85 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _kill_node(proc: subprocess.Popen) -> None:
+def _kill_node(proc: mp.Process) -> None:
     """SIGKILL a node: the agent and its workers (torchrun starts each worker in a session of its own)."""
     for pid in _children(proc.pid):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    if proc.poll() is None:
+    if proc.is_alive():
         proc.kill()
-    proc.wait()
+    proc.join()
 
 
+def _wait(proc: mp.Process, timeout: float) -> int | None:
+    """The agent's exit status (None: still running after ``timeout`` s)."""
+    proc.join(timeout=timeout)
+    return proc.exitcode
+
+
+def _start_node_death(scene: Path, tmp_path: Path) -> tuple[list[mp.Process], list[Path]]:
+    """Two nodes that train far longer than anyone waits (the survivor can only stop by failing)."""
+    port = free_port()
+    args = [f"data.path={scene}", "trainer.max_steps=100000", *TINY_RUN]
+    logs = [tmp_path / f"node{n}.log" for n in range(2)]
+    return [_agent(n, port, "job43", tmp_path, logs[n], *args) for n in range(2)], logs
+
+
+def _node_death(nodes: list[mp.Process], logs: list[Path], result: dict) -> None:
+    """Once the two nodes formed their process group, node 1 is killed. ``result``: the nodes' exit
+    codes and how long the survivor took to exit, or ``error``."""
+    try:
+        deadline = time.monotonic() + 180
+        while not any("Starting with 2 processes" in p.read_text() for p in logs if p.exists()):
+            if not all(n.is_alive() for n in nodes):
+                result["error"] = "a node exited before training started"
+                return
+            if time.monotonic() > deadline:
+                result["error"] = "the two nodes never formed a process group"
+                return
+            time.sleep(0.2)
+        time.sleep(1.0)  # into the training loop
+        if not all(n.is_alive() for n in nodes):
+            result["error"] = "a node exited before it was killed"
+            return
+        _kill_node(nodes[1])  # node 1 dies: its agent and its worker
+        killed_at = time.monotonic()
+        result["survivor_code"] = _wait(nodes[0], timeout=90)
+        result["detect_s"] = time.monotonic() - killed_at
+    finally:
+        for p in nodes:
+            _kill_node(p)
+        result["killed_code"] = nodes[1].exitcode
+
+
+@pytest.fixture(scope="module")
+def node_death(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The node-death scenario, running in a background thread from the module's first test on; call
+    the fixture's value for its result."""
+    nodes, logs = _start_node_death(tiny_scene, tmp_path_factory.mktemp("node_death"))
+    result: dict = {"logs": logs}
+
+    def run() -> None:
+        try:
+            _node_death(nodes, logs, result)
+        except BaseException:  # noqa: BLE001 - reported by the test
+            result["error"] = traceback.format_exc()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def wait() -> dict:
+        thread.join(timeout=400)
+        assert not thread.is_alive(), "the node-death scenario did not finish"
+        return result
+
+    yield wait
+    thread.join(timeout=400)
+
+
+@pytest.mark.usefixtures("node_death")  # started now: its nodes start up alongside this test's
 def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path: Path) -> None:
     port = free_port()
     args = [
@@ -72,7 +172,7 @@ def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path:
     ]  # fmt: skip
     nodes = [_agent(n, port, "job42", tmp_path, tmp_path / f"node{n}.log", *args) for n in range(2)]
     try:
-        codes = [p.wait(timeout=240) for p in nodes]
+        codes = [_wait(p, timeout=240) for p in nodes]
     finally:
         for p in nodes:
             _kill_node(p)
@@ -106,27 +206,12 @@ def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path:
     assert states[0]["first_batch"] != states[1]["first_batch"]  # but each rank drew its own rays
 
 
-def test_when_one_node_dies_the_other_exits_with_an_error(tiny_scene: Path, tmp_path: Path) -> None:
-    port = free_port()
-    # far more steps than the test waits for: the survivor can only stop by failing
-    args = [f"data.path={tiny_scene}", "trainer.max_steps=100000", *TINY_RUN]
-    logs = [tmp_path / f"node{n}.log" for n in range(2)]
-    nodes = [_agent(n, port, "job43", tmp_path, logs[n], *args) for n in range(2)]
-    try:
-        deadline = time.monotonic() + 180
-        while not any("Starting with 2 processes" in p.read_text() for p in logs if p.exists()):
-            assert all(n.poll() is None for n in nodes), "a node exited before training started"
-            assert time.monotonic() < deadline, "the two nodes never formed a process group"
-            time.sleep(0.2)
-        time.sleep(1.0)  # into the training loop
-        assert all(n.poll() is None for n in nodes)
-        _kill_node(nodes[1])  # node 1 dies: its agent and its worker
-        killed_at = time.monotonic()
-        survivor_code = nodes[0].wait(timeout=90)
-        detect_s = time.monotonic() - killed_at
-    finally:
-        for p in nodes:
-            _kill_node(p)
-    assert nodes[1].returncode != 0
-    assert survivor_code != 0, logs[0].read_text()[-3000:]
-    assert detect_s < 60, f"survivor took {detect_s:.0f} s to give up"
+def test_when_one_node_dies_the_other_exits_with_an_error(node_death) -> None:
+    result = node_death()
+    logs = result.get("logs", [])
+    assert "error" not in result, result.get("error", "") + "\n" + "\n".join(
+        p.read_text()[-3000:] for p in logs if p.exists()
+    )
+    assert result["killed_code"] != 0
+    assert result["survivor_code"] not in (0, None), logs[0].read_text()[-3000:]
+    assert result["detect_s"] < 60, f"survivor took {result['detect_s']:.0f} s to give up"
