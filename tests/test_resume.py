@@ -23,11 +23,12 @@ from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO, read_checkpoi
 from nerf_lightning.utils.io import remove_stale_temporaries
 from nerf_lightning.utils.resume import comparable, find_matching_run, resolve_ckpt_path
 
-# Checkpoints every 16 steps = one epoch of 16 steps = the occupancy-grid update interval: the
-# killed run resumes from a checkpoint taken at an epoch boundary on a grid-update step, written before
-# the module's end-of-step hooks ran (see callbacks/checkpointing.py).
-STEPS = 48
-EVERY = 16
+# Checkpoints every 8 steps = one epoch of 8 steps = the occupancy-grid update interval: the killed
+# run resumes from a checkpoint taken at an epoch boundary on a grid-update step, written before the
+# module's end-of-step hooks ran (see callbacks/checkpointing.py); grid updates and weighted sampling
+# go on after it (warm-up ends at step 16).
+STEPS = 32
+EVERY = 8
 
 
 def _step_of(path: Path) -> int | None:
@@ -45,6 +46,8 @@ def test_kill_9_then_same_command_resumes_exactly(tiny_scene: Path, tmp_path: Pa
         f"trainer.max_steps={STEPS}",
         f"data.steps_per_epoch={EVERY}",
         f"callbacks.last_checkpoint.every_n_train_steps={EVERY}",
+        f"model.grid_update_every={EVERY}",
+        "data.batch_size=256",
         "trainer.log_every_n_steps=4",
     ]
     work = tmp_path / "work"
