@@ -48,6 +48,7 @@ def test_kill_9_then_same_command_resumes_exactly(tiny_scene: Path, tmp_path: Pa
         f"callbacks.last_checkpoint.every_n_train_steps={EVERY}",
         f"model.grid_update_every={EVERY}",
         "data.batch_size=256",
+        "data.sampler=loss_weighted",  # its per-view weights are state that must survive the kill
         "trainer.log_every_n_steps=4",
     ]
     work = tmp_path / "work"
@@ -106,6 +107,8 @@ def test_kill_9_then_same_command_resumes_exactly(tiny_scene: Path, tmp_path: Pa
     ):
         assert torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
     assert a["lr_schedulers"] == b["lr_schedulers"]
+    (dm_key,) = [k for k in a if k.endswith("DataModule")]
+    torch.testing.assert_close(b[dm_key], a[dm_key], rtol=0, atol=0)  # sampler weights and RNG
     metrics_a = json.loads((ref_dir / "metrics.json").read_text())
     metrics_b = json.loads((run_dir / "metrics.json").read_text())
     assert metrics_b["steps"] == STEPS
