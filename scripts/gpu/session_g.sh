@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2086  # override lists are split into words on purpose
+# shellcheck disable=SC2086,SC2030,SC2031  # override lists split into words on purpose; per-GPU subshells
 # x2 session, last call (2026-11-30, second device session), in priority order, results written to
 # $OUT as they come (the call may be cut by the session's device budget):
 #   1. FSDP end to end after the evaluation fix: in-fit and post-fit validation, eval of its checkpoint
 #      under strategy=single, resume from its last.ckpt (issues 10, 11)
-#   2. side by side on one GPU each: lego time-to-quality at 60 s (issue 8; also checks that issue 9's
-#      default change keeps lego), fruit and fox with the new defaults (issue 9)
+#   2. side by side on one GPU each: hash-grid layout A/B on lego and fruit, fox at 5000 steps (issue 9)
 #   3. peak memory per GPU, DDP vs FSDP, log2_hashmap_size 24 and 22 (issue 11)
 #   4. FSDP bf16-mixed / 16-mixed at equal steps (issue 11)
 #   5. 1 GPU vs 2 GPUs with data.batch_scaling=global (issue 11)
@@ -41,14 +40,21 @@ run fsdp2_32 110 $LEGO strategy=fsdp devices=2 trainer.max_steps=500 data.steps_
 run fsdp2_resume 90 $LEGO strategy=fsdp devices=2 trainer.max_steps=700 data.steps_per_epoch=250 ckpt_path="$R/fsdp2_32/checkpoints/last.ckpt"
 grep -h "resuming\|Restored\|restor" "$R/fsdp2_resume.log" | head -3 >> "$OUT/rows.txt"
 wait
-# 2. one GPU each
-( CUDA_VISIBLE_DEVICES=0 timeout -k 10 130 python3 -m nerf_lightning.bench.curve --checkpoints 60 --rate 220 --tolerance 0.5 \
-    --profile-steps 40 --out "$R/curve" -- experiment=blender data.path=.devdata/lego $C > "$R/curve.log" 2>&1
-  tail -14 "$R/curve.log" > "$OUT/curve.tail"; cp "$R"/curve/*.json "$OUT/" 2>/dev/null; el curve ) &
+# 2. one GPU each: the hash grid's layout at equal size (16 x 2 features, instant-ngp's paper; 8 x 4;
+#    6 x 8, instant-ngp's configs/nerf/base.json today) on lego (5000 steps) and fruit (2000 steps)
+G8="model.field.encoding.n_levels=8 model.field.encoding.n_features_per_level=4"
+G6="model.field.encoding.n_levels=6 model.field.encoding.n_features_per_level=8"
+( export CUDA_VISIBLE_DEVICES=0
+  run lego_16x2 60 $LEGO $NOCKPT trainer.max_steps=5000
+  run lego_8x4 60 $LEGO $NOCKPT trainer.max_steps=5000 $G8
+  run lego_6x8 60 $LEGO $NOCKPT trainer.max_steps=5000 $G6 ) &
 ( export CUDA_VISIBLE_DEVICES=1
-  run fruit_2000 60 data.path=.devdata/fruit $C trainer.max_steps=2000 trainer.check_val_every_n_epoch=100000
-  cp "$R"/fruit_2000/val/*.png "$OUT/" 2>/dev/null
-  run fox_5000 70 data.path=.devdata/fox $C trainer.max_steps=5000 trainer.check_val_every_n_epoch=100000 ) &
+  F="data.path=.devdata/fruit $C $NOCKPT trainer.max_steps=2000 trainer.check_val_every_n_epoch=100000"
+  run fruit_16x2 50 $F
+  run fruit_8x4 50 $F $G8
+  cp "$R"/fruit_8x4/val/*.png "$OUT/" 2>/dev/null
+  run fruit_6x8 50 $F $G6
+  run fox_5000 60 data.path=.devdata/fox $C $NOCKPT trainer.max_steps=5000 trainer.check_val_every_n_epoch=100000 ) &
 wait
 # 3. memory
 run mem_fsdp2_24 60 $LEGO $NOCKPT strategy=fsdp devices=2 trainer.max_steps=200 model.field.encoding.log2_hashmap_size=24
