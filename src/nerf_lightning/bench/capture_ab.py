@@ -8,6 +8,10 @@ model that memorizes the views instead of forming geometry. Each variant is the 
     python -m nerf_lightning.bench.capture_ab --path ../shared/data/fruit --steps 2000
     python -m nerf_lightning.bench.capture_ab --path ../shared/data/fruit --variants baseline,near_0.2
     python -m nerf_lightning.bench.capture_ab --path CAPTURE --variant mse="model.loss=mse"
+    python -m nerf_lightning.bench.capture_ab --path ../shared/data/fruit --cpu-repro --steps 400
+
+``--cpu-repro`` adds :data:`CPU_REPRO` to every variant: issue 9's reproduction on a CPU at 1/16
+resolution (a few minutes per variant on 2 cores; the table is in ``BENCHMARKS.md``).
 
 Prints one row per variant: mean per-image held-out PSNR / SSIM (``models/metrics.py``), the
 training-batch PSNR of the last steps, the gap between the two, and the constant-colour baseline (the
@@ -29,8 +33,22 @@ from typing import Any
 
 _SMALL_HASH = [
     "model.field.encoding.n_levels=8",
-    "model.field.encoding.log2_hashmap_size=16",
+    "model.field.encoding.log2_hashmap_size=15",
     "model.field.encoding.max_resolution=512",
+]
+#: issue 9 on a CPU: 1/16 resolution, 512 rays per step, 32^3 occupancy grid, step 0.03, cone 1/16, at
+#: most 64 samples per ray; the hash grid is left to the variants
+CPU_REPRO = [
+    "accelerator=cpu",
+    "data.downscale=16",
+    "data.batch_size=512",
+    "model.sample_budget=null",
+    "model.ops_backend=torch",
+    "model.field.encoding.backend=torch",
+    "model.grid_resolution=32",
+    "model.step_size=0.03",
+    "model.large_scene_cone_angle=0.0625",
+    "model.max_samples_per_ray=64",
 ]
 _COARSE_MARCH = [
     "model.step_size=0.0067658",
@@ -41,8 +59,10 @@ _COARSE_MARCH = [
 ]
 #: name -> overrides. Each isolates one candidate cause. On a CPU at 1/16 resolution the fruit capture
 #: fails with the default hash grid and reconstructs with ``small_hash`` (README); ``res_512``,
-#: ``table_15`` and ``levels_8`` take its three changes one at a time. ``cpu_recipe`` is the model and
-#: marching of ``experiment=cpu``.
+#: ``table_15`` and ``levels_8`` take its three changes one at a time (``table_15`` and ``levels_8``
+#: each reconstruct, ``res_512`` fails worse; ``res_64`` is the finest level at ~2 cells per pixel
+#: footprint at 1/16 resolution, ``base_512`` the coarsest level at 16 per unit cube instead of 16 over
+#: the box). ``cpu_recipe`` is the model and marching of ``experiment=cpu``.
 VARIANTS: dict[str, list[str]] = {
     "baseline": [],
     "cpu_recipe": [*_SMALL_HASH, *_COARSE_MARCH, "data.batch_size=2048"],
@@ -51,6 +71,8 @@ VARIANTS: dict[str, list[str]] = {
     "res_512": ["model.field.encoding.max_resolution=512"],
     "table_15": ["model.field.encoding.log2_hashmap_size=15"],
     "levels_8": ["model.field.encoding.n_levels=8"],
+    "res_64": ["model.field.encoding.max_resolution=64"],
+    "base_512": ["model.field.encoding.base_resolution=512"],
     "coarse_march": _COARSE_MARCH,
     "downscale_4": ["data.downscale=4"],
     # samples start 0.2 (NGP units) from the camera: no per-view floaters right in front of a camera
@@ -136,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         help="extra variant (repeatable)",
     )
     ap.add_argument("--common", default="", help="overrides added to every variant, e.g. data.downscale=2")
+    ap.add_argument("--cpu-repro", action="store_true", help="add CPU_REPRO (issue 9, CPU) to each variant")
     ap.add_argument("--out", type=Path, default=Path("capture_ab.json"))
     args = ap.parse_args(argv)
     variants = {}
@@ -146,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.variant:
         name, _, overrides = spec.partition("=")
         variants[name] = shlex.split(overrides)
-    common = shlex.split(args.common)
+    common = [*(CPU_REPRO if args.cpu_repro else []), *shlex.split(args.common)]
     warnings.filterwarnings("ignore", message=".*IterableDataset.*has `__len__` defined.*")
     for name in ("lightning.pytorch", "lightning.fabric"):  # device and tip chatter, once per variant
         logging.getLogger(name).setLevel(logging.WARNING)
