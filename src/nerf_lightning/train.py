@@ -166,8 +166,8 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
             metrics.get("time/train_s", metrics["time/wall_s"]),
         )
         print(f"val/psnr: {metrics.get('val/psnr', float('nan')):.2f} dB")
-        if metrics.get("eval/split") == "test":
-            print(f"test/psnr: {metrics.get('test/psnr', float('nan')):.2f} dB")
+        if metrics.get("eval/split") == "test":  # eval/*: also when the test split is the val views
+            print(f"test/psnr: {metrics.get('eval/psnr', float('nan')):.2f} dB")
         print(f"run dir: {output_dir}")
     return metrics
 
