@@ -11,7 +11,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 #: a short CPU training on a small rendering of the default scene (its objects, at 40x40 pixels)
 TINY = [
-    "data.batch_size=1024",
+    "data.batch_size=512",
     "model.sample_budget=null",  # fixed rays per step
     "data.steps_per_epoch=60",
     "model.grid_resolution=32",
