@@ -46,6 +46,9 @@ def _rank(rank: int, world: int, port: int) -> None:
     from lightning.pytorch.strategies import FSDPStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel
 
+    # forked from a test process whose OpenMP pool has run: a forked child must not use that pool
+    # (it hangs in the first parallel op otherwise)
+    torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
