@@ -10,7 +10,9 @@ from __future__ import annotations
 import copy
 import os
 import socket
+import time
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -97,7 +99,13 @@ def _free_port() -> int:
 
 
 def test_full_copy_equals_the_unsharded_field_on_every_rank() -> None:
-    mp.start_processes(_rank, args=(2, _free_port()), nprocs=2, start_method="fork")
+    ranks = mp.start_processes(_rank, args=(2, _free_port()), nprocs=2, start_method="fork", join=False)
+    deadline = time.monotonic() + 120
+    while not ranks.join(timeout=2):  # raises what a rank raised
+        if time.monotonic() > deadline:
+            for proc in ranks.processes:
+                proc.kill()
+            pytest.fail("the two FSDP ranks did not finish within 120 s")
 
 
 def test_no_copy_outside_fsdp() -> None:
