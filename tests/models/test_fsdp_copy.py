@@ -46,7 +46,7 @@ class _Trainer:
 
 def _rank(rank: int, world: int, port: int) -> None:
     from lightning.pytorch.strategies import FSDPStrategy
-    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp import FullyShardedDataParallel, StateDictType
 
     # forked from a test process whose OpenMP pool has run: a forked child must not use that pool
     # (it hangs in the first parallel op otherwise)
@@ -88,6 +88,14 @@ def _rank(rank: int, world: int, port: int) -> None:
                 torch.testing.assert_close(a, b, rtol=0, atol=0)
         # the live field is untouched: still sharded after the copy
         assert {n: tuple(p.shape) for n, p in holder.field.named_parameters()} == shapes
+        # what `strategy=fsdp` checkpoints (state_dict_type: full) hold is the plain module's state
+        # dict, so eval/render/export load it under strategy=single
+        with FullyShardedDataParallel.state_dict_type(wrapped, StateDictType.FULL_STATE_DICT):
+            saved = wrapped.state_dict()
+        plain = _Holder()
+        plain.load_state_dict(saved, strict=True)
+        for name, value in reference.state_dict().items():
+            torch.testing.assert_close(plain.field.state_dict()[name], value, rtol=0, atol=0, msg=name)
     finally:
         dist.destroy_process_group()
 
@@ -98,7 +106,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_full_copy_equals_the_unsharded_field_on_every_rank() -> None:
+def test_full_copy_and_full_state_dict_equal_the_unsharded_field_on_every_rank() -> None:
     ranks = mp.start_processes(_rank, args=(2, _free_port()), nprocs=2, start_method="fork", join=False)
     deadline = time.monotonic() + 120
     while not ranks.join(timeout=2):  # raises what a rank raised
