@@ -6,6 +6,9 @@ OVERRIDES ?=
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TRAIN_PRESET ?= $(if $(HAS_GPU),,experiment=cpu)
 PYTEST_ARGS ?=
+# Two pytest-xdist workers, each test file on one worker (its fixtures built once); TEST_WORKERS= runs
+# the suite in one process.
+TEST_WORKERS ?= -n 2 --dist loadfile
 
 .PHONY: setup train test test-cuda bench bench-ops lint scene clean
 
@@ -20,7 +23,7 @@ train: setup
 
 ## CPU test suite (what CI runs).
 test: setup
-	$(PY) -m pytest -q -m "not cuda" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not cuda" $(TEST_WORKERS) $(PYTEST_ARGS)
 
 ## GPU tests: run on a machine with an NVIDIA GPU.
 test-cuda: setup
