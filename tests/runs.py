@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -60,29 +59,6 @@ def child_env(**extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
-
-
-def app_cmd(app: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", f"nerf_lightning.{app}", *args]
-
-
-def start(app: str, *args: str, cwd: Path, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        app_cmd(app, *args),
-        cwd=cwd,
-        env=child_env(**env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def run(
-    app: str, *args: str, cwd: Path, timeout: float = 120, **env: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        app_cmd(app, *args), cwd=cwd, env=child_env(**env), capture_output=True, text=True, timeout=timeout
-    )
 
 
 def _fork_main(

@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from runs import child_env
 
-import nerf_lightning
 from nerf_lightning.data.synthetic import generate_scene
 
-SRC_DIR = Path(nerf_lightning.__file__).resolve().parents[1]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # A run that takes a couple of seconds per process on a CPU: small grid, coarse marching, few steps.
@@ -53,16 +52,9 @@ LAUNCHER_PREFIXES = ("SLURM_", "TORCHELASTIC_", "PET_")
 def clean_env(**extra: str) -> dict[str, str]:
     """The test process's environment without any launcher's variables, CPU only, this source tree."""
     env = {
-        k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)
+        k: v for k, v in child_env().items() if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)
     }
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(SRC_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        CUDA_VISIBLE_DEVICES="",
-        OMP_NUM_THREADS="1",
-        WANDB_MODE="disabled",
-        PYTHONUNBUFFERED="1",
-    )
-    env.update(extra)
+    env.update(CUDA_VISIBLE_DEVICES="", **extra)
     return env
 
 

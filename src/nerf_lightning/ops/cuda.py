@@ -172,27 +172,10 @@ def march_rays(
     Two passes of one thread per ray (count, then write at the exclusive-cumsum offsets); one host
     sync to size the [S] outputs, as the reference.
     """
-    _ref._check_rays(rays_o, rays_d, "march_rays")
-    n_rays = rays_o.shape[0]
-    if t_near.shape != (n_rays,) or t_far.shape != (n_rays,):
-        raise ValueError(
-            f"march_rays: t_near/t_far must be [{n_rays}], got {tuple(t_near.shape)}, {tuple(t_far.shape)}"
-        )
-    if binaries.dim() != 4 or binaries.dtype != torch.bool or len(set(binaries.shape[1:])) != 1:
-        raise ValueError(
-            f"march_rays: binaries must be bool [C, G, G, G], got {binaries.dtype} {tuple(binaries.shape)}"
-        )
-    if t_jitter is not None and t_jitter.shape != (n_rays,):
-        raise ValueError(f"march_rays: t_jitter must be [{n_rays}], got {tuple(t_jitter.shape)}")
-    n_cascades, g = binaries.shape[0], binaries.shape[1]
-    if max_step is None:
-        max_step = SQRT3 * 2 ** (n_cascades - 1) / g
-    if step_size <= 0 or cone_angle < 0:
-        raise ValueError(f"march_rays: need step_size > 0 and cone_angle >= 0, got {step_size}, {cone_angle}")
-    if cone_angle > 0 and max_step < step_size:
-        raise ValueError(f"march_rays: max_step ({max_step}) must be >= step_size ({step_size})")
-    if max_samples_per_ray < 0:
-        raise ValueError(f"march_rays: max_samples_per_ray must be >= 0, got {max_samples_per_ray}")
+    max_step = _ref._check_march_args(
+        rays_o, rays_d, t_near, t_far, binaries, t_jitter, step_size, cone_angle, max_step,
+        max_samples_per_ray,
+    )  # fmt: skip
     tensors = [rays_o, rays_d, t_near, t_far] + ([t_jitter] if t_jitter is not None else [])
     if any(t.dtype != torch.float32 for t in tensors) or not _on_cuda(*tensors, binaries):
         return _ref.march_rays(
@@ -241,10 +224,10 @@ def march_rays_fixed(
     t_jitter: Tensor | None = None,
 ) -> tuple[PackedSamples, Tensor]:
     """See :func:`nerf_lightning.ops.reference.march_rays_fixed` (no host sync on the CUDA path)."""
-    _ref._check_rays(rays_o, rays_d, "march_rays_fixed")
-    n_cascades, g = binaries.shape[0], binaries.shape[1]
-    if max_step is None:
-        max_step = SQRT3 * 2 ** (n_cascades - 1) / g
+    max_step = _ref._check_march_args(
+        rays_o, rays_d, t_near, t_far, binaries, t_jitter, step_size, cone_angle, max_step,
+        max_samples_per_ray,
+    )  # fmt: skip
     tensors = [rays_o, rays_d, t_near, t_far] + ([t_jitter] if t_jitter is not None else [])
     n_ok = n_active is None or (n_active.dtype == torch.int64 and n_active.numel() == 1)
     if any(t.dtype != torch.float32 for t in tensors) or not n_ok or not _on_cuda(*tensors, binaries):

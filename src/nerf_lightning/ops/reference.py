@@ -345,27 +345,11 @@ def march_rays(
         PackedSamples(ray_indices int64 [S], t_starts float32 [S], t_ends float32 [S],
         packed_info int64 [R, 2]).
     """
-    _check_rays(rays_o, rays_d, "march_rays")
-    n_rays = rays_o.shape[0]
-    if t_near.shape != (n_rays,) or t_far.shape != (n_rays,):
-        raise ValueError(
-            f"march_rays: t_near/t_far must be [{n_rays}], got {tuple(t_near.shape)}, {tuple(t_far.shape)}"
-        )
-    if binaries.dim() != 4 or binaries.dtype != torch.bool or len(set(binaries.shape[1:])) != 1:
-        raise ValueError(
-            f"march_rays: binaries must be bool [C, G, G, G], got {binaries.dtype} {tuple(binaries.shape)}"
-        )
-    if t_jitter is not None and t_jitter.shape != (n_rays,):
-        raise ValueError(f"march_rays: t_jitter must be [{n_rays}], got {tuple(t_jitter.shape)}")
-    n_cascades, g = binaries.shape[0], binaries.shape[1]
-    if max_step is None:
-        max_step = SQRT3 * 2 ** (n_cascades - 1) / g
-    if step_size <= 0 or cone_angle < 0:
-        raise ValueError(f"march_rays: need step_size > 0 and cone_angle >= 0, got {step_size}, {cone_angle}")
-    if cone_angle > 0 and max_step < step_size:
-        raise ValueError(f"march_rays: max_step ({max_step}) must be >= step_size ({step_size})")
-    if max_samples_per_ray < 0:
-        raise ValueError(f"march_rays: max_samples_per_ray must be >= 0, got {max_samples_per_ray}")
+    max_step = _check_march_args(
+        rays_o, rays_d, t_near, t_far, binaries, t_jitter, step_size, cone_angle, max_step,
+        max_samples_per_ray,
+    )  # fmt: skip
+    n_rays, n_cascades, g = rays_o.shape[0], binaries.shape[0], binaries.shape[1]
 
     device, dtype = rays_o.device, rays_o.dtype
     hit = t_far > t_near
@@ -651,6 +635,44 @@ def volume_render(
             )
         rgb = rgb + (1.0 - opacity) * background.to(rgb.dtype)
     return {"rgb": rgb, "opacity": opacity, "depth": depth, "weights": weights}
+
+
+def _check_march_args(
+    rays_o: Tensor,
+    rays_d: Tensor,
+    t_near: Tensor,
+    t_far: Tensor,
+    binaries: Tensor,
+    t_jitter: Tensor | None,
+    step_size: float,
+    cone_angle: float,
+    max_step: float | None,
+    max_samples_per_ray: int,
+) -> float:
+    """Validate :func:`march_rays`' arguments (shared by every backend and the fixed layout); returns
+    ``max_step`` with its default resolved."""
+    _check_rays(rays_o, rays_d, "march_rays")
+    n_rays = rays_o.shape[0]
+    if t_near.shape != (n_rays,) or t_far.shape != (n_rays,):
+        raise ValueError(
+            f"march_rays: t_near/t_far must be [{n_rays}], got {tuple(t_near.shape)}, {tuple(t_far.shape)}"
+        )
+    if binaries.dim() != 4 or binaries.dtype != torch.bool or len(set(binaries.shape[1:])) != 1:
+        raise ValueError(
+            f"march_rays: binaries must be bool [C, G, G, G], got {binaries.dtype} {tuple(binaries.shape)}"
+        )
+    if t_jitter is not None and t_jitter.shape != (n_rays,):
+        raise ValueError(f"march_rays: t_jitter must be [{n_rays}], got {tuple(t_jitter.shape)}")
+    n_cascades, g = binaries.shape[0], binaries.shape[1]
+    if max_step is None:
+        max_step = SQRT3 * 2 ** (n_cascades - 1) / g
+    if step_size <= 0 or cone_angle < 0:
+        raise ValueError(f"march_rays: need step_size > 0 and cone_angle >= 0, got {step_size}, {cone_angle}")
+    if cone_angle > 0 and max_step < step_size:
+        raise ValueError(f"march_rays: max_step ({max_step}) must be >= step_size ({step_size})")
+    if max_samples_per_ray < 0:
+        raise ValueError(f"march_rays: max_samples_per_ray must be >= 0, got {max_samples_per_ray}")
+    return max_step
 
 
 def _check_rays(rays_o: Tensor, rays_d: Tensor, where: str) -> None:

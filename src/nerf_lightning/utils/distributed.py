@@ -114,7 +114,7 @@ def fsdp_full_copy(
     from torch.distributed.fsdp import FullyShardedDataParallel
 
     copy = build()
-    targets = {**dict(copy.named_parameters()), **dict(copy.named_buffers())}
+    targets = dict(itertools.chain(copy.named_parameters(), copy.named_buffers()))
     found: dict[str, torch.Tensor] = {}
     with FullyShardedDataParallel.summon_full_params(trainer.strategy.model, writeback=False):
         named = itertools.chain(
@@ -132,10 +132,7 @@ def fsdp_full_copy(
     missing = sorted(set(targets) - set(found))
     if missing:
         raise RuntimeError(f"fsdp_full_copy: no full value for {missing[:5]} (of {len(missing)})")
-    device = next(iter(found.values())).device
-    copy = copy.to(device)
-    targets = {**dict(copy.named_parameters()), **dict(copy.named_buffers())}
     with torch.no_grad():
         for name, value in found.items():
-            targets[name].copy_(value)
+            targets[name].data = value  # the gathered clones become the copy's own tensors
     return copy.eval()
