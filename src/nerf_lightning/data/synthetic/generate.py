@@ -87,6 +87,20 @@ PHONE_FLOOR_RADIUS = 400.0
 _LOOK_AT = np.array([0.0, 0.0, 0.25])
 
 
+def _view_directions(n_views: int, rng: np.random.Generator, elev_lo: float, elev_hi: float) -> np.ndarray:
+    """Unit directions [n_views, 3] from the scene towards the cameras: low-discrepancy azimuths with a
+    little jitter, elevations rising from ``elev_lo`` to ``elev_hi`` degrees (uniform in sin)."""
+    k = np.arange(n_views)
+    # silver-ratio steps (149 deg): unlike the golden angle (8 steps ~ 20 deg, 8 is a Fibonacci
+    # number) every 8th view -- the held-out ones -- still steps 113 deg around the orbit
+    azimuth = 2 * math.pi * ((k * (math.sqrt(2.0) - 1.0)) % 1.0) + rng.uniform(-0.15, 0.15, n_views)
+    s_lo, s_hi = math.sin(math.radians(elev_lo)), math.sin(math.radians(elev_hi))
+    elevation = np.arcsin(s_lo + (s_hi - s_lo) * (k + rng.uniform(0.2, 0.8, n_views)) / n_views)
+    return np.stack(
+        [np.cos(elevation) * np.cos(azimuth), np.cos(elevation) * np.sin(azimuth), np.sin(elevation)], axis=1
+    )
+
+
 def orbit_poses(n_views: int, seed: int = 0) -> np.ndarray:
     """Cameras around the scene: float64 [n_views, 4, 4] camera-to-world (OpenGL axes), world coordinates.
 
@@ -94,17 +108,9 @@ def orbit_poses(n_views: int, seed: int = 0) -> np.ndarray:
     distance 3.15-3.65 and a small seeded jitter of azimuth, distance and look-at point.
     """
     rng = np.random.default_rng([seed, 1])
-    k = np.arange(n_views)
-    # silver-ratio steps (149 deg): unlike the golden angle (8 steps ~ 20 deg, 8 is a Fibonacci
-    # number) every 8th view -- the held-out ones -- still steps 113 deg around the orbit
-    azimuth = 2 * math.pi * ((k * (math.sqrt(2.0) - 1.0)) % 1.0) + rng.uniform(-0.15, 0.15, n_views)
-    s_lo, s_hi = math.sin(math.radians(15.0)), math.sin(math.radians(60.0))
-    elevation = np.arcsin(s_lo + (s_hi - s_lo) * (k + rng.uniform(0.2, 0.8, n_views)) / n_views)
+    dirs = _view_directions(n_views, rng, 15.0, 60.0)
     distance = rng.uniform(3.15, 3.65, n_views)
     targets = _LOOK_AT + rng.uniform(-0.05, 0.05, (n_views, 3))
-    dirs = np.stack(
-        [np.cos(elevation) * np.cos(azimuth), np.cos(elevation) * np.sin(azimuth), np.sin(elevation)], axis=1
-    )
     return np.stack([look_at(t + r * d, t) for t, r, d in zip(targets, distance, dirs, strict=True)])
 
 
@@ -117,15 +123,9 @@ def phone_poses(n_views: int, seed: int = 0) -> np.ndarray:
     degrees of roll as a hand holds a phone.
     """
     rng = np.random.default_rng([seed, 4])
-    k = np.arange(n_views)
-    azimuth = 2 * math.pi * ((k * (math.sqrt(2.0) - 1.0)) % 1.0) + rng.uniform(-0.15, 0.15, n_views)
-    s_lo, s_hi = math.sin(math.radians(24.0)), math.sin(math.radians(72.0))
-    elevation = np.arcsin(s_lo + (s_hi - s_lo) * (k + rng.uniform(0.2, 0.8, n_views)) / n_views)
+    dirs = _view_directions(n_views, rng, 24.0, 72.0)
     distance = rng.uniform(3.2, 4.8, n_views)
     targets = _LOOK_AT + rng.uniform(-0.12, 0.12, (n_views, 3))
-    dirs = np.stack(
-        [np.cos(elevation) * np.cos(azimuth), np.cos(elevation) * np.sin(azimuth), np.sin(elevation)], axis=1
-    )
     poses = []
     for t, r, d, roll in zip(targets, distance, dirs, rng.uniform(-0.08, 0.08, n_views), strict=True):
         c2w = look_at(t + r * d, t)
