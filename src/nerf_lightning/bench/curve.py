@@ -96,6 +96,7 @@ class _StepProfile(L.Callback):
         groups: dict[str, float] = {name: 0.0 for name, _ in KERNEL_GROUPS}
         groups["other"] = 0.0
         top: list[tuple[float, str]] = []
+        counts: list[tuple[float, float, str]] = []
         host: list[tuple[float, int, str]] = []
         syncs: dict[str, float] = {}
         for evt in prof.key_averages():
@@ -118,6 +119,7 @@ class _StepProfile(L.Callback):
             group = next((g for g, pat in KERNEL_GROUPS if pat.search(name)), "other")
             groups[group] += t / 1e3 / self.n  # us -> ms per step
             top.append((t / 1e3 / self.n, name[:80]))
+            counts.append((evt.count / self.n, t / 1e3 / self.n, name[:80]))
         kernel_ms = sum(groups.values())
         wall = self.result.get("wall_ms_per_step", profiled_ms)
         return {
@@ -127,6 +129,10 @@ class _StepProfile(L.Callback):
             "groups_ms_per_step": groups,
             "host_gap_ms_per_step": max(wall - kernel_ms, 0.0),
             "top_kernels_ms_per_step": sorted(top, reverse=True)[:12],
+            # every kernel costs ~2-4 us of launch and ramp on the GPU even inside a graph: the count
+            # says how much of the wall/kernel gap fusion could recover
+            "kernels_per_step": sum(c for c, _, _ in counts),
+            "top_kernels_by_count": sorted(counts, reverse=True)[:40],
             "top_host_ops_ms_per_step": sorted(host, reverse=True)[:25],
             "syncs_per_step": syncs,
         }
