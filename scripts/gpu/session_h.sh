@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2086  # override lists split into words on purpose
+# shellcheck disable=SC2086,SC2030,SC2031,SC2012  # override lists split into words on purpose; per-GPU subshells; png names are ours
 # Third device session, call 1 (nvidia-h200-x2; 2026-11-30): measurements of landed main.
 #   GPU 0: CUDA tests; lego curve at 60 s with a step profile (issue 8: wall/kernel after the batch
 #          graph); 32 / bf16-mixed / 16-mixed at 15 s with profiles (mixed precision); fox 20k steps.

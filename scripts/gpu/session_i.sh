@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2086  # override lists split into words on purpose
+# shellcheck disable=SC2086,SC2030,SC2031,SC2012  # override lists split into words on purpose; per-GPU subshells; png names are ours
 # Third device session, call 2 (nvidia-h200-x2; 2026-11-30):
 #   GPU 0: CUDA tests (the cached-extension loader); step census fp32 / bf16 (issue 8: where the
 #          wall/kernel gap goes); lego 5000 steps, default grid vs 8 levels, seeds 1-3 (issue 9)

@@ -71,6 +71,31 @@ def test_ray_through_sphere_centre_matches_closed_form(sigma: float) -> None:
     assert out["weights"].shape == (s,) and out["sigmas"].shape == (s,) and out["packed_info"].shape == (1, 2)
 
 
+@pytest.mark.parametrize(("near", "chord"), [(0.0, 0.2), (0.15, 0.1), (0.3, 0.0)])
+def test_near_plane_hides_what_lies_closer_to_the_camera(near: float, chord: float) -> None:
+    # a dense sphere (z in [0.4, 0.6]) just in front of a camera at z = 0.35: t in [0.05, 0.25]
+    sigma = 20.0
+    field = SphereField(sigma=sigma, radius=0.1)
+    renderer = Renderer(OccupancyGrid(resolution=16), near_plane=near, ops_backend="torch")
+    o, d = torch.tensor([[0.5, 0.5, 0.35]]), torch.tensor([[0.0, 0.0, 1.0]])
+    bg = torch.tensor([0.0, 0.5, 1.0])
+    out = renderer.render_rays(field, o, d, bg, jitter=False)
+    assert out["opacity"].item() == pytest.approx(1 - math.exp(-sigma * chord), abs=0.02)
+    if chord == 0.0:
+        torch.testing.assert_close(out["rgb"][0], bg)
+
+
+def test_default_config_sets_the_near_plane_of_the_renderer(tmp_path) -> None:
+    import hydra
+
+    from nerf_lightning.utils.config import compose_train_config
+
+    cfg = compose_train_config([], tmp_path)
+    assert cfg.model.near_plane == 0.2
+    module = hydra.utils.instantiate(cfg.model, aabb_scale=1)
+    assert module.renderer.near_plane == 0.2
+
+
 def test_batch_shapes_misses_and_per_ray_background() -> None:
     field = SphereField()
     renderer = Renderer(OccupancyGrid(resolution=16), ops_backend="torch")
