@@ -340,3 +340,28 @@ def test_graph_batches_follow_the_stage_on_cuda(scene: Path, tmp_path: Path) -> 
             rgb, alpha = color[:, :3], color[:, 3:]
         torch.testing.assert_close(b["rgb"], rgb + b["background"] * (1 - alpha))
         assert set(ts.blocks) <= {k}
+
+
+class _Stages(L.Callback):
+    def __init__(self) -> None:
+        self.factors: list[int] = []
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        self.factors.append(trainer.datamodule.train_factor)
+
+
+def test_budgeted_training_runs_through_the_stages(tiny_scene: Path, compose_cfg) -> None:
+    """The fixed-sample-budget step (the GPU default, static shapes) on the CPU reference path, through
+    a coarse-to-fine schedule."""
+    from runs import TINY
+
+    from nerf_lightning.train import train
+
+    torch.set_num_threads(2)
+    budget = ["model.sample_budget=3072", "model.march_budget=8192", "model.n_rays_init=128"]
+    stages = _Stages()
+    cfg = compose_cfg(f"data.path={tiny_scene}", "trainer.max_steps=24", *TINY, *budget,
+                      "data.resolution_schedule=[[0.0,4],[0.25,2],[0.5,1]]", "logger=none")
+    metrics = train(cfg, [stages])
+    assert metrics["steps"] == 24 and np.isfinite(metrics["val/psnr"])
+    assert stages.factors == [4] * 6 + [2] * 6 + [1] * 12

@@ -493,7 +493,12 @@ class NeRFDataModule(L.LightningDataModule):
             log.info("data.resolution_schedule: step %d, training rays at downscale %d", global_step, factor)
             self._stage_logged = True
             self.train_factor = factor
-            for key in [key for key in self._batch_graphs if key[1] != factor]:
+            old = [key for key in self._batch_graphs if key[1] != factor]
+            if any(self._batch_graphs[key] is not None for key in old):
+                # A graph must not be destroyed while a replay of it may still run; the next stage's
+                # capture synchronizes anyway, so this one wait per stage change costs nothing.
+                torch.cuda.synchronize()
+            for key in old:
                 del self._batch_graphs[key]
             if self.train_set is not None:
                 self.train_set.keep_blocks({factor})
