@@ -21,6 +21,13 @@ every rank trains at the same resolution, and a resumed run continues in the sta
 checkpoint's step. The fractions are resolved to steps once per run and checkpointed, so resuming
 with a different ``trainer.max_steps`` keeps the boundaries the run started with.
 
+The ray samplers are unchanged: they draw a full-resolution pixel, which picks its block (the
+pixels of a partial block at the right/bottom edge, dropped by the crop, are no target in that
+stage), and the loss-weighted sampler's per-view statistics and error map keep receiving
+full-resolution pixels. Batch shapes are the same in every
+stage; with ``data.cuda_graph`` each stage draws through its own graph, captured when the stage starts
+(the previous stage's graph and block images are then freed).
+
 Why: coarse images early give the hash grid's coarse levels and the occupancy grid a smooth start
 (the box filter removes the high frequencies the fine levels cannot fit yet), as in the seeds'
 recipe; the full-resolution stage then refines.
