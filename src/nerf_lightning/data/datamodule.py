@@ -5,7 +5,8 @@ Batches (what ``on_after_batch_transfer`` hands the LightningModule):
 training ``dict``:
     ``rays_o`` [R, 3] f32, ``rays_d`` [R, 3] f32 unit (NGP space), ``rgb`` [R, 3] f32 target (RGBA
     captures: composited over ``background``), ``background`` [R, 3] random colours for every capture,
-    ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler).
+    ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler: the full-resolution pixel
+    the ray goes through, also while ``resolution_schedule`` trains at a coarser resolution).
 validation / test ``dict`` (one whole held-out view):
     same keys for all ``H * W`` pixels in row-major order plus ``height``, ``width`` (ints), ``view`` (int,
     index into that split's frames).
@@ -35,8 +36,10 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from nerf_lightning.data.cameras import UndistortionTable, intrinsics_tensor, pixel_rays, poses_tensor
 from nerf_lightning.data.formats import CaptureError, load_capture
 from nerf_lightning.data.images import ImageSet, load_images
+from nerf_lightning.data.resolution import BlockImages, ResolutionSchedule, block_means, factor_at
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
 from nerf_lightning.data.types import Capture, Frame
+from nerf_lightning.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +109,27 @@ class _ViewSet:
         self.poses = poses_tensor(frames)  # [V, 3, 4]
         self.intrinsics = intrinsics_tensor(frames)  # [V, 10]
         self.undistortion = UndistortionTable(self.intrinsics, self.widths, self.heights, camera_model)
+        #: box-filtered images per downscale factor (``data.resolution_schedule``), built on first use
+        #: on the pixels' device
+        self.blocks: dict[int, BlockImages] = {}
 
     def to(self, device: torch.device) -> _ViewSet:
         for name in ("pixels", "offsets", "widths", "heights", "poses", "intrinsics"):
             setattr(self, name, getattr(self, name).to(device, non_blocking=True))
         self.undistortion.to(device)
+        self.blocks.clear()  # rebuilt on the new device when used
         return self
+
+    def block_images(self, factor: int) -> BlockImages:
+        """The images box-filtered by ``factor`` (computed once, on the pixels' device, and kept)."""
+        if factor not in self.blocks:
+            self.blocks[factor] = block_means(self.pixels, self.offsets, self.widths, self.heights, factor)
+        return self.blocks[factor]
+
+    def keep_blocks(self, factors: set[int]) -> None:
+        """Free the box-filtered images of every other factor."""
+        for k in [k for k in self.blocks if k not in factors]:
+            del self.blocks[k]
 
     @property
     def channels(self) -> int:
@@ -132,6 +150,46 @@ class _ViewSet:
         rgb = color[:, :3]
         if color.shape[1] == 4:
             rgb = rgb * color[:, 3:] + background * (1.0 - color[:, 3:])
+        return {
+            "rays_o": rays_o,
+            "rays_d": rays_d,
+            "rgb": rgb,
+            "background": background,
+            "view_ids": view_ids,
+            "px": ix,
+            "py": iy,
+        }
+
+    def block_batch(
+        self,
+        view_ids: Tensor,
+        bx: Tensor,
+        by: Tensor,
+        ux: Tensor,
+        uy: Tensor,
+        background: Tensor,
+        factor: int,
+    ) -> dict[str, Tensor]:
+        """Rays through blocks (bx, by) of ``factor x factor`` pixels at the in-block positions (ux, uy)
+        in [0, 1) (0.5: the block's centre), targets the blocks' mean colours over ``background``.
+
+        The ray position ``factor * (b + u)`` is a full-resolution pixel coordinate that goes through
+        :meth:`rays`, the camera model of every full-resolution ray (principal point, focal lengths,
+        distortion); it is the ray of the camera downscaled by ``factor`` (``Intrinsics.downscaled``)
+        at position ``b + u`` of the small image. RGBA: the blocks hold premultiplied colour and mean
+        alpha, so ``rgb + background * (1 - alpha)`` is the mean of the block's pixels composited
+        over ``background``, as :meth:`batch` composites one pixel. ``px``/``py`` are the
+        full-resolution pixel the ray goes through."""
+        blocks = self.block_images(factor)
+        k = float(factor)
+        rays_o, rays_d = self.rays(view_ids, (bx.float() + ux) * k, (by.float() + uy) * k)
+        color = blocks.gather(view_ids, bx, by)
+        rgb = color[:, :3]
+        if color.shape[1] == 4:
+            rgb = rgb + background * (1.0 - color[:, 3:])
+        # the pixel of the ray, from the same u (no float rounding can put it in the next block)
+        ix = bx * factor + (ux * k).long().clamp_(max=factor - 1)
+        iy = by * factor + (uy * k).long().clamp_(max=factor - 1)
         return {
             "rays_o": rays_o,
             "rays_d": rays_d,
@@ -175,6 +233,10 @@ class NeRFDataModule(L.LightningDataModule):
         cuda_graph: ``auto`` (on a GPU, draw each training batch by replaying a CUDA graph: one
             launch instead of ~40, the batch lands in the same buffers every step), ``true`` or
             ``false``.
+        resolution_schedule: ``None`` (off: full resolution throughout) or stages ``[start, factor]``:
+            from optimizer step ``start`` (an integer; a float is a fraction of ``trainer.max_steps``)
+            training rays go through ``factor x factor`` pixel blocks with the blocks' mean colour as
+            target (see ``data/resolution.py``), e.g. ``[[0.0, 4], [0.1, 2], [0.25, 1]]``.
         image_workers / cache_dir: parallel decoding and the uint8 image cache.
         aabb_scale: override the capture's ``aabb_scale`` (outer box and occupancy cascades); ``None``
             keeps the value of the transforms file (or the format's default).
@@ -200,8 +262,16 @@ class NeRFDataModule(L.LightningDataModule):
         batch_scaling: str = "per_device",
         cuda_graph: bool | str = "auto",
         aabb_scale: int | None = None,
+        resolution_schedule: Any = None,
     ) -> None:
         super().__init__()
+        self.resolution_schedule = ResolutionSchedule.parse(resolution_schedule)
+        #: the schedule as (start step, factor), resolved at the first training batch (or restored)
+        self._schedule_steps: tuple[tuple[int, int], ...] | None = None
+        self._restored_schedule: dict[str, Any] | None = None
+        #: downscale factor of the current training stage (1 = full resolution)
+        self.train_factor = 1
+        self._stage_logged = False
         if batch_scaling not in BATCH_SCALINGS:
             raise ValueError(f"data.batch_scaling must be one of {BATCH_SCALINGS}, got {batch_scaling!r}")
         self.batch_scaling = batch_scaling
@@ -210,7 +280,8 @@ class NeRFDataModule(L.LightningDataModule):
         if cuda_graph not in (True, False, "auto"):
             raise ValueError(f"data.cuda_graph must be true, false or auto, got {cuda_graph!r}")
         self.cuda_graph = cuda_graph
-        self._batch_graphs: dict[int, tuple[torch.cuda.CUDAGraph, dict[str, Any]] | None] = {}
+        #: (rays per step, downscale factor) -> the captured batch graph and its static batch
+        self._batch_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, dict[str, Any]] | None] = {}
         self.path = path
         self.format = format
         self.downscale = int(downscale)
@@ -287,6 +358,14 @@ class NeRFDataModule(L.LightningDataModule):
         self.sampler = self.sampler_factory(
             widths=self.train_set.widths.clone(), heights=self.train_set.heights.clone()
         )
+        if self.resolution_schedule is not None:
+            smallest = int(torch.minimum(self.train_set.widths, self.train_set.heights).min())
+            too_large = sorted(k for k in self.resolution_schedule.factors if k > smallest)
+            if too_large:
+                raise ValueError(
+                    f"data.resolution_schedule: downscale factor {too_large[0]} is larger than the smallest "
+                    f"training image side ({smallest} px after data.downscale={self.downscale})"
+                )
         log.info(
             "capture %s (%s): %d train / %d val / %d %s views, %dx%d (downscale %d), aabb_scale %d",
             path,
@@ -377,9 +456,10 @@ class NeRFDataModule(L.LightningDataModule):
         self._ensure_device(device)
         if trainer is not None and trainer.training:
             n_rays = self.rays_per_step()
+            factor = self.stage_factor(trainer.global_step)
             if device.type == "cuda" and self.cuda_graph is not False:
-                return self._replay_train_batch(n_rays)
-            return self.train_batch(n_rays)
+                return self._replay_train_batch(n_rays, factor)
+            return self.train_batch(n_rays, factor)
         if trainer is not None and trainer.testing:
             return self.test_batch(int(batch))
         return self.val_batch(int(batch))
@@ -397,31 +477,106 @@ class NeRFDataModule(L.LightningDataModule):
             n = max(quantum, int(round(n * self.work_scale / quantum)) * quantum)
         return n
 
-    def _replay_train_batch(self, n_rays: int) -> dict[str, Any]:
-        """:meth:`train_batch` replayed from a CUDA graph captured on first use (per ray count).
+    # ------------------------------------------------------------------ resolution schedule
+    def stage_factor(self, global_step: int) -> int:
+        """The training downscale factor of optimizer step ``global_step`` (1 without a schedule), and
+        the switch to it: a new stage frees the previous stage's batch graphs and block images.
+
+        A function of the step alone (a host integer, equal on every rank), so all ranks train at one
+        resolution and a resumed run continues in its checkpoint's stage."""
+        if self.resolution_schedule is None:
+            return 1
+        if self._schedule_steps is None:
+            self._schedule_steps = self._resolve_schedule()
+        factor = factor_at(self._schedule_steps, global_step)
+        if factor != self.train_factor or not self._stage_logged:
+            log.info("data.resolution_schedule: step %d, training rays at downscale %d", global_step, factor)
+            self._stage_logged = True
+            self.train_factor = factor
+            old = [key for key in self._batch_graphs if key[1] != factor]
+            if any(self._batch_graphs[key] is not None for key in old):
+                # A graph must not be destroyed while a replay of it may still run; the next stage's
+                # capture synchronizes anyway, so this one wait per stage change costs nothing.
+                torch.cuda.synchronize()
+            for key in old:
+                del self._batch_graphs[key]
+            if self.train_set is not None:
+                self.train_set.keep_blocks({factor})
+        return factor
+
+    def _max_steps(self) -> int | None:
+        trainer = self.trainer
+        if trainer is None:
+            return None
+        if trainer.max_steps is not None and trainer.max_steps > 0:
+            return int(trainer.max_steps)
+        epochs = trainer.max_epochs
+        if epochs is not None and epochs > 0:
+            return int(epochs) * self.steps_per_epoch // max(1, int(trainer.accumulate_grad_batches))
+        return None
+
+    def _resolve_schedule(self) -> tuple[tuple[int, int], ...]:
+        """The schedule in steps; a checkpoint's resolution of the same schedule wins (resuming with
+        another ``trainer.max_steps`` keeps the stage boundaries the run started with)."""
+        assert self.resolution_schedule is not None
+        try:
+            steps = self.resolution_schedule.resolve(self._max_steps())
+        except ValueError as err:
+            restored = self._restored_schedule
+            if restored is None or restored.get("spec") != self.resolution_schedule.as_list():
+                raise UserError(str(err)) from err
+            steps = ()
+        restored = self._restored_schedule
+        if restored is not None:
+            saved = tuple((int(a), int(b)) for a, b in restored["steps"])
+            if restored.get("spec") == self.resolution_schedule.as_list():
+                if saved != steps:
+                    log.warning(
+                        "data.resolution_schedule: keeping the checkpoint's stage steps %s (this run's "
+                        "trainer.max_steps would give %s)", [list(x) for x in saved], [list(x) for x in steps]
+                    )
+                return saved
+            log.warning(
+                "data.resolution_schedule changed since the checkpoint (%s, now %s): the new one applies",
+                restored.get("spec"), self.resolution_schedule.as_list()
+            )
+        log.info("data.resolution_schedule: (start step, downscale) %s", [list(x) for x in steps])
+        return steps
+
+    # ------------------------------------------------------------------ batch drawing
+    def _replay_train_batch(self, n_rays: int, factor: int = 1) -> dict[str, Any]:
+        """:meth:`train_batch` replayed from a CUDA graph captured on first use (per ray count and
+        downscale factor: a resolution stage draws its batches through its own graph, captured when the
+        stage starts; the shapes are the same in every stage).
 
         The returned tensors are the graph's static outputs: the next replay overwrites them, so a
         step must consume its batch before asking for the next one (the training loop does)."""
-        if n_rays not in self._batch_graphs:
-            self._batch_graphs[n_rays] = self._capture_train_batch(n_rays)
-        entry = self._batch_graphs[n_rays]
+        key = (n_rays, factor)
+        if key not in self._batch_graphs:
+            self._batch_graphs[key] = self._capture_train_batch(n_rays, factor)
+        entry = self._batch_graphs[key]
         if entry is None:
-            return self.train_batch(n_rays)
+            return self.train_batch(n_rays, factor)
         graph, batch = entry
         graph.replay()
         return batch
 
-    def _capture_train_batch(self, n_rays: int) -> tuple[torch.cuda.CUDAGraph, dict[str, Any]] | None:
+    def _capture_train_batch(
+        self, n_rays: int, factor: int = 1
+    ) -> tuple[torch.cuda.CUDAGraph, dict[str, Any]] | None:
         try:
+            if factor > 1:  # the block images are made outside the capture, on the current stream
+                assert self.train_set is not None
+                self.train_set.block_images(factor)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # warm-up off the capture (allocator, lazy init)
                 for _ in range(2):
-                    self.train_batch(n_rays)
+                    self.train_batch(n_rays, factor)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                batch = self.train_batch(n_rays)
+                batch = self.train_batch(n_rays, factor)
             return graph, batch
         except Exception as err:  # noqa: BLE001 - an uncapturable sampler still trains, eagerly
             if self.cuda_graph is True:
@@ -429,20 +584,30 @@ class NeRFDataModule(L.LightningDataModule):
             log.warning("data.cuda_graph=auto: drawing batches eagerly (capture failed: %s)", err)
             return None
 
-    def train_batch(self, n_rays: int) -> dict[str, Any]:
-        """Draw ``n_rays`` training rays on the data's device (no host sync)."""
+    def train_batch(self, n_rays: int, factor: int = 1) -> dict[str, Any]:
+        """Draw ``n_rays`` training rays on the data's device (no host sync); ``factor > 1``: through
+        ``factor x factor`` pixel blocks with block-mean targets (``data.resolution_schedule``)."""
         ts, sampler = self.train_set, self.sampler
         assert ts is not None and sampler is not None
         view_ids, ix, iy = sampler.sample(n_rays)
         device = ts.pixels.device
         # Random sub-pixel positions: the targets are area-averaged pixels.
-        px = ix.float() + torch.rand(n_rays, device=device)
-        py = iy.float() + torch.rand(n_rays, device=device)
+        ux = torch.rand(n_rays, device=device)
+        uy = torch.rand(n_rays, device=device)
         # Random backgrounds for every capture, as instant-ngp: RGBA targets are composited over them,
         # and on opaque RGB targets any leftover transparency is penalized, so the field learns to be
         # opaque and renders the same over whatever background evaluation uses.
         background = torch.rand(n_rays, 3, device=device)
-        return ts.batch(view_ids, ix, iy, px, py, background)
+        if factor == 1:
+            return ts.batch(view_ids, ix, iy, ix.float() + ux, iy.float() + uy, background)
+        # The sampler draws a full-resolution pixel (its per-view statistics and error map stay in
+        # full-resolution pixels); its block is the one covering the same fraction of the image
+        # (exactly pixel // factor when the side is a multiple of factor, else the edge remainder that
+        # the blocks crop is spread over the row/column instead of folded into the last block).
+        blocks = ts.block_images(factor)
+        bx = ix * blocks.widths[view_ids] // ts.widths[view_ids]
+        by = iy * blocks.heights[view_ids] // ts.heights[view_ids]
+        return ts.block_batch(view_ids, bx, by, ux, uy, background, factor)
 
     def val_batch(self, view: int) -> dict[str, Any]:
         """All pixels of validation view ``view`` (row-major), composited over the eval background."""
@@ -466,11 +631,20 @@ class NeRFDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state_dict()} if self.sampler is not None else {}
+        state: dict[str, Any] = {"sampler": self.sampler.state_dict()} if self.sampler is not None else {}
+        if self.resolution_schedule is not None and self._schedule_steps is not None:
+            state["resolution_schedule"] = {
+                "spec": self.resolution_schedule.as_list(),
+                "steps": [list(x) for x in self._schedule_steps],
+            }
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if self.sampler is not None and "sampler" in state_dict:
             self.sampler.load_state_dict(state_dict["sampler"])
+        if "resolution_schedule" in state_dict:
+            self._restored_schedule = state_dict["resolution_schedule"]
+            self._schedule_steps = None  # resolved again (the checkpoint's steps win) at the next batch
 
 
 def _split_frames(capture: Capture, split: str, path: Path) -> list[Frame]:
