@@ -63,6 +63,24 @@ def test_downscale_block_mean_and_crop():
     np.testing.assert_array_equal(out8, ref.astype(np.uint8))
 
 
+def test_downscale_rgba_composites_like_its_block():
+    # a 2x2 block: one opaque red pixel, three transparent black ones (an object edge)
+    img = np.zeros((2, 2, 4), dtype=np.uint8)
+    img[0, 0] = [255, 0, 0, 255]
+    out = downscale_image(img, 2)[0, 0].astype(np.float64)
+    assert out[3] == 64  # mean alpha 0.25
+    np.testing.assert_array_equal(out[:3], [255, 0, 0])  # the colour of the only visible pixel
+    # over any background the downscaled pixel equals the mean of the composited block
+    rng = np.random.default_rng(1)
+    big = rng.integers(0, 256, size=(8, 8, 4), dtype=np.uint8)
+    small = downscale_image(big, 4).astype(np.float64) / 255
+    for bg in (np.zeros(3), np.ones(3), np.array([0.2, 0.7, 0.4])):
+        a = big[..., 3:] / 255
+        composited = (big[..., :3] / 255 * a + bg * (1 - a)).reshape(2, 4, 2, 4, 3).mean(axis=(1, 3))
+        got = small[..., :3] * small[..., 3:] + bg * (1 - small[..., 3:])
+        np.testing.assert_allclose(got, composited, atol=2.5 / 255)
+
+
 def test_downscaled_sizes_match_intrinsics(make_ngp, tmp_path):
     root = make_ngp(n=3, size=(17, 13), header={"cx": 8.5, "cy": 6.5})
     cap = load_capture(root, downscale=4, test_every=0)

@@ -35,7 +35,7 @@ from nerf_lightning.data.types import Frame
 
 __all__ = ["ImageSet", "decode_image", "default_cache_dir", "downscale_image", "load_images"]
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: RGBA blocks averaged with premultiplied colour
 
 
 @dataclass
@@ -107,6 +107,8 @@ def downscale_image(img: np.ndarray, factor: int) -> np.ndarray:
         raise ValueError(f"downscale factor {factor} too large (max 257)")
     h, w, c = img.shape
     h2, w2 = h // factor, w // factor
+    if c == 4:
+        return _downscale_rgba(img[: h2 * factor, : w2 * factor], factor)
     blocks = img[: h2 * factor, : w2 * factor].reshape(h2, factor, w2, factor, c)
     # Sum columns then rows with a loop over the block offset (not over pixels): strided numpy
     # reductions over small axes are ~4x slower. uint16 holds factor * 255 for factor <= 257.
@@ -119,6 +121,19 @@ def downscale_image(img: np.ndarray, factor: int) -> np.ndarray:
         total += cols32[:, i]
     n = factor * factor
     return ((total + n // 2) // n).astype(np.uint8)
+
+
+def _downscale_rgba(img: np.ndarray, factor: int) -> np.ndarray:
+    """:func:`downscale_image` of an RGBA image whose sides are multiples of ``factor``."""
+    h2, w2 = img.shape[0] // factor, img.shape[1] // factor
+    x = img.astype(np.float64).reshape(h2, factor, w2, factor, 4)
+    alpha = x[..., 3:] / 255.0
+    mean_alpha = alpha.mean(axis=(1, 3))  # [h2, w2, 1]
+    premultiplied = (x[..., :3] * alpha).mean(axis=(1, 3))
+    plain = x[..., :3].mean(axis=(1, 3))  # fully transparent blocks: any colour composites the same
+    rgb = np.where(mean_alpha > 0, premultiplied / np.maximum(mean_alpha, 1e-12), plain)
+    out = np.concatenate([rgb, mean_alpha * 255.0], axis=-1)
+    return np.floor(out + 0.5).clip(0, 255).astype(np.uint8)
 
 
 def _cache_path(cache_dir: Path, digest: str, downscale: int) -> Path:
