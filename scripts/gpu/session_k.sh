@@ -6,29 +6,13 @@
 # as nerfacc's unbounded-scene examples) and a 100-step linear warm-up of the learning rate from 1 %
 # (nerfacc's). Fruit at the failing seeds, lego and fox for regressions (defaults: calls 2 and 3).
 set -u
-export TORCH_EXTENSIONS_DIR=$PWD/.torch_extensions WANDB_MODE=offline PYTHONUNBUFFERED=1
-T0=$(date +%s); el() { echo "[t=$(( $(date +%s) - T0 ))s] $*" >> "$OUT/progress.txt"; }
-if [ -f .devdata/ext.tgz ]; then tar xzf .devdata/ext.tgz; fi
-timeout -k 5 150 python3 -m nerf_lightning.ops._ext 2>&1 | tail -1; el build
-C="logger=csv callbacks.progress_bar=null trainer.check_val_every_n_epoch=100000 callbacks.model_checkpoint=null callbacks.last_checkpoint=null"
+R=/tmp/rk; mkdir -p $R
+# shellcheck disable=SC1091  # sourced from the repository root
+source scripts/gpu/lib.sh
+load_extension
 LEGO="experiment=blender data.path=.devdata/lego $C"
 W="+model.scheduler.warmup_steps=100"
 N="+model.near_plane=0.2"
-R=/tmp/rk; mkdir -p $R
-row() { python3 - "$1" "$2" <<'PY' >> "$OUT/rows.txt"
-import json, sys
-name, d = sys.argv[1], sys.argv[2]
-try:
-    m = json.load(open(d + "/metrics.json"))
-except Exception as e:
-    print(f"{name:18s} no metrics.json ({type(e).__name__})"); sys.exit()
-g = lambda k, s=1.0, f="%.2f": (f % (m[k] / s)) if isinstance(m.get(k), (int, float)) else "-"
-print(f"{name:18s} steps {g('steps', f='%d'):>6s} train_s {g('time/train_s'):>7s} psnr {g('val/psnr', f='%.3f'):>7s} "
-      f"ssim {g('val/ssim', f='%.4f')} Mrays/s {g('train/rays_per_s', 1e6)} Msmp/s {g('train/samples_per_s', 1e6, '%.1f')} gpu% {g('gpu/utilization_mean', f='%.0f')}")
-PY
-}
-run() { name=$1; to=$2; shift 2; timeout -k 10 "$to" python3 -m nerf_lightning.train "$@" hydra.run.dir="$R/$name" > "$R/$name.log" 2>&1
-        rc=$?; [ $rc = 0 ] || { echo "rc=$rc $name"; tail -3 "$R/$name.log"; } >> "$OUT/rows.txt"; row "$name" "$R/$name"; el "$name"; }
 ( export CUDA_VISIBLE_DEVICES=0
   X="data.path=.devdata/fox $C trainer.max_steps=5000"
   run lego_near_s1 60 $LEGO trainer.max_steps=5000 seed=1 $N

@@ -150,15 +150,7 @@ class _ViewSet:
         rgb = color[:, :3]
         if color.shape[1] == 4:
             rgb = rgb * color[:, 3:] + background * (1.0 - color[:, 3:])
-        return {
-            "rays_o": rays_o,
-            "rays_d": rays_d,
-            "rgb": rgb,
-            "background": background,
-            "view_ids": view_ids,
-            "px": ix,
-            "py": iy,
-        }
+        return _training_batch(rays_o, rays_d, rgb, background, view_ids, ix, iy)
 
     def block_batch(
         self,
@@ -190,15 +182,7 @@ class _ViewSet:
         # the pixel of the ray, from the same u (no float rounding can put it in the next block)
         ix = bx * factor + (ux * k).long().clamp_(max=factor - 1)
         iy = by * factor + (uy * k).long().clamp_(max=factor - 1)
-        return {
-            "rays_o": rays_o,
-            "rays_d": rays_d,
-            "rgb": rgb,
-            "background": background,
-            "view_ids": view_ids,
-            "px": ix,
-            "py": iy,
-        }
+        return _training_batch(rays_o, rays_d, rgb, background, view_ids, ix, iy)
 
     def colors(self, view_ids: Tensor, ix: Tensor, iy: Tensor) -> Tensor:
         """RGB(A) in [0, 1], [R, C] f32, of integer pixels."""
@@ -645,6 +629,21 @@ class NeRFDataModule(L.LightningDataModule):
         if "resolution_schedule" in state_dict:
             self._restored_schedule = state_dict["resolution_schedule"]
             self._schedule_steps = None  # resolved again (the checkpoint's steps win) at the next batch
+
+
+def _training_batch(
+    rays_o: Tensor, rays_d: Tensor, rgb: Tensor, background: Tensor, view_ids: Tensor, ix: Tensor, iy: Tensor
+) -> dict[str, Tensor]:
+    """A training batch's dict (keys: the module docstring's)."""
+    return {
+        "rays_o": rays_o,
+        "rays_d": rays_d,
+        "rgb": rgb,
+        "background": background,
+        "view_ids": view_ids,
+        "px": ix,
+        "py": iy,
+    }
 
 
 def _split_frames(capture: Capture, split: str, path: Path) -> list[Frame]:

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Shared by the device session scripts (source it from the repository root after setting R, the
+# folder for run directories and logs): the extension cache, a progress line, one results row per
+# training run, and a time-boxed training run. Results go to $OUT/rows.txt (a call returns only a
+# few files: keep one results file per call).
+export TORCH_EXTENSIONS_DIR=$PWD/.torch_extensions WANDB_MODE=offline PYTHONUNBUFFERED=1
+T0=$(date +%s)
+el() { echo "[t=$(( $(date +%s) - T0 ))s] $*" >> "$OUT/progress.txt"; }
+# The carried extension cache (a tar of .torch_extensions) loads in seconds when its stamp matches.
+load_extension() {
+    if [ -f .devdata/ext.tgz ]; then tar xzf .devdata/ext.tgz; fi
+    timeout -k 5 150 python3 -m nerf_lightning.ops._ext 2>&1 | tail -1
+    el build
+}
+# Training outputs of every run, without checkpoints or validation during training.
+C="logger=csv callbacks.progress_bar=null trainer.check_val_every_n_epoch=100000 callbacks.model_checkpoint=null callbacks.last_checkpoint=null"
+export C
+row() {  # row NAME RUN_DIR: one line of metrics.json's numbers
+python3 - "$1" "$2" <<'PY' >> "$OUT/rows.txt"
+import json, sys
+name, d = sys.argv[1], sys.argv[2]
+try:
+    m = json.load(open(d + "/metrics.json"))
+except Exception as e:
+    print(f"{name:18s} no metrics.json ({type(e).__name__})"); sys.exit()
+g = lambda k, s=1.0, f="%.2f": (f % (m[k] / s)) if isinstance(m.get(k), (int, float)) else "-"
+print(f"{name:18s} steps {g('steps', f='%d'):>6s} train_s {g('time/train_s'):>7s} psnr {g('val/psnr', f='%.3f'):>7s} "
+      f"ssim {g('val/ssim', f='%.4f')} Mrays/s {g('train/rays_per_s', 1e6)} Msmp/s {g('train/samples_per_s', 1e6, '%.1f')} gpu% {g('gpu/utilization_mean', f='%.0f')}")
+PY
+}
+run() {  # run NAME SECONDS OVERRIDES...: train with a hard time box (Lightning traps SIGTERM: -k)
+    local name=$1 to=$2 rc
+    shift 2
+    timeout -k 10 "$to" python3 -m nerf_lightning.train "$@" hydra.run.dir="$R/$name" > "$R/$name.log" 2>&1
+    rc=$?
+    [ $rc = 0 ] || { echo "rc=$rc $name"; tail -3 "$R/$name.log"; } >> "$OUT/rows.txt"
+    row "$name" "$R/$name"
+    el "$name"
+}
