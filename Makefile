@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # the suite in one process.
 TEST_WORKERS ?= -n 2 --dist loadfile
 
-.PHONY: setup train test test-cuda bench bench-ops lint scene clean
+.PHONY: setup train test test-repro test-cuda bench bench-ops lint scene clean
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
 	VENV=$(VENV) bash scripts/bootstrap.sh
@@ -21,9 +21,13 @@ setup: $(VENV)/.installed
 train: setup
 	$(PY) -m nerf_lightning.train $(TRAIN_PRESET) $(OVERRIDES)
 
-## CPU test suite (what CI runs).
+## CPU test suite (about a minute on 2 cores).
 test: setup
-	$(PY) -m pytest -q -m "not cuda" $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not cuda and not repro" $(TEST_WORKERS) $(PYTEST_ARGS)
+
+## Reproductions of real-capture failures on generated data (minutes on a CPU; CI runs them after `test`).
+test-repro: setup
+	$(PY) -m pytest -q -m "repro and not cuda" $(PYTEST_ARGS)
 
 ## GPU tests: run on a machine with an NVIDIA GPU.
 test-cuda: setup

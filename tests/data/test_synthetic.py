@@ -433,3 +433,27 @@ def test_phone_rig_mirrors_the_fruit_capture(tmp_path: Path) -> None:
     u, v = project(hit[alpha > 0], c2w[idx], *_intr(doc), *_dist(doc))
     np.testing.assert_allclose(u, px[alpha > 0], atol=1e-6)
     np.testing.assert_allclose(v, py[alpha > 0], atol=1e-6)
+
+
+def test_fruit_bed_scene_is_the_phone_rig_over_a_plain_bed(tmp_path: Path) -> None:
+    """``scene="fruit_bed"`` (issue 9's generated failure, :data:`FRUIT_FAILURE`) keeps the phone rig's
+    cameras and files, is cached under its own key, and its views are mostly a near-white bed with the
+    red apple in the middle (the property that makes the default hash grid memorize)."""
+    kw = {**gen_mod.FRUIT_FAILURE, "n_views": 6, "supersample": 1}
+    root = generate_scene(tmp_path / "fruit", **kw).parent
+    doc = _json(root)
+    assert doc["generator"]["scene"] == "fruit-bed-v1" and doc["generator"]["rig"] == "phone"
+    assert (doc["w"], doc["h"], doc["aabb_scale"]) == (37, 50, 32) and _dist(doc) == gen_mod.PHONE_LENS
+    phone = _json(generate_scene(tmp_path / "phone", **{**kw, "scene": "default"}).parent)
+    for a, b in zip(doc["frames"], phone["frames"], strict=True):  # same cameras as the default scene
+        np.testing.assert_array_equal(a["transform_matrix"], b["transform_matrix"])
+    img = iio.imread(root / doc["frames"][0]["file_path"]).astype(np.float64) / 255.0
+    bed = (img.min(axis=2) > 0.6) & (np.ptp(img, axis=2) < 0.1)  # bright and grey
+    assert bed.mean() > 0.4
+    centre = img[20:30, 14:23]
+    assert (centre[..., 0] > centre[..., 1] + 0.2).mean() > 0.3  # the apple
+    mtime = (root / "transforms.json").stat().st_mtime_ns
+    generate_scene(tmp_path / "fruit", **kw)  # cached: same key, not re-rendered
+    assert (root / "transforms.json").stat().st_mtime_ns == mtime
+    with pytest.raises(ValueError, match="scene must be one of"):
+        generate_scene(tmp_path / "x", scene="bed")

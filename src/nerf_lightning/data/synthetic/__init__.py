@@ -9,6 +9,7 @@ from nerf_lightning.data.synthetic.camera import camera_rays, distort, look_at, 
 from nerf_lightning.data.synthetic.generate import (
     DEFAULT_SCENE,
     DISTORTION,
+    FRUIT_FAILURE,
     GENERATOR_NAME,
     GENERATOR_VERSION,
     closeup_poses,
@@ -18,11 +19,13 @@ from nerf_lightning.data.synthetic.generate import (
     orbit_poses,
     render_view,
 )
-from nerf_lightning.data.synthetic.scene import Hit, SyntheticScene
+from nerf_lightning.data.synthetic.scene import FruitBedScene, Hit, SyntheticScene
 
 __all__ = [
     "DEFAULT_SCENE",
     "DISTORTION",
+    "FRUIT_FAILURE",
+    "FruitBedScene",
     "GENERATOR_NAME",
     "GENERATOR_VERSION",
     "Hit",

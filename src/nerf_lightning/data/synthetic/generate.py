@@ -24,6 +24,16 @@ Rigs (``rig=``):
     cameras all around at 24-72 degrees elevation looking down at the objects, opaque RGB images of the
     objects on a floor that reaches the horizon under a sky (no alpha: nothing says where empty space
     is), and ``aabb_scale`` 32 with the cameras inside the box.
+
+Scenes (``scene=``):
+
+``default``
+    The procedural objects of :class:`~nerf_lightning.data.synthetic.scene.SyntheticScene`.
+``fruit_bed``
+    :class:`~nerf_lightning.data.synthetic.scene.FruitBedScene`: an apple and a banana on a near-white
+    bed that fills the view, like the shared ``fruit`` capture. With the ``phone`` rig it reproduces
+    issue 9's failure: the default hash grid memorizes the training views instead of forming geometry
+    (:data:`FRUIT_FAILURE` is the capture of the CPU test ``tests/data/test_fruit_failure.py``).
 """
 
 from __future__ import annotations
@@ -43,11 +53,13 @@ import imageio.v3 as iio
 import numpy as np
 
 from nerf_lightning.data.synthetic.camera import camera_rays, look_at
-from nerf_lightning.data.synthetic.scene import SyntheticScene
+from nerf_lightning.data.synthetic.scene import FruitBedScene, SyntheticScene
 
 __all__ = [
     "PHONE_LENS",
     "RIGS",
+    "SCENES",
+    "FRUIT_FAILURE",
     "phone_poses",
     "GENERATOR_NAME",
     "GENERATOR_VERSION",
@@ -83,6 +95,13 @@ PHONE_LENS = (-0.002425, -0.021258, 0.011019, 0.009578)
 PHONE_AABB_SCALE = 32
 #: the floor of the phone rig reaches far beyond the box (the horizon is seen by the low cameras)
 PHONE_FLOOR_RADIUS = 400.0
+
+SCENES = ("default", "fruit_bed")
+#: issue 9's failure class, generated: the phone rig over the fruit-bed scene, 40 views at the fruit
+#: capture's 1/16 resolution (37x50), 5 of them held out. On a CPU (``bench.capture_ab``'s
+#: ``CPU_REPRO`` without the downscale) the default hash grid fails on the held-out views while a
+#: 2^15-entry table reconstructs them; numbers in ``BENCHMARKS.md`` (2026-11-30)
+FRUIT_FAILURE = {"rig": "phone", "scene": "fruit_bed", "n_views": 40, "width": 37, "height": 50, "seed": 0}
 
 _LOOK_AT = np.array([0.0, 0.0, 0.25])
 
@@ -236,8 +255,11 @@ def _generator_meta(
     supersample: int,
     hard_views: int,
     rig: str = "orbit",
+    scene: str = "default",
 ) -> dict:
     extra = {} if rig == "orbit" else {"rig": rig}  # default-rig keys unchanged: cached scenes stay valid
+    if scene != "default":  # the same value as the informative "scene" of every generator block
+        extra["scene"] = _scene_tag(scene)
     return {
         **extra,
         "name": GENERATOR_NAME,
@@ -251,6 +273,11 @@ def _generator_meta(
         "distortion": bool(distortion),
         "fov_x_deg": FOV_X_DEG,
     }
+
+
+def _scene_tag(scene: str) -> str:
+    """The generator block's ``scene`` entry: ``default-v1``, ``fruit-bed-v1``."""
+    return f"{scene.replace('_', '-')}-v1"
 
 
 def _read_meta(transforms: Path) -> dict | None:
@@ -274,6 +301,7 @@ def generate_scene(
     verbose: bool = False,
     workers: int | None = None,
     rig: str = "orbit",
+    scene: str = "default",
 ) -> Path:
     """Render the synthetic scene into ``out_dir`` (cached) and return the path of its transforms.json.
 
@@ -295,6 +323,7 @@ def generate_scene(
         workers: rendering threads (default: the usable cores, at most 4); images do not depend on it.
         rig: ``orbit`` or ``phone`` (see the module docstring); ``phone`` ignores ``distortion`` (it
             always has its lens) and ``hard_views``, and writes opaque RGB images.
+        scene: ``default`` or ``fruit_bed`` (see the module docstring).
     """
     if n_views < 1 or width < 8 or height < 8 or hard_views < 0:
         raise ValueError(
@@ -303,11 +332,15 @@ def generate_scene(
         )
     if rig not in RIGS:
         raise ValueError(f"generate_scene: rig must be one of {RIGS}, got {rig!r}")
+    if scene not in SCENES:
+        raise ValueError(f"generate_scene: scene must be one of {SCENES}, got {scene!r}")
+    if scene != "default" and hard_views:
+        raise ValueError("generate_scene: hard_views (close-ups of the checkered box) need scene='default'")
     phone = rig == "phone"
     if phone:
         distortion, hard_views = True, 0
     out_dir = Path(out_dir)
-    meta = _generator_meta(n_views, width, height, seed, distortion, supersample, hard_views, rig)
+    meta = _generator_meta(n_views, width, height, seed, distortion, supersample, hard_views, rig, scene)
     transforms = out_dir / "transforms.json"
     stored = _read_meta(transforms)
     # the stored block also has informative keys (timing, bounds): the cache key is `meta` only
@@ -316,18 +349,22 @@ def generate_scene(
 
     t_start = time.perf_counter()
     if phone:
-        scene = SyntheticScene(floor_radius=PHONE_FLOOR_RADIUS)
+        world = (
+            FruitBedScene(floor_radius=PHONE_FLOOR_RADIUS)
+            if scene == "fruit_bed"
+            else SyntheticScene(floor_radius=PHONE_FLOOR_RADIUS)
+        )
         fx, fy = PHONE_FX_PER_WIDTH * width, PHONE_FY_PER_WIDTH * width
         cx, cy = PHONE_CX_PER_WIDTH * width, PHONE_CY_PER_HEIGHT * height
         k = PHONE_LENS
         poses = phone_poses(n_views, seed)
         kinds = ["phone"] * n_views
     else:
-        scene = SyntheticScene()
+        world = FruitBedScene() if scene == "fruit_bed" else SyntheticScene()
         fx = fy = 0.5 * width / math.tan(math.radians(FOV_X_DEG) / 2)
         cx, cy = width / 2.0, height / 2.0
         k = DISTORTION if distortion else (0.0, 0.0, 0.0, 0.0)
-        poses = np.concatenate([orbit_poses(n_views, seed), closeup_poses(hard_views, scene, seed)])
+        poses = np.concatenate([orbit_poses(n_views, seed), closeup_poses(hard_views, world, seed)])
         kinds = ["orbit"] * n_views + ["closeup"] * hard_views
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -339,7 +376,7 @@ def generate_scene(
             # per-view generator: images do not depend on the thread schedule or on hard_views
             rng = np.random.default_rng([seed, 3, i])
             intr = (fx, fy, cx, cy)
-            rgba = render_view(scene, poses[i], intr, width, height, k, supersample, rng, sky=phone)
+            rgba = render_view(world, poses[i], intr, width, height, k, supersample, rng, sky=phone)
             pixels = rgba[..., :3] if phone else rgba  # a photograph has no alpha channel
             iio.imwrite(tmp / f"images/{i:04d}.png", np.round(pixels * 255.0).astype(np.uint8))
 
@@ -375,7 +412,7 @@ def generate_scene(
             "offset": list(OFFSET),
             "generator": {
                 **meta,
-                "scene": "default-v1",
+                "scene": _scene_tag(scene),
                 "world_bounds": list(SyntheticScene.BOUNDS),
                 "background": (
                     "floor and sky (opaque RGB)" if phone else "transparent (alpha 0); evaluate over white"
@@ -410,7 +447,8 @@ def ensure_default_scene(root: Path = Path("outputs/scenes")) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: ``python -m nerf_lightning.data.synthetic OUT_DIR [--views 64] [--width 256 --height 256]
-    [--seed 0] [--distortion] [--supersample 2] [--hard-views N] [--overwrite]``."""
+    [--seed 0] [--distortion] [--supersample 2] [--hard-views N] [--overwrite] [--rig phone]
+    [--scene fruit_bed]``."""
     ap = argparse.ArgumentParser(
         prog="python -m nerf_lightning.data.synthetic",
         description="Render the procedural synthetic scene into an instant-ngp transforms.json + RGBA PNGs.",
@@ -425,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hard-views", type=int, default=0, help="extra close-ups of the most detailed region")
     ap.add_argument("--overwrite", action="store_true", help="regenerate even if a matching scene exists")
     ap.add_argument("--rig", choices=RIGS, default="orbit", help="camera model and layout (see module doc)")
+    ap.add_argument("--scene", choices=SCENES, default="default", help="what is rendered (see module doc)")
     args = ap.parse_args(argv)
     path = generate_scene(
         args.out_dir,
@@ -438,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         overwrite=args.overwrite,
         verbose=True,
         rig=args.rig,
+        scene=args.scene,
     )
     print(path)
     return 0
