@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import imageio.v3 as iio
@@ -21,45 +22,26 @@ from nerf_lightning.data.synthetic import generate as G
 from nerf_lightning.data.synthetic import scene as S
 
 
-class Bed(S._Disc):
-    texture = "white"  # white | quilt | checker | noise
+@dataclass
+class Bed(S._Bed):
+    """The fruit-bed scene's bed (``quilt``) or another texture of the same colour on the same floor."""
+
+    texture: str = "quilt"  # quilt | white | checker | noise
 
     def albedo(self, p, n):
+        if self.texture == "quilt":
+            return super().albedo(p, n)
         x, y = p[:, 0], p[:, 1]
-        r = np.hypot(x, y)
         col = np.tile(np.array([0.86, 0.85, 0.83]), (len(p), 1))
-        t = self.texture
-        if t == "quilt":  # faint diamond quilting, period 0.12 world
-            u, v = (x + y) / 0.12, (x - y) / 0.12
-            line = np.maximum(S._smooth_line((u % 1) - 0.5, 0.08), S._smooth_line((v % 1) - 0.5, 0.08))
-            col = col * (1 - 0.12 * line)[:, None]
-        elif t == "noise":  # high-frequency colourful noise at all scales
+        if self.texture == "noise":  # high-frequency colourful noise at all scales
             g = S.fbm(np.stack([x * 8, y * 8, np.zeros_like(x)], 1), octaves=5, seed=11)
             h = S.fbm(np.stack([x * 8, y * 8, np.ones_like(x)], 1), octaves=5, seed=12)
             col = S._mix((0.2, 0.3, 0.7), (0.9, 0.8, 0.3), g) * (0.5 + h)[:, None]
-        elif t == "checker":
+        elif self.texture == "checker":
             c = (np.floor(x / 0.3) + np.floor(y / 0.3)) % 2
             col = S._mix((0.62, 0.60, 0.66), (0.40, 0.42, 0.50), c)
-        far = r > self.bed_radius
-        col[far] = (0.35, 0.30, 0.28)
+        col[np.hypot(x, y) > self.bed_radius] = (0.35, 0.30, 0.28)
         return np.clip(col, 0, 1)
-
-
-class Apple(S._Sphere):
-    def albedo(self, p, n):
-        q = self.local(p)
-        g = S.fbm(q * 3.0, octaves=3, seed=21)
-        return S._mix((0.55, 0.08, 0.06), (0.85, 0.25, 0.12), g)
-
-
-class Banana(S._Sphere):
-    def albedo(self, p, n):
-        q = self.local(p)
-        g = S.fbm(q * 4.0, octaves=3, seed=22)
-        col = S._mix((0.80, 0.65, 0.10), (0.95, 0.85, 0.25), g)
-        spots = S.value_noise(q * 9.0, seed=23) > 0.8
-        col[spots] = (0.35, 0.25, 0.08)
-        return col
 
 
 class Wall(S._Primitive):
@@ -92,33 +74,19 @@ class Wall(S._Primitive):
 
 
 def make_scene(a):
-    sc = S.SyntheticScene(floor_radius=400.0)
-    bed = Bed("bed", radius=400.0, z=0.0)
-    bed.texture = a.bed
-    bed.bed_radius = a.bed_radius
-    objs = [bed]
+    """The package's fruit-bed scene (``--objects fruit``) or the default objects (``default``) or none,
+    on a bed of ``--bed`` texture, optionally inside four walls."""
     if a.objects == "fruit":
-        s = a.obj_scale
-        objs.append(
-            Apple(
-                "apple",
-                S._Material((0.3, 0.3, 0.3), 40.0),
-                center=(0.05 * s, 0.1 * s, 0.38 * s),
-                radius=0.38 * s,
-            )
-        )
-        # banana: chain of spheres on an arc around the apple
-        for k, ang in enumerate(np.linspace(-2.3, 0.5, 9)):
-            rr = 0.20 * s * (1 - 0.5 * abs(ang + 0.9) / 1.4)
-            c = (0.05 * s + 0.62 * s * math.cos(ang), 0.1 * s + 0.62 * s * math.sin(ang), rr)
-            objs.append(Banana(f"banana{k}", center=c, radius=rr))
-    elif a.objects == "default":
-        objs += sc.objects[1:]
+        sc = S.FruitBedScene(floor_radius=400.0, bed_radius=a.bed_radius, object_scale=a.obj_scale)
+    else:
+        sc = S.SyntheticScene(floor_radius=400.0)
+    objs = [Bed("bed", radius=400.0, z=0.0, bed_radius=a.bed_radius, texture=a.bed)]
+    if a.objects in ("fruit", "default"):
+        objs += sc.objects[1:]  # everything but the ground
     if a.walls:
         for k in range(4):
             objs.append(Wall(f"wall{k}", k * math.pi / 2, a.wall_dist, a.walls))
     sc.objects = objs
-    sc.glossy = np.array([max(o.material.specular) > 0 for o in objs])
     sc._bound_radius = 1e6
     lit_objs = [o for o in objs if not isinstance(o, Wall)]
 

@@ -163,3 +163,14 @@ def make_nerfstudio(tmp_path: Path) -> Callable[..., Path]:
         return root
 
     return make
+
+
+@pytest.fixture(scope="session")
+def pinhole_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated undistorted capture, 9 views of 24 x 20 (not square: a transposed index shows);
+    training rays come from ``pixel_rays`` directly."""
+    from nerf_lightning.data.synthetic import generate_scene
+
+    out = tmp_path_factory.mktemp("pinhole") / "scene"
+    generate_scene(out, n_views=9, width=24, height=20, supersample=1, distortion=False)
+    return out

@@ -29,14 +29,6 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def pinhole_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An undistorted capture: training rays come from ``pixel_rays`` directly."""
-    out = tmp_path_factory.mktemp("dm") / "pinhole"
-    generate_scene(out, n_views=9, width=W, height=H, supersample=1, distortion=False)
-    return out
-
-
 def _decoded_pixels(dm: NeRFDataModule, split: str, view_ids: torch.Tensor, ix, iy) -> np.ndarray:
     """RGBA in [0, 1] of pixel column ``ix``, row ``iy`` of each ray's image, decoded with imageio."""
     frames = (dm.train_set if split == "train" else dm.val_set).frames

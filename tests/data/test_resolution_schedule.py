@@ -37,13 +37,6 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def pinhole_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dynres") / "pinhole"
-    generate_scene(out, n_views=9, width=W, height=H, supersample=1, distortion=False)
-    return out
-
-
 def _dm(scene: Path, tmp_path: Path, **kwargs) -> NeRFDataModule:
     dm = NeRFDataModule(path=str(scene), cache_dir=str(tmp_path / "cache"), **kwargs)
     dm.setup("fit")

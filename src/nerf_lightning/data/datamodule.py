@@ -502,28 +502,30 @@ class NeRFDataModule(L.LightningDataModule):
     def _resolve_schedule(self) -> tuple[tuple[int, int], ...]:
         """The schedule in steps; a checkpoint's resolution of the same schedule wins (resuming with
         another ``trainer.max_steps`` keeps the stage boundaries the run started with)."""
-        assert self.resolution_schedule is not None
-        try:
-            steps = self.resolution_schedule.resolve(self._max_steps())
-        except ValueError as err:
-            restored = self._restored_schedule
-            if restored is None or restored.get("spec") != self.resolution_schedule.as_list():
-                raise UserError(str(err)) from err
-            steps = ()
+        schedule = self.resolution_schedule
+        assert schedule is not None
         restored = self._restored_schedule
-        if restored is not None:
+        if restored is not None and restored.get("spec") == schedule.as_list():
             saved = tuple((int(a), int(b)) for a, b in restored["steps"])
-            if restored.get("spec") == self.resolution_schedule.as_list():
-                if saved != steps:
-                    log.warning(
-                        "data.resolution_schedule: keeping the checkpoint's stage steps %s (this run's "
-                        "trainer.max_steps would give %s)", [list(x) for x in saved], [list(x) for x in steps]
-                    )
-                return saved
+            try:
+                steps = schedule.resolve(self._max_steps())
+            except ValueError:  # e.g. no max_steps now: the checkpoint's steps need none
+                steps = ()
+            if saved != steps:
+                log.warning(
+                    "data.resolution_schedule: keeping the checkpoint's stage steps %s (this run's "
+                    "trainer.max_steps would give %s)", [list(x) for x in saved], [list(x) for x in steps]
+                )
+            return saved
+        if restored is not None:
             log.warning(
                 "data.resolution_schedule changed since the checkpoint (%s, now %s): the new one applies",
-                restored.get("spec"), self.resolution_schedule.as_list()
+                restored.get("spec"), schedule.as_list()
             )
+        try:
+            steps = schedule.resolve(self._max_steps())
+        except ValueError as err:
+            raise UserError(str(err)) from err
         log.info("data.resolution_schedule: (start step, downscale) %s", [list(x) for x in steps])
         return steps
 

@@ -104,9 +104,10 @@ def build(verbose: bool = False, require_gpu: bool = True) -> ModuleType:
     arch = _arch_list()
     stamp = _stamp(arch or os.environ.get("TORCH_CUDA_ARCH_LIST", ""))
     stamp_file = bdir / "nerf_lightning.stamp"
-    cached = any(bdir.glob(f"{EXT_NAME}*.so")) and stamp_file.exists() and stamp_file.read_text() == stamp
+    so = next(iter(sorted(bdir.glob(f"{EXT_NAME}*.so"))), None)
+    cached = so is not None and stamp_file.exists() and stamp_file.read_text() == stamp
     if cached:
-        module = _load_cached(bdir)
+        module = _load_cached(so)
         if module is not None:
             return module
     old_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
@@ -150,17 +151,14 @@ def build(verbose: bool = False, require_gpu: bool = True) -> ModuleType:
     return module
 
 
-def _load_cached(bdir: Path) -> ModuleType | None:
-    """Import the cached build directly when its stamp matches.
+def _load_cached(so: Path) -> ModuleType | None:
+    """Import the cached build ``so`` directly (its stamp matches).
 
     ``cpp_extension.load`` would run ninja, which rebuilds whenever the sources' absolute paths or
     mtimes differ from the cache's (a cache copied to another checkout or machine, as the Docker image
     and the device runs do), although the stamp already proves the build is the same."""
     import importlib.util
 
-    so = next(iter(sorted(bdir.glob(f"{EXT_NAME}*.so"))), None)
-    if so is None:
-        return None
     try:
         spec = importlib.util.spec_from_file_location(EXT_NAME, so)
         if spec is None or spec.loader is None:

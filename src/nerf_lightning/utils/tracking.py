@@ -40,6 +40,8 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from nerf_lightning.utils.io import atomic_write_bytes
+
 log = logging.getLogger(__name__)
 
 DEFAULT_WANDB_HOST = "https://api.wandb.ai"
@@ -153,9 +155,7 @@ def run_id_for(run_dir: Path) -> str:
     new = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
     if rank_zero_only.rank != 0:
         return new  # only rank 0 logs to W&B (and owns the file)
-    tmp = path.with_name(f".{RUN_ID_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(new + "\n")
-    os.replace(tmp, path)
+    atomic_write_bytes(path, (new + "\n").encode())
     return new
 
 

@@ -32,8 +32,9 @@ Scenes (``scene=``):
 ``fruit_bed``
     :class:`~nerf_lightning.data.synthetic.scene.FruitBedScene`: an apple and a banana on a near-white
     bed that fills the view, like the shared ``fruit`` capture. With the ``phone`` rig it reproduces
-    issue 9's failure: the default hash grid memorizes the training views instead of forming geometry
-    (:data:`FRUIT_FAILURE` is the capture of the CPU test ``tests/data/test_fruit_failure.py``).
+    issue 9's failure: without a near plane the default hash grid memorizes the training views
+    instead of forming geometry (:data:`FRUIT_FAILURE` is the capture of the CPU test
+    ``tests/data/test_fruit_failure.py``).
 """
 
 from __future__ import annotations
@@ -96,11 +97,14 @@ PHONE_AABB_SCALE = 32
 #: the floor of the phone rig reaches far beyond the box (the horizon is seen by the low cameras)
 PHONE_FLOOR_RADIUS = 400.0
 
-SCENES = ("default", "fruit_bed")
+#: ``scene=`` name -> the world it renders
+_SCENE_TYPES: dict[str, type[SyntheticScene]] = {"default": SyntheticScene, "fruit_bed": FruitBedScene}
+SCENES = tuple(_SCENE_TYPES)
 #: issue 9's failure class, generated: the phone rig over the fruit-bed scene, 40 views at the fruit
 #: capture's 1/16 resolution (37x50), 5 of them held out. On a CPU (``bench.capture_ab``'s
-#: ``CPU_REPRO`` without the downscale) the default hash grid fails on the held-out views while a
-#: 2^15-entry table reconstructs them; numbers in ``BENCHMARKS.md`` (2026-11-30)
+#: ``CPU_REPRO`` without the downscale) and without a near plane the default hash grid fails on the
+#: held-out views while a 2^15-entry table reconstructs them; the default near plane (0.2) reconstructs
+#: them at seed 42; numbers in ``BENCHMARKS.md`` (2026-11-30)
 FRUIT_FAILURE = {"rig": "phone", "scene": "fruit_bed", "n_views": 40, "width": 37, "height": 50, "seed": 0}
 
 _LOOK_AT = np.array([0.0, 0.0, 0.25])
@@ -349,18 +353,14 @@ def generate_scene(
 
     t_start = time.perf_counter()
     if phone:
-        world = (
-            FruitBedScene(floor_radius=PHONE_FLOOR_RADIUS)
-            if scene == "fruit_bed"
-            else SyntheticScene(floor_radius=PHONE_FLOOR_RADIUS)
-        )
+        world = _SCENE_TYPES[scene](floor_radius=PHONE_FLOOR_RADIUS)
         fx, fy = PHONE_FX_PER_WIDTH * width, PHONE_FY_PER_WIDTH * width
         cx, cy = PHONE_CX_PER_WIDTH * width, PHONE_CY_PER_HEIGHT * height
         k = PHONE_LENS
         poses = phone_poses(n_views, seed)
         kinds = ["phone"] * n_views
     else:
-        world = FruitBedScene() if scene == "fruit_bed" else SyntheticScene()
+        world = _SCENE_TYPES[scene]()
         fx = fy = 0.5 * width / math.tan(math.radians(FOV_X_DEG) / 2)
         cx, cy = width / 2.0, height / 2.0
         k = DISTORTION if distortion else (0.0, 0.0, 0.0, 0.0)
