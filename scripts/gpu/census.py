@@ -91,3 +91,24 @@ print("  kernels < 5 us each:", f"{sum(c for c, us, _ in small if us < 5):.0f} p
       f"{sum(kern[k] for c, us, k in small if us < 5):.3f} ms")
 for c, us, k in sorted(small, reverse=True)[:30]:
     print(f"  {c:6.1f}x {us:7.1f} us  {k}")
+
+# The GPU timeline of the profiled steps: where the time between kernels goes.
+evs = sorted(
+    (e.time_range.start, e.time_range.end, e.name[:50])
+    for e in prof.events()
+    if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
+)
+gaps = Counter()
+hist = Counter()
+total_gap = 0.0
+for (s0, e0, n0), (s1, _e1, n1) in zip(evs, evs[1:], strict=False):
+    g = max(0.0, s1 - max(e0, s0))
+    total_gap += g
+    hist["<1us" if g < 1 else "1-3us" if g < 3 else "3-6us" if g < 6 else "6-12us" if g < 12 else "12-50us" if g < 50 else ">50us"] += 1
+    gaps[(n0, n1)] += g
+span = (evs[-1][1] - evs[0][0]) / 32 / 1e3 if evs else 0.0
+busy = sum(e - s for s, e, _ in evs) / 32 / 1e3
+print(f"timeline: span {span:.3f} ms/step, busy {busy:.3f}, gaps {total_gap / 32 / 1e3:.3f} ms/step "
+      f"over {len(evs) / 32:.0f} events/step; gap sizes: " + ", ".join(f"{k} {v / 32:.0f}" for k, v in sorted(hist.items())))
+for (a, b), g in gaps.most_common(15):
+    print(f"  gap {g / 32:7.1f} us/step  {a}  ->  {b}")

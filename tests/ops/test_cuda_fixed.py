@@ -91,7 +91,7 @@ def test_render_rays_fixed_cuda_equals_reference():
         (out["rgb"] * out["ray_valid"][:, None]).square().sum().backward()
         outs.append((out, [p.grad.clone() for p in field.parameters()]))
     (oc, gc), (orf, gr) = outs
-    assert torch.equal(oc["ray_valid"], orf["ray_valid"]) and 0 < int(oc["n_rays"]) < 4096
+    assert torch.equal(oc["ray_valid"], orf["ray_valid"]) and 0 < int(oc["ray_valid"].sum()) < 4096
     torch.testing.assert_close(oc["rgb"], orf["rgb"], rtol=1e-4, atol=1e-4)
     for a, b in zip(gc, gr, strict=True):
         assert float((a - b).norm() / b.norm().clamp_min(1e-12)) < 1e-3
@@ -99,13 +99,10 @@ def test_render_rays_fixed_cuda_equals_reference():
 
 def _step(field, grid, jitter=False):
     renderer = Renderer(grid, ops_backend="cuda")
-
-    def per_ray(pred, tgt):
-        return torch.nn.functional.huber_loss(pred, tgt, reduction="none", delta=0.1).mean(-1)
-
     return FixedBudgetStep(
-        field, renderer, per_ray, sample_budget=1 << 16, march_budget=1 << 18, n_rays_init=2048, jitter=jitter
-    ).to(DEV)
+        field, renderer, "huber", 0.1, sample_budget=1 << 16, march_budget=1 << 18, n_rays_init=2048,
+        jitter=jitter,
+    ).to(DEV)  # fmt: skip
 
 
 def test_budget_step_and_occupancy_update_never_sync_with_the_host():
@@ -167,3 +164,28 @@ def test_graph_replay_accumulates_gradients_over_micro_batches():
     for p, g in zip(field.parameters(), once, strict=True):
         torch.testing.assert_close(p.grad, 2 * g, rtol=1e-4, atol=1e-8)
     assert math.isfinite(sum(float(g.norm()) for g in once))
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.4, 1.5])
+@pytest.mark.parametrize("layout", ["dynamic", "fixed"])
+def test_repack_cuda_equals_reference(fraction, layout):
+    gen = torch.Generator(device=DEV).manual_seed(11)
+    o, d = _rays(3000, gen)
+    bins = _binaries(gen)
+    box = torch.tensor([0.0, 0, 0, 1, 1, 1], device=DEV)
+    tn, tf, _ = ref.ray_aabb_intersect(o, d, box)
+    if layout == "dynamic":
+        packed = ref.march_rays(o, d, tn, tf, bins)
+        ray_valid = torch.rand(3000, device=DEV, generator=gen) < 0.9
+    else:  # the training step's input: a fixed layout with padding and dropped rays
+        total = int(ref.march_rays(o, d, tn, tf, bins).packed_info[:, 1].sum())
+        packed, ray_valid = ref.march_rays_fixed(o, d, tn, tf, bins, capacity=int(0.8 * total) + 100)
+    keep = torch.rand(packed.t_starts.shape[0], device=DEV, generator=gen) < 0.6
+    cap = int(int(keep.sum()) * fraction)
+    got, valid_c = cu.repack(packed, keep, cap, ray_valid)
+    want, valid_r = ref.repack(packed, keep, cap, ray_valid)
+    assert torch.equal(valid_c, valid_r)
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape and torch.equal(a, b)
+    if 0 < fraction < 1:
+        assert valid_c.any() and not valid_c[ray_valid].all()

@@ -8,7 +8,7 @@ import torch
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.train_step import FixedBudgetStep
 from nerf_lightning.render.occupancy import OccupancyGrid
-from nerf_lightning.render.renderer import Renderer
+from nerf_lightning.render.renderer import Renderer, fixed_render_counts
 
 ENC = dict(n_levels=4, log2_hashmap_size=12, base_resolution=4, max_resolution=32, backend="torch")
 
@@ -50,8 +50,9 @@ def test_fixed_render_equals_dynamic_render_when_everything_fits(compact: bool) 
     assert fixed["t_starts"].shape == (4096,)
     torch.testing.assert_close(fixed["rgb"], dyn["rgb"], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fixed["depth"], dyn["depth"], rtol=1e-5, atol=1e-6)
-    assert int(fixed["n_samples"]) == int(dyn["n_samples"])
-    assert int(fixed["n_samples_rendered"]) == int(dyn["n_samples_rendered"])
+    counts = fixed_render_counts(fixed)
+    assert int(counts["n_samples"]) == int(dyn["n_samples"])
+    assert int(counts["n_samples_rendered"]) == int(dyn["n_samples_rendered"])
     for a, b in zip(_grads(field), g_dyn, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
 
@@ -74,7 +75,8 @@ def test_fixed_render_drops_whole_rays_that_do_not_fit() -> None:
     small = renderer.render_rays_fixed(
         field, o, d, bg, march_capacity=int(marched) // 2, sample_capacity=4096, jitter=False
     )
-    assert 0 < int(small["n_rays"]) < 24 and int(small["n_samples"]) <= int(marched) // 2
+    counts = fixed_render_counts(small)
+    assert 0 < int(counts["n_rays"]) < 24 and int(counts["n_samples"]) <= int(marched) // 2
 
 
 def test_budget_step_loss_is_the_mean_over_valid_rays_and_the_ray_count_adapts() -> None:
@@ -87,7 +89,7 @@ def test_budget_step_loss_is_the_mean_over_valid_rays_and_the_ray_count_adapts()
     step = FixedBudgetStep(
         field,
         renderer,
-        per_ray,
+        "mse",
         sample_budget=300,
         march_budget=1200,
         n_rays_init=24,

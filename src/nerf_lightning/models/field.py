@@ -20,6 +20,10 @@ import torch
 from torch import Tensor, nn
 
 from nerf_lightning.models.encoding import HashEncoding, SHEncoding
+from nerf_lightning.ops import get_ops
+
+# per call: one CUDA kernel for CUDA tensors when the extension is built, else the reference
+_OPS = get_ops("auto")
 
 
 class _TruncExp(torch.autograd.Function):
@@ -98,9 +102,7 @@ class NGPField(nn.Module):
         )
 
     def _normalize(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        x = (positions - self.aabb_min) / self.aabb_size
-        inside = ((x >= 0) & (x <= 1)).all(dim=-1)
-        return x.clamp(0.0, 1.0), inside
+        return _OPS.normalize_to_box(positions, self.aabb_min, self.aabb_size)
 
     def _geometry(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         x, inside = self._normalize(positions)

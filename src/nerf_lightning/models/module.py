@@ -137,7 +137,8 @@ class NeRFModule(L.LightningModule):
             step = FixedBudgetStep(
                 self.field,
                 self.renderer,
-                self._loss,
+                loss,
+                huber_delta,
                 sample_budget=sample_budget,
                 march_budget=march_budget or 4 * sample_budget,
                 n_rays_init=n_rays_init,

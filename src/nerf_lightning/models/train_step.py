@@ -14,7 +14,6 @@ field, compositing, loss) and its backward can be captured once as CUDA graphs a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -31,8 +30,9 @@ class FixedBudgetStep(nn.Module):
 
     Args:
         field: the radiance field (``models/field.py``), shared with the LightningModule.
-        renderer: the renderer (owns the occupancy grid), shared with the LightningModule.
-        per_ray_loss: ``(pred [R, 3], target [R, 3]) -> [R]``.
+        renderer: the renderer (owns the occupancy grid and the ops backend), shared with the
+            LightningModule.
+        loss: ``huber`` (delta ``huber_delta``) or ``mse``, per ray the mean over the channels.
         sample_budget: sample slots of the differentiable pass (instant-ngp: 2^18).
         march_budget: sample slots of the marching / no-grad density pass (>= sample_budget).
         n_rays_init: rays marched in the first step (then adapted; at most the batch's ray slots).
@@ -46,6 +46,10 @@ class FixedBudgetStep(nn.Module):
         ray_valid: bool [R];
         stats: float64 [4] = (valid rays, marched samples, rendered samples, sum of squared error
             over valid rays, averaged over channels), detached.
+
+    The loss and the bookkeeping after it (statistics, next ray count) are one op each
+    (``ops.masked_ray_loss``, ``ops.adapt_ray_count``): a kernel each on the GPU instead of about
+    fifty elementwise kernels on scalars, whose launch boundaries cost more than their work.
     """
 
     n_active: Tensor
@@ -55,7 +59,8 @@ class FixedBudgetStep(nn.Module):
         self,
         field: nn.Module,
         renderer: Renderer,
-        per_ray_loss: Callable[[Tensor, Tensor], Tensor],
+        loss: str = "huber",
+        huber_delta: float = 0.1,
         *,
         sample_budget: int,
         march_budget: int,
@@ -70,9 +75,11 @@ class FixedBudgetStep(nn.Module):
                 f"model.sample_budget must be >= 1 and model.march_budget >= sample_budget, "
                 f"got {sample_budget} and {march_budget}"
             )
+        if loss not in ("huber", "mse"):
+            raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field
         self.renderer = renderer
-        self.per_ray_loss = per_ray_loss
+        self.loss, self.huber_delta = loss, float(huber_delta)
         self.base_sample_budget, self.base_march_budget = int(sample_budget), int(march_budget)
         self.sample_budget = int(sample_budget)
         self.march_budget = int(march_budget)
@@ -97,8 +104,7 @@ class FixedBudgetStep(nn.Module):
         self, rays_o: Tensor, rays_d: Tensor, target: Tensor, background: Tensor
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         n_slots = rays_o.shape[0]
-        with torch.no_grad():
-            self.n_active.clamp_(max=n_slots)
+        ops = self.renderer.ops
         out = self.renderer.render_rays_fixed(
             self.field,
             rays_o,
@@ -110,31 +116,23 @@ class FixedBudgetStep(nn.Module):
             jitter=self.jitter,
         )
         valid = out["ray_valid"]
-        per_ray = self.per_ray_loss(out["rgb"], target) * valid
-        n_valid = out["n_rays"]
-        loss = per_ray.sum() / n_valid.clamp_min(1)
-        with torch.no_grad():
-            sq_err = (((out["rgb"].detach().float() - target) ** 2).mean(dim=-1) * valid).sum()
-            self._adapt(n_valid, out["n_samples"], out["n_samples_rendered"], n_slots)
-            stats = torch.stack([n_valid, out["n_samples"], out["n_samples_rendered"]]).to(torch.float64)
-            stats = torch.cat([stats, sq_err.to(torch.float64)[None]])
-        return loss, per_ray.detach(), valid, stats
-
-    @torch.no_grad()
-    def _adapt(self, n_valid: Tensor, n_marched: Tensor, n_rendered: Tensor, n_slots: int) -> None:
-        """Next ``n_active``: the rays whose measured samples fill both budgets (instant-ngp's rule
-        ``rays * target / measured``), smoothed, clamped to ``[min_rays, n_slots]``."""
-        rays = n_valid.float().clamp_min(1.0)
-        per_ray_rendered = (n_rendered.float() / rays).clamp_min(0.25)
-        per_ray_marched = (n_marched.float() / rays).clamp_min(0.25)
-        fill = 0.98 * self.target_fraction  # just under the budgets: an overflow drops whole rays
-        target = torch.minimum(
-            fill * self.sample_budget / per_ray_rendered, fill * self.march_budget / per_ray_marched
+        loss, per_ray, aux = ops.masked_ray_loss(out["rgb"], target, valid, self.loss, self.huber_delta)
+        # The marching kernel clamps n_active to the ray slots itself; the update keeps it there.
+        stats = ops.adapt_ray_count(
+            aux,
+            valid,
+            out["marched_counts"],
+            out["packed_info"][:, 1],
+            self.n_active,
+            self.n_active_f,
+            self.target_fraction,
+            sample_budget=self.sample_budget,
+            march_budget=self.march_budget,
+            min_rays=self.min_rays,
+            n_slots=n_slots,
+            momentum=self.adapt_momentum,
         )
-        m = self.adapt_momentum
-        new = (m * self.n_active_f + (1.0 - m) * target).clamp(min=float(self.min_rays), max=float(n_slots))
-        self.n_active_f.copy_(new)
-        self.n_active.copy_(new.round().to(torch.int64))
+        return loss, per_ray, valid, stats
 
 
 def autocast_for(precision: str | int | None) -> Any:

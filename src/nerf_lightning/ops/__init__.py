@@ -43,6 +43,10 @@ OP_NAMES = (
     "render_weights",
     "accumulate_along_rays",
     "volume_render",
+    "sample_points",
+    "normalize_to_box",
+    "masked_ray_loss",
+    "adapt_ray_count",
 )
 
 _lock = threading.Lock()

@@ -15,9 +15,9 @@ call. Differences from the reference, all within float rounding:
   reference functions (a few fused torch kernels already; not on the hot path or already one
   ``index_add``).
 
-- ``march_rays_fixed``: one count pass, a device cumsum and one fill pass into the caller's
-  capacity: no host sync, so it can run inside a CUDA graph; ``repack`` is the reference function
-  (a few sync-free torch kernels).
+- ``march_rays_fixed``: one count pass, a device cumsum, one layout kernel and one fill pass into
+  the caller's capacity: no host sync, so it can run inside a CUDA graph. ``repack``: a count pass,
+  the same cumsum and layout kernel, and a copy pass (one thread per ray each).
 
 Kernel shapes: marching and compositing run one warp per ray (32 candidates / samples per step,
 warp ballots and float64 warp scans), the hash encoding one thread per (point, level).
@@ -64,6 +64,10 @@ __all__ = [
     "render_weights",
     "accumulate_along_rays",
     "volume_render",
+    "sample_points",
+    "normalize_to_box",
+    "masked_ray_loss",
+    "adapt_ray_count",
     "hash_encode",
     "sh_encode",
 ]
@@ -73,7 +77,6 @@ cascade_of = _ref.cascade_of
 grid_cell_indices = _ref.grid_cell_indices
 grid_occupancy = _ref.grid_occupancy
 accumulate_along_rays = _ref.accumulate_along_rays
-repack = _ref.repack
 
 
 def is_available() -> bool:
@@ -264,6 +267,27 @@ def march_rays_fixed(
     return PackedSamples(ray_idx, t_s, t_e, info), valid
 
 
+def repack(
+    packed: PackedSamples, keep: Tensor, capacity: int, ray_valid: Tensor | None = None
+) -> tuple[PackedSamples, Tensor]:
+    """See :func:`nerf_lightning.ops.reference.repack` (no host sync; equal to it exactly)."""
+    ray_indices, t_starts, t_ends, packed_info = packed
+    if keep.shape != ray_indices.shape or keep.dtype != torch.bool:
+        raise ValueError(
+            f"repack: keep must be bool [S={ray_indices.shape[0]}], got {keep.dtype} {tuple(keep.shape)}"
+        )
+    if capacity < 0:
+        raise ValueError(f"repack: capacity must be >= 0, got {capacity}")
+    tensors = [t_starts, t_ends, packed_info, keep] + ([ray_valid] if ray_valid is not None else [])
+    if t_starts.dtype != torch.float32 or t_ends.dtype != torch.float32 or not _on_cuda(*tensors):
+        return _ref.repack(packed, keep, capacity, ray_valid)
+    idx, ts, te, info, valid = _ext().repack(
+        t_starts.contiguous(), t_ends.contiguous(), packed_info.long().contiguous(), keep.contiguous(),
+        int(capacity), ray_valid.contiguous() if ray_valid is not None else None,
+    )  # fmt: skip
+    return PackedSamples(idx, ts, te, info), valid
+
+
 # --------------------------------------------------------------------------------------------------
 # Volume rendering
 # --------------------------------------------------------------------------------------------------
@@ -422,6 +446,109 @@ def volume_render(
     if background is not None:
         rgb = rgb + (1.0 - opacity) * background.to(rgb.dtype)
     return {"rgb": rgb, "opacity": opacity, "depth": depth, "weights": weights}
+
+
+# --------------------------------------------------------------------------------------------------
+# Sample positions, the fixed-budget step's loss and ray count (one kernel each)
+# --------------------------------------------------------------------------------------------------
+def sample_points(
+    rays_o: Tensor, rays_d: Tensor, ray_indices: Tensor, t_starts: Tensor, t_ends: Tensor
+) -> tuple[Tensor, Tensor]:
+    """See :func:`nerf_lightning.ops.reference.sample_points` (same float32 sequence: bit-equal)."""
+    tensors = (rays_o, rays_d, t_starts, t_ends)
+    if any(t.dtype != torch.float32 for t in tensors) or not _on_cuda(*tensors, ray_indices):
+        return _ref.sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
+    positions, dirs = _ext().sample_points(
+        rays_o.contiguous(), rays_d.contiguous(), ray_indices.long().contiguous(), t_starts.contiguous(),
+        t_ends.contiguous(),
+    )  # fmt: skip
+    return positions, dirs
+
+
+def normalize_to_box(positions: Tensor, box_min: Tensor, box_size: Tensor) -> tuple[Tensor, Tensor]:
+    """See :func:`nerf_lightning.ops.reference.normalize_to_box` (bit-equal; no gradient)."""
+    tensors = (positions, box_min, box_size)
+    if positions.requires_grad or any(t.dtype != torch.float32 for t in tensors) or not _on_cuda(*tensors):
+        return _ref.normalize_to_box(positions, box_min, box_size)
+    x, inside = _ext().normalize_to_box(positions.contiguous(), box_min.contiguous(), box_size.contiguous())
+    return x, inside
+
+
+class _MaskedRayLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, pred: Tensor, target: Tensor, valid: Tensor, huber: bool, delta: float
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        loss, per_ray, aux = _ext().masked_ray_loss_fwd(pred, target, valid, huber, float(delta))
+        ctx.save_for_backward(pred, target, valid, aux)
+        ctx.huber, ctx.delta = huber, float(delta)
+        ctx.mark_non_differentiable(per_ray, aux)
+        ctx.set_materialize_grads(False)
+        return loss, per_ray, aux
+
+    @staticmethod
+    def backward(ctx: Any, g_loss: Tensor | None, _g_per_ray: Any, _g_aux: Any) -> tuple:
+        if g_loss is None:
+            return None, None, None, None, None
+        pred, target, valid, aux = ctx.saved_tensors
+        grad = _ext().masked_ray_loss_bwd(
+            g_loss.float().contiguous(), pred, target, valid, aux, ctx.huber, ctx.delta
+        )
+        return grad, None, None, None, None
+
+
+def masked_ray_loss(
+    pred: Tensor, target: Tensor, valid: Tensor, kind: str = "huber", delta: float = 0.1
+) -> tuple[Tensor, Tensor, Tensor]:
+    """See :func:`nerf_lightning.ops.reference.masked_ray_loss`: one forward kernel (per-ray loss and
+    the sums, reduced over blocks in a fixed order) and one backward kernel."""
+    if kind not in ("huber", "mse"):
+        raise ValueError(f"masked_ray_loss: kind must be 'huber' or 'mse', got {kind!r}")
+    n = pred.shape[0]
+    ok = pred.shape == target.shape == (n, 3) and valid.shape == (n,) and valid.dtype == torch.bool
+    if not ok or not _on_cuda(pred, target, valid):
+        return _ref.masked_ray_loss(pred, target, valid, kind, delta)
+    return _MaskedRayLoss.apply(
+        pred.float().contiguous(), target.float().contiguous(), valid.contiguous(), kind == "huber", delta
+    )
+
+
+def adapt_ray_count(
+    aux: Tensor,
+    ray_valid: Tensor,
+    marched_counts: Tensor,
+    rendered_counts: Tensor,
+    n_active: Tensor,
+    n_active_f: Tensor,
+    target_fraction: Tensor,
+    *,
+    sample_budget: int,
+    march_budget: int,
+    min_rays: int,
+    n_slots: int,
+    momentum: float,
+) -> Tensor:
+    """See :func:`nerf_lightning.ops.reference.adapt_ray_count`: one kernel (sums over the rays, then
+    the update on one thread), with the reference's float32 operation sequence."""
+    tensors = (aux, ray_valid, marched_counts, rendered_counts, n_active, n_active_f, target_fraction)
+    dtypes = (torch.float64, torch.bool, torch.int64, torch.int64, torch.int64, torch.float32, torch.float32)
+    scalars_ok = n_active.numel() == 1 and n_active_f.numel() == 1 and target_fraction.numel() == 1
+    in_place_ok = n_active.is_contiguous() and n_active_f.is_contiguous()
+    if (
+        any(t.dtype != d for t, d in zip(tensors, dtypes, strict=True))
+        or not (scalars_ok and in_place_ok)
+        or not _on_cuda(*tensors)
+    ):
+        return _ref.adapt_ray_count(
+            aux, ray_valid, marched_counts, rendered_counts, n_active, n_active_f, target_fraction,
+            sample_budget=sample_budget, march_budget=march_budget, min_rays=min_rays, n_slots=n_slots,
+            momentum=momentum,
+        )  # fmt: skip
+    return _ext().adapt_ray_count(
+        aux.contiguous(), ray_valid.contiguous(), marched_counts.contiguous(), rendered_counts.contiguous(),
+        n_active, n_active_f, target_fraction.contiguous(), float(sample_budget), float(march_budget),
+        float(min_rays), float(n_slots), float(momentum),
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------

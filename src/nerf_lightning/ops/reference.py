@@ -46,6 +46,10 @@ __all__ = [
     "render_weights",
     "accumulate_along_rays",
     "volume_render",
+    "sample_points",
+    "normalize_to_box",
+    "masked_ray_loss",
+    "adapt_ray_count",
 ]
 
 SQRT3 = math.sqrt(3.0)
@@ -517,6 +521,132 @@ def _empty_packed(n_rays: int, device: torch.device, dtype: torch.dtype) -> Pack
         torch.zeros(0, dtype=dtype, device=device),
         torch.zeros(n_rays, 2, dtype=torch.long, device=device),
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# Sample positions
+# --------------------------------------------------------------------------------------------------
+def sample_points(
+    rays_o: Tensor, rays_d: Tensor, ray_indices: Tensor, t_starts: Tensor, t_ends: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Positions at the packed samples' interval midpoints and their rays' directions.
+
+    Args:
+        rays_o, rays_d: float32 [R, 3].
+        ray_indices: int64 [S]; t_starts, t_ends: float32 [S].
+
+    Returns:
+        positions [S, 3] = ``o + d * ((t_start + t_end) * 0.5)`` (float32, in this order) and
+        directions [S, 3] (``rays_d`` of each sample's ray).
+    """
+    dirs = rays_d[ray_indices]
+    return rays_o[ray_indices] + dirs * ((t_starts + t_ends) * 0.5)[:, None], dirs
+
+
+def normalize_to_box(positions: Tensor, box_min: Tensor, box_size: Tensor) -> tuple[Tensor, Tensor]:
+    """Positions as coordinates in [0, 1]^3 of the box ``[box_min, box_min + box_size]``.
+
+    Args:
+        positions: float32 [N, 3]; box_min, box_size: float32 [3].
+
+    Returns:
+        x [N, 3] = ``clamp((p - box_min) / box_size, 0, 1)`` and inside bool [N]: all three
+        unclamped coordinates in [0, 1].
+    """
+    x = (positions - box_min) / box_size
+    inside = ((x >= 0) & (x <= 1)).all(dim=-1)
+    return x.clamp(0.0, 1.0), inside
+
+
+# --------------------------------------------------------------------------------------------------
+# The fixed-budget step's loss and ray count (models/train_step.py)
+# --------------------------------------------------------------------------------------------------
+def masked_ray_loss(
+    pred: Tensor, target: Tensor, valid: Tensor, kind: str = "huber", delta: float = 0.1
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Mean per-ray loss over the valid rays of a fixed-layout batch.
+
+    Args:
+        pred: float [R, 3], differentiable; target: float [R, 3]; valid: bool [R].
+        kind: ``huber`` (``F.huber_loss``: ``x^2 / 2`` for ``|x| < delta``, else
+            ``delta * (|x| - delta / 2)``) or ``mse`` (``x^2``), ``x = pred - target``.
+        delta: the Huber threshold.
+
+    Returns:
+        loss: float32 scalar ``sum_r l_r / max(n_valid, 1)`` with ``l_r = valid_r * mean_c f(x_rc)``
+            (differentiable w.r.t. ``pred``);
+        per_ray: float32 [R], ``l_r`` (detached; 0 for invalid rays);
+        aux: float64 [2] = (n_valid, ``sum_r valid_r * mean_c x_rc^2``), detached.
+    """
+    if kind not in ("huber", "mse"):
+        raise ValueError(f"masked_ray_loss: kind must be 'huber' or 'mse', got {kind!r}")
+    pred, target = pred.float(), target.float()
+    if kind == "mse":
+        elem = (pred - target) ** 2
+    else:
+        elem = torch.nn.functional.huber_loss(pred, target, reduction="none", delta=delta)
+    per_ray = elem.mean(dim=-1) * valid
+    n_valid = valid.sum()
+    loss = per_ray.sum() / n_valid.clamp_min(1)
+    with torch.no_grad():
+        sq_err = (((pred.detach() - target) ** 2).mean(dim=-1) * valid).sum()
+        aux = torch.stack([n_valid.to(torch.float64), sq_err.to(torch.float64)])
+    return loss, per_ray.detach(), aux
+
+
+@torch.no_grad()
+def adapt_ray_count(
+    aux: Tensor,
+    ray_valid: Tensor,
+    marched_counts: Tensor,
+    rendered_counts: Tensor,
+    n_active: Tensor,
+    n_active_f: Tensor,
+    target_fraction: Tensor,
+    *,
+    sample_budget: int,
+    march_budget: int,
+    min_rays: int,
+    n_slots: int,
+    momentum: float,
+) -> Tensor:
+    """Next step's ray count under a fixed sample budget, and this step's statistics.
+
+    instant-ngp's rule ``rays * budget / measured samples``, for both budgets, smoothed and
+    clamped; in float32, in this order::
+
+        rays = max(float(n_valid), 1)
+        per_ray_rendered = max(float(n_rendered) / rays, 0.25)
+        per_ray_marched = max(float(n_marched) / rays, 0.25)
+        fill = 0.98 * target_fraction          # just under the budgets: an overflow drops rays
+        want = min(fill * sample_budget / per_ray_rendered, fill * march_budget / per_ray_marched)
+        n_active_f = clamp(momentum * n_active_f + (1 - momentum) * want, min_rays, n_slots)
+        n_active = round_half_even(n_active_f)
+
+    Args:
+        aux: float64 [2] of :func:`masked_ray_loss` (n_valid, squared-error sum).
+        ray_valid: bool [R]; marched_counts: int64 [R] samples marched per ray (counted for valid
+            rays only); rendered_counts: int64 [R] samples in the differentiable pass per ray.
+        n_active: int64 scalar, updated in place; n_active_f: float32 scalar, updated in place;
+        target_fraction: float32 scalar, share of the budgets aimed at.
+        sample_budget, march_budget: the two capacities; min_rays, n_slots: the clamp range;
+        momentum: weight of the previous estimate.
+
+    Returns:
+        float64 [4]: (valid rays, marched samples of valid rays, rendered samples, squared-error sum).
+    """
+    n_marched = (marched_counts * ray_valid).sum()
+    n_rendered = rendered_counts.sum()
+    rays = aux[0].float().clamp_min(1.0)
+    per_ray_rendered = (n_rendered.float() / rays).clamp_min(0.25)
+    per_ray_marched = (n_marched.float() / rays).clamp_min(0.25)
+    fill = 0.98 * target_fraction
+    want = torch.minimum(fill * sample_budget / per_ray_rendered, fill * march_budget / per_ray_marched)
+    new = (momentum * n_active_f + (1.0 - momentum) * want).clamp(min=float(min_rays), max=float(n_slots))
+    n_active_f.copy_(new)
+    n_active.copy_(new.round().to(torch.int64))
+    counts = torch.stack([n_marched, n_rendered]).to(torch.float64)
+    return torch.cat([aux[:1], counts, aux[1:]])
 
 
 # --------------------------------------------------------------------------------------------------

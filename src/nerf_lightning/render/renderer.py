@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from ..ops import get_ops
 from .occupancy import OccupancyGrid
 
-__all__ = ["Renderer"]
+__all__ = ["Renderer", "fixed_render_counts"]
 
 
 class Renderer(nn.Module):
@@ -120,7 +120,7 @@ class Renderer(nn.Module):
                 field, rays_o, rays_d, ray_indices, t_starts, t_ends, packed_info
             )
         if t_starts.shape[0] > 0:
-            positions, dirs = _sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
+            positions, dirs = ops.sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
             sigmas, rgbs = field(positions, dirs)
             sigmas, rgbs = sigmas.reshape(-1), rgbs.reshape(-1, 3)
             connect = None
@@ -195,10 +195,11 @@ class Renderer(nn.Module):
 
         Returns:
             dict with ``rgb`` [R, 3], ``opacity`` [R, 1], ``depth`` [R, 1], ``ray_valid`` bool [R],
-            ``n_rays`` (valid rays), ``n_samples`` (marched samples of valid rays),
-            ``n_samples_rendered`` (samples in the differentiable pass) as int64 scalar tensors, and
-            the fixed-layout samples ``weights`` / ``sigmas`` / ``ray_indices`` / ``t_starts`` /
-            ``t_ends`` [sample_capacity], ``packed_info`` [R, 2].
+            ``marched_counts`` int64 [R] (samples each ray got in the marching pass; count only the
+            valid rays), the fixed-layout samples ``weights`` / ``sigmas`` / ``ray_indices`` /
+            ``t_starts`` / ``t_ends`` [sample_capacity] and ``packed_info`` [R, 2] (its counts are the
+            samples in the differentiable pass). No scalar sums: the training step reduces the
+            counts in its own kernel; :func:`fixed_render_counts` gives them otherwise.
         """
         if march_capacity < 1 or sample_capacity < 1:
             raise ValueError(
@@ -224,7 +225,7 @@ class Renderer(nn.Module):
                 t_jitter=t_jitter,
             )
             if self.compact_samples:
-                positions, _ = _sample_points(rays_o, rays_d, *marched[:3])
+                positions, _ = ops.sample_points(rays_o, rays_d, *marched[:3])
                 sigmas = field.density(positions).reshape(-1).float()
                 _, transmittance = ops.render_weights(
                     sigmas,
@@ -239,8 +240,7 @@ class Renderer(nn.Module):
             else:
                 keep = torch.ones_like(marched.ray_indices, dtype=torch.bool)
             packed, valid = ops.repack(marched, keep, sample_capacity, valid)
-            n_marched = (marched.packed_info[:, 1] * valid).sum()
-        positions, dirs = _sample_points(rays_o, rays_d, *packed[:3])
+        positions, dirs = ops.sample_points(rays_o, rays_d, *packed[:3])
         sigmas, rgbs = field(positions, dirs)
         sigmas, rgbs = sigmas.reshape(-1), rgbs.reshape(-1, 3)
         out = ops.volume_render(
@@ -256,9 +256,7 @@ class Renderer(nn.Module):
         )
         out.update(
             ray_valid=valid,
-            n_rays=valid.sum(),
-            n_samples=n_marched,
-            n_samples_rendered=packed.packed_info[:, 1].sum(),
+            marched_counts=marched.packed_info[:, 1],
             sigmas=sigmas,
             ray_indices=packed.ray_indices,
             t_starts=packed.t_starts,
@@ -280,7 +278,7 @@ class Renderer(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Packed samples whose transmittance is still >= ``early_stop_eps`` under the current field."""
         n_rays = rays_o.shape[0]
-        positions, _ = _sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
+        positions, _ = self.ops.sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
         sigmas = field.density(positions).reshape(-1).float()
         _, transmittance = self.ops.render_weights(
             sigmas,
@@ -342,9 +340,13 @@ class Renderer(nn.Module):
         return {**{k: torch.cat(v) for k, v in parts.items()}, "n_samples": n_samples}
 
 
-def _sample_points(
-    rays_o: Tensor, rays_d: Tensor, ray_indices: Tensor, t_starts: Tensor, t_ends: Tensor
-) -> tuple[Tensor, Tensor]:
-    """Positions [S, 3] at the packed samples' interval midpoints and their ray directions [S, 3]."""
-    dirs = rays_d[ray_indices]
-    return rays_o[ray_indices] + dirs * ((t_starts + t_ends) * 0.5)[:, None], dirs
+def fixed_render_counts(out: dict[str, Tensor]) -> dict[str, Tensor]:
+    """int64 scalar tensors of a :meth:`Renderer.render_rays_fixed` result: ``n_rays`` (valid rays),
+    ``n_samples`` (marched samples of the valid rays), ``n_samples_rendered`` (samples in the
+    differentiable pass)."""
+    valid = out["ray_valid"]
+    return {
+        "n_rays": valid.sum(),
+        "n_samples": (out["marched_counts"] * valid).sum(),
+        "n_samples_rendered": out["packed_info"][:, 1].sum(),
+    }

@@ -25,6 +25,8 @@ std::vector<torch::Tensor> march_rays_fixed(torch::Tensor rays_o, torch::Tensor 
                                             c10::optional<torch::Tensor> n_active, double step_size,
                                             double cone_angle, double max_step, int64_t max_samples,
                                             double near_plane, int64_t capacity);
+std::vector<torch::Tensor> repack(torch::Tensor t_starts, torch::Tensor t_ends, torch::Tensor packed_info,
+                                  torch::Tensor keep, int64_t capacity, c10::optional<torch::Tensor> ray_valid);
 std::vector<torch::Tensor> render_weights_fwd(torch::Tensor sigmas, torch::Tensor t_starts, torch::Tensor t_ends,
                                               torch::Tensor packed_info, double eps);
 torch::Tensor render_weights_bwd(torch::Tensor grad_w, c10::optional<torch::Tensor> grad_trans, torch::Tensor sigmas,
@@ -36,6 +38,17 @@ std::vector<torch::Tensor> volume_render_bwd(torch::Tensor g_rgb, torch::Tensor 
                                              c10::optional<torch::Tensor> g_w, torch::Tensor sigmas,
                                              torch::Tensor rgbs, torch::Tensor t_starts, torch::Tensor t_ends,
                                              torch::Tensor packed_info, torch::Tensor w, double eps);
+std::vector<torch::Tensor> masked_ray_loss_fwd(torch::Tensor pred, torch::Tensor target, torch::Tensor valid,
+                                               bool huber_loss, double delta);
+torch::Tensor masked_ray_loss_bwd(torch::Tensor g_loss, torch::Tensor pred, torch::Tensor target,
+                                  torch::Tensor valid, torch::Tensor aux, bool huber_loss, double delta);
+torch::Tensor adapt_ray_count(torch::Tensor aux, torch::Tensor valid, torch::Tensor marched, torch::Tensor rendered,
+                              torch::Tensor n_active, torch::Tensor n_active_f, torch::Tensor target_fraction,
+                              double sample_budget, double march_budget, double min_rays, double n_slots,
+                              double momentum);
+std::vector<torch::Tensor> sample_points(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor ray_idx,
+                                         torch::Tensor t_starts, torch::Tensor t_ends);
+std::vector<torch::Tensor> normalize_to_box(torch::Tensor positions, torch::Tensor box_min, torch::Tensor box_size);
 }  // namespace nl
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -50,9 +63,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("unpack_bitfield", &nl::unpack_bitfield);
   m.def("march_rays", &nl::march_rays);
   m.def("march_rays_fixed", &nl::march_rays_fixed);
+  m.def("repack", &nl::repack);
   m.def("render_weights_fwd", &nl::render_weights_fwd);
   m.def("render_weights_bwd", &nl::render_weights_bwd);
   m.def("volume_render_fwd", &nl::volume_render_fwd);
   m.def("volume_render_bwd", &nl::volume_render_bwd);
-  m.attr("ABI_VERSION") = 2;
+  m.def("masked_ray_loss_fwd", &nl::masked_ray_loss_fwd);
+  m.def("masked_ray_loss_bwd", &nl::masked_ray_loss_bwd);
+  m.def("adapt_ray_count", &nl::adapt_ray_count);
+  m.def("sample_points", &nl::sample_points);
+  m.def("normalize_to_box", &nl::normalize_to_box);
+  m.attr("ABI_VERSION") = 3;
 }

@@ -408,6 +408,57 @@ std::vector<torch::Tensor> march_rays(torch::Tensor rays_o, torch::Tensor rays_d
   return {ray_idx, t_s, t_e, packed_info};
 }
 
+// ------------------------------------------------------------------------------- fixed layout
+// Rays keep their samples in index order while the inclusive sum of their counts fits `capacity`
+// (ops/reference.py::repack). Given that inclusive sum, one thread per ray decides: valid rays get
+// (start, count); the others (count, start) = (0, n_used), where n_used, the samples in use, is the
+// largest inclusive sum <= capacity (rays that are not candidates have count 0, so the sums are
+// non-decreasing and a binary search finds it). `offsets` (optional): start, or -1 if invalid.
+__global__ void fixed_layout_kernel(const int64_t* __restrict__ counts, const int64_t* __restrict__ incl,
+                                    const bool* __restrict__ candidate, const int64_t* __restrict__ n_active,
+                                    int64_t n_rays, int64_t capacity, int64_t* __restrict__ info,
+                                    bool* __restrict__ valid, int64_t* __restrict__ offsets) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= n_rays) return;
+  const bool ok = incl[r] <= capacity && (candidate == nullptr || candidate[r]) && (n_active == nullptr || r < *n_active);
+  int64_t start;
+  if (ok) {
+    start = incl[r] - counts[r];
+  } else {
+    int64_t lo = 0, hi = n_rays;  // first index whose inclusive sum exceeds capacity
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) >> 1;
+      if (incl[mid] <= capacity) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    start = lo == 0 ? 0 : incl[lo - 1];
+  }
+  info[r * 2] = start;
+  info[r * 2 + 1] = ok ? counts[r] : 0;
+  valid[r] = ok;
+  if (offsets != nullptr) offsets[r] = ok ? start : -1;
+}
+
+// counts (int64 [R], zero for non-candidates) -> packed_info [R, 2], valid [R], offsets [R] (optional).
+static std::vector<torch::Tensor> fixed_layout(const torch::Tensor& counts, const bool* candidate,
+                                               const int64_t* n_active, int64_t capacity, bool with_offsets) {
+  const int64_t n_rays = counts.size(0);
+  auto lopt = counts.options();
+  auto incl = torch::cumsum(counts, 0);
+  auto info = torch::empty({n_rays, 2}, lopt);
+  auto valid = torch::empty({n_rays}, lopt.dtype(torch::kBool));
+  auto offsets = with_offsets ? torch::empty({n_rays}, lopt) : torch::Tensor();
+  const int threads = 256;
+  fixed_layout_kernel<<<n_blocks(n_rays, threads), threads, 0, stream()>>>(
+      counts.data_ptr<int64_t>(), incl.data_ptr<int64_t>(), candidate, n_active, n_rays, capacity,
+      info.data_ptr<int64_t>(), valid.data_ptr<bool>(), with_offsets ? offsets.data_ptr<int64_t>() : nullptr);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {info, valid, offsets};
+}
+
 // The fixed layout of ops/reference.py (march_rays_fixed): `capacity` sample slots, rays kept in
 // index order while they fit, padding = (ray 0, t 0, t 0). No host sync (graph capturable).
 std::vector<torch::Tensor> march_rays_fixed(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor t_near,
@@ -436,25 +487,92 @@ std::vector<torch::Tensor> march_rays_fixed(torch::Tensor rays_o, torch::Tensor 
   if (n_rays == 0) {
     return {ray_idx, t_s, t_e, torch::zeros({0, 2}, lopt), torch::zeros({0}, rays_o.options().dtype(torch::kBool))};
   }
-  auto counts = torch::zeros({n_rays}, rays_o.options().dtype(torch::kInt32));
+  auto counts = torch::empty({n_rays}, rays_o.options().dtype(torch::kInt32));  // the count pass writes every ray
   launch_march(rays_o, rays_d, t_near, t_far, jit, binaries, a, active, counts.data_ptr<int32_t>(), nullptr, nullptr,
                nullptr, nullptr);
-  auto count64 = counts.to(torch::kInt64);
-  auto incl = torch::cumsum(count64, 0);
-  auto valid = incl <= capacity;
-  if (active != nullptr) valid = valid & (torch::arange(n_rays, lopt) < *n_active);
-  auto kept = torch::where(valid, count64, torch::zeros_like(count64));
-  auto n_used = kept.sum();
-  auto starts = torch::where(valid, incl - count64, n_used);
-  auto offsets = torch::where(valid, starts, torch::full_like(starts, -1));
+  // inactive rays count 0, so the layout's inclusive sums stay non-decreasing
+  auto layout = fixed_layout(counts.to(torch::kInt64), nullptr, active, capacity, true);
   if (capacity > 0) {
-    launch_march(rays_o, rays_d, t_near, t_far, jit, binaries, a, active, nullptr, offsets.data_ptr<int64_t>(),
+    launch_march(rays_o, rays_d, t_near, t_far, jit, binaries, a, active, nullptr, layout[2].data_ptr<int64_t>(),
                  ray_idx.data_ptr<int64_t>(), t_s.data_ptr<float>(), t_e.data_ptr<float>());
   }
-  return {ray_idx, t_s, t_e, torch::stack({starts, kept}, -1), valid};
+  return {ray_idx, t_s, t_e, layout[0], layout[1]};
 }
 
-// ------------------------------------------------------------------------------- compositing
+// repack, one thread per ray: kept samples of candidate rays counted, then copied in order.
+__global__ void repack_count_kernel(const int64_t* __restrict__ info, const bool* __restrict__ keep,
+                                    const bool* __restrict__ ray_valid, int64_t n_rays, int64_t n_samples,
+                                    int64_t* __restrict__ counts) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= n_rays) return;
+  int64_t n = 0;
+  if (ray_valid == nullptr || ray_valid[r]) {
+    const int64_t first = info[r * 2], end = min(first + info[r * 2 + 1], n_samples);
+    for (int64_t s = max(first, int64_t{0}); s < end; ++s) n += keep[s] ? 1 : 0;
+  }
+  counts[r] = n;
+}
+
+__global__ void repack_copy_kernel(const int64_t* __restrict__ info, const bool* __restrict__ keep,
+                                   const float* __restrict__ t_starts, const float* __restrict__ t_ends,
+                                   const int64_t* __restrict__ out_info, const bool* __restrict__ valid,
+                                   int64_t n_rays, int64_t n_samples, int64_t* __restrict__ out_idx,
+                                   float* __restrict__ out_ts, float* __restrict__ out_te) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= n_rays || !valid[r]) return;
+  const int64_t first = info[r * 2], end = min(first + info[r * 2 + 1], n_samples);
+  int64_t j = out_info[r * 2];
+  for (int64_t s = max(first, int64_t{0}); s < end; ++s) {
+    if (!keep[s]) continue;
+    out_idx[j] = r;
+    out_ts[j] = t_starts[s];
+    out_te[j] = t_ends[s];
+    ++j;
+  }
+}
+
+std::vector<torch::Tensor> repack(torch::Tensor t_starts, torch::Tensor t_ends, torch::Tensor packed_info,
+                                  torch::Tensor keep, int64_t capacity, c10::optional<torch::Tensor> ray_valid) {
+  NL_CHECK_INPUT(t_starts);
+  NL_CHECK_INPUT(t_ends);
+  NL_CHECK_INPUT(packed_info);
+  NL_CHECK_INPUT(keep);
+  NL_CHECK_DTYPE(t_starts, torch::kFloat32);
+  NL_CHECK_DTYPE(t_ends, torch::kFloat32);
+  NL_CHECK_DTYPE(packed_info, torch::kInt64);
+  NL_CHECK_DTYPE(keep, torch::kBool);
+  TORCH_CHECK(capacity >= 0, "repack: capacity must be >= 0");
+  const int64_t n_samples = t_starts.numel(), n_rays = packed_info.size(0);
+  TORCH_CHECK(t_ends.numel() == n_samples && keep.numel() == n_samples, "repack: samples must all be [S]");
+  const bool* candidate = nullptr;
+  if (ray_valid.has_value()) {
+    NL_CHECK_INPUT((*ray_valid));
+    NL_CHECK_DTYPE((*ray_valid), torch::kBool);
+    TORCH_CHECK(ray_valid->numel() == n_rays, "repack: ray_valid must be [R]");
+    candidate = ray_valid->data_ptr<bool>();
+  }
+  const c10::cuda::CUDAGuard guard(t_starts.device());
+  auto lopt = packed_info.options();
+  auto out_idx = torch::zeros({capacity}, lopt);
+  auto out_ts = torch::zeros({capacity}, t_starts.options());
+  auto out_te = torch::zeros({capacity}, t_starts.options());
+  if (n_rays == 0) return {out_idx, out_ts, out_te, torch::zeros({0, 2}, lopt), torch::zeros({0}, keep.options())};
+  auto counts = torch::empty({n_rays}, lopt);
+  const int threads = 256;
+  repack_count_kernel<<<n_blocks(n_rays, threads), threads, 0, stream()>>>(
+      packed_info.data_ptr<int64_t>(), keep.data_ptr<bool>(), candidate, n_rays, n_samples, counts.data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  auto layout = fixed_layout(counts, candidate, nullptr, capacity, false);
+  if (capacity > 0) {
+    repack_copy_kernel<<<n_blocks(n_rays, threads), threads, 0, stream()>>>(
+        packed_info.data_ptr<int64_t>(), keep.data_ptr<bool>(), t_starts.data_ptr<float>(), t_ends.data_ptr<float>(),
+        layout[0].data_ptr<int64_t>(), layout[1].data_ptr<bool>(), n_rays, n_samples, out_idx.data_ptr<int64_t>(),
+        out_ts.data_ptr<float>(), out_te.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return {out_idx, out_ts, out_te, layout[0], layout[1]};
+}
+
 // ------------------------------------------------------------------------------- compositing
 // Per ray r: samples [start, start + count) of packed_info. One warp per ray, 32 samples per step:
 // warp scans (float64) of the optical depth and of the gradient terms, the exclusive optical depth

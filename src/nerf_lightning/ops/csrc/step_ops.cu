@@ -1,0 +1,327 @@
+// Fused pieces of the fixed-budget training step (models/train_step.py): the masked per-ray loss,
+// the adaptive ray count with the step statistics, and the sample positions. Each replaces a chain
+// of small PyTorch kernels (tens per step) whose launch boundaries, not their arithmetic, cost the
+// time; contracts and float details are the reference functions' in ops/reference.py.
+#include <cub/block/block_reduce.cuh>
+
+#include "common.h"
+
+namespace nl {
+
+namespace {
+
+constexpr int kReduceThreads = 256;
+constexpr int kMaxReduceBlocks = 128;
+
+__device__ __forceinline__ float huber(float x, float delta) {
+  const float z = fabsf(x);
+  return z < delta ? 0.5f * z * z : delta * (z - 0.5f * delta);
+}
+
+__device__ __forceinline__ float huber_grad(float x, float delta) {
+  return fabsf(x) < delta ? x : copysignf(delta, x);
+}
+
+// Sums three doubles over the block and over the grid; the last block to finish adds the blocks'
+// partial sums in block order (deterministic) and returns true on its thread 0 with `total` set.
+__device__ bool grid_sum3(double a, double b, double c, double* partials, unsigned int* done, double total[3]) {
+  using Reduce = cub::BlockReduce<double, kReduceThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  __shared__ bool last;
+  const double sa = Reduce(tmp).Sum(a);
+  __syncthreads();
+  const double sb = Reduce(tmp).Sum(b);
+  __syncthreads();
+  const double sc = Reduce(tmp).Sum(c);
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x * 3 + 0] = sa;
+    partials[blockIdx.x * 3 + 1] = sb;
+    partials[blockIdx.x * 3 + 2] = sc;
+    __threadfence();
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x != 0) return false;
+  __threadfence();
+  total[0] = total[1] = total[2] = 0.0;
+  for (unsigned int i = 0; i < gridDim.x; ++i) {
+    // written by other blocks: read through L2, never a stale L1 line
+    total[0] += __ldcg(partials + i * 3 + 0);
+    total[1] += __ldcg(partials + i * 3 + 1);
+    total[2] += __ldcg(partials + i * 3 + 2);
+  }
+  return true;
+}
+
+unsigned int reduce_blocks(int64_t n) {
+  return static_cast<unsigned int>(std::max<int64_t>(1, std::min<int64_t>((n + kReduceThreads - 1) / kReduceThreads,
+                                                                         kMaxReduceBlocks)));
+}
+
+template <bool kHuber>
+__global__ void masked_ray_loss_fwd_kernel(const float* __restrict__ pred, const float* __restrict__ target,
+                                           const bool* __restrict__ valid, int64_t n, float delta,
+                                           float* __restrict__ per_ray, double* partials, unsigned int* done,
+                                           float* loss, double* aux) {
+  double l_sum = 0.0, sq_sum = 0.0, count = 0.0;
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < n;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float lr = 0.0f;
+    if (valid[r]) {
+      const float x0 = pred[r * 3] - target[r * 3];
+      const float x1 = pred[r * 3 + 1] - target[r * 3 + 1];
+      const float x2 = pred[r * 3 + 2] - target[r * 3 + 2];
+      const float l = kHuber ? (huber(x0, delta) + huber(x1, delta)) + huber(x2, delta) : (x0 * x0 + x1 * x1) + x2 * x2;
+      lr = l / 3.0f;
+      l_sum += lr;
+      sq_sum += ((x0 * x0 + x1 * x1) + x2 * x2) / 3.0f;
+      count += 1.0;
+    }
+    per_ray[r] = lr;
+  }
+  double total[3];
+  if (grid_sum3(l_sum, sq_sum, count, partials, done, total)) {
+    *loss = static_cast<float>(total[0] / fmax(total[2], 1.0));
+    aux[0] = total[2];
+    aux[1] = total[1];
+  }
+}
+
+template <bool kHuber>
+__global__ void masked_ray_loss_bwd_kernel(const float* __restrict__ g_loss, const float* __restrict__ pred,
+                                           const float* __restrict__ target, const bool* __restrict__ valid,
+                                           const double* __restrict__ aux, int64_t n3, float delta,
+                                           float* __restrict__ grad) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n3) return;
+  const int64_t r = i / 3;
+  if (!valid[r]) {
+    grad[i] = 0.0f;
+    return;
+  }
+  const float scale = *g_loss / static_cast<float>(fmax(aux[0], 1.0)) / 3.0f;
+  const float x = pred[i] - target[i];
+  grad[i] = (kHuber ? huber_grad(x, delta) : 2.0f * x) * scale;
+}
+
+struct AdaptArgs {
+  float sample_budget, march_budget, min_rays, n_slots, momentum, one_minus_momentum;
+};
+
+__global__ void adapt_ray_count_kernel(const double* __restrict__ aux, const bool* __restrict__ valid,
+                                       const int64_t* __restrict__ marched, const int64_t* __restrict__ rendered,
+                                       int64_t n, const float* __restrict__ target_fraction, AdaptArgs a,
+                                       double* partials, unsigned int* done, int64_t* n_active, float* n_active_f,
+                                       double* stats) {
+  // Sample counts are integers far below 2^53: double sums are exact.
+  double m_sum = 0.0, r_sum = 0.0;
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < n;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (valid[r]) m_sum += static_cast<double>(marched[r]);
+    r_sum += static_cast<double>(rendered[r]);
+  }
+  double total[3];
+  if (!grid_sum3(m_sum, r_sum, 0.0, partials, done, total)) return;
+  // The float32 operation sequence of ops/reference.py::adapt_ray_count.
+  const double n_valid = aux[0];
+  const float rays = fmaxf(static_cast<float>(n_valid), 1.0f);
+  const float per_ray_rendered = fmaxf(static_cast<float>(total[1]) / rays, 0.25f);
+  const float per_ray_marched = fmaxf(static_cast<float>(total[0]) / rays, 0.25f);
+  const float fill = 0.98f * *target_fraction;
+  const float want = fminf(fill * a.sample_budget / per_ray_rendered, fill * a.march_budget / per_ray_marched);
+  const float next = a.momentum * *n_active_f + a.one_minus_momentum * want;
+  const float clamped = fminf(fmaxf(next, a.min_rays), a.n_slots);
+  *n_active_f = clamped;
+  *n_active = static_cast<int64_t>(rintf(clamped));
+  stats[0] = n_valid;
+  stats[1] = total[0];
+  stats[2] = total[1];
+  stats[3] = aux[1];
+}
+
+__global__ void sample_points_kernel(const float* __restrict__ o, const float* __restrict__ d,
+                                     const int64_t* __restrict__ ray_idx, const float* __restrict__ t_starts,
+                                     const float* __restrict__ t_ends, int64_t n, float* __restrict__ positions,
+                                     float* __restrict__ dirs) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const int64_t r = ray_idx[i];
+  const float mid = (t_starts[i] + t_ends[i]) * 0.5f;
+#pragma unroll
+  for (int c = 0; c < 3; ++c) {
+    const float dc = d[r * 3 + c];
+    dirs[i * 3 + c] = dc;
+    positions[i * 3 + c] = o[r * 3 + c] + dc * mid;
+  }
+}
+
+__global__ void normalize_to_box_kernel(const float* __restrict__ p, const float* __restrict__ box_min,
+                                        const float* __restrict__ box_size, int64_t n, float* __restrict__ x,
+                                        bool* __restrict__ inside) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  bool in = true;
+#pragma unroll
+  for (int c = 0; c < 3; ++c) {
+    const float u = (p[i * 3 + c] - box_min[c]) / box_size[c];
+    in = in && u >= 0.0f && u <= 1.0f;
+    x[i * 3 + c] = fminf(fmaxf(u, 0.0f), 1.0f);
+  }
+  inside[i] = in;
+}
+
+void check_rows3(const torch::Tensor& t, int64_t n, const char* name) {
+  NL_CHECK_INPUT(t);
+  NL_CHECK_DTYPE(t, torch::kFloat32);
+  TORCH_CHECK(t.dim() == 2 && t.size(0) == n && t.size(1) == 3, name, " must be [", n, ", 3]");
+}
+
+void check_mask(const torch::Tensor& t, int64_t n, const char* name) {
+  NL_CHECK_INPUT(t);
+  NL_CHECK_DTYPE(t, torch::kBool);
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == n, name, " must be bool [", n, "]");
+}
+
+}  // namespace
+
+std::vector<torch::Tensor> masked_ray_loss_fwd(torch::Tensor pred, torch::Tensor target, torch::Tensor valid,
+                                               bool huber_loss, double delta) {
+  const int64_t n = pred.size(0);
+  check_rows3(pred, n, "pred");
+  check_rows3(target, n, "target");
+  check_mask(valid, n, "valid");
+  const c10::cuda::CUDAGuard guard(pred.device());
+  auto fopt = pred.options();
+  auto per_ray = torch::empty({n}, fopt);
+  auto loss = torch::empty({}, fopt);
+  auto aux = torch::empty({2}, fopt.dtype(torch::kFloat64));
+  const unsigned int blocks = reduce_blocks(n);
+  auto partials = torch::empty({blocks * 3}, fopt.dtype(torch::kFloat64));
+  auto done = torch::zeros({1}, fopt.dtype(torch::kInt32));
+  auto launch = [&](auto kernel) {
+    kernel<<<blocks, kReduceThreads, 0, stream()>>>(
+        pred.data_ptr<float>(), target.data_ptr<float>(), valid.data_ptr<bool>(), n, static_cast<float>(delta),
+        per_ray.data_ptr<float>(), partials.data_ptr<double>(), reinterpret_cast<unsigned int*>(done.data_ptr<int32_t>()),
+        loss.data_ptr<float>(), aux.data_ptr<double>());
+  };
+  if (huber_loss) {
+    launch(masked_ray_loss_fwd_kernel<true>);
+  } else {
+    launch(masked_ray_loss_fwd_kernel<false>);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {loss, per_ray, aux};
+}
+
+torch::Tensor masked_ray_loss_bwd(torch::Tensor g_loss, torch::Tensor pred, torch::Tensor target,
+                                  torch::Tensor valid, torch::Tensor aux, bool huber_loss, double delta) {
+  const int64_t n = pred.size(0);
+  check_rows3(pred, n, "pred");
+  check_rows3(target, n, "target");
+  check_mask(valid, n, "valid");
+  NL_CHECK_INPUT(g_loss);
+  NL_CHECK_DTYPE(g_loss, torch::kFloat32);
+  TORCH_CHECK(g_loss.numel() == 1, "g_loss must be a scalar");
+  NL_CHECK_INPUT(aux);
+  NL_CHECK_DTYPE(aux, torch::kFloat64);
+  const c10::cuda::CUDAGuard guard(pred.device());
+  auto grad = torch::empty_like(pred);
+  if (n == 0) return grad;
+  const int threads = 256;
+  auto launch = [&](auto kernel) {
+    kernel<<<n_blocks(n * 3, threads), threads, 0, stream()>>>(
+        g_loss.data_ptr<float>(), pred.data_ptr<float>(), target.data_ptr<float>(), valid.data_ptr<bool>(),
+        aux.data_ptr<double>(), n * 3, static_cast<float>(delta), grad.data_ptr<float>());
+  };
+  if (huber_loss) {
+    launch(masked_ray_loss_bwd_kernel<true>);
+  } else {
+    launch(masked_ray_loss_bwd_kernel<false>);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return grad;
+}
+
+torch::Tensor adapt_ray_count(torch::Tensor aux, torch::Tensor valid, torch::Tensor marched, torch::Tensor rendered,
+                              torch::Tensor n_active, torch::Tensor n_active_f, torch::Tensor target_fraction,
+                              double sample_budget, double march_budget, double min_rays, double n_slots,
+                              double momentum) {
+  const int64_t n = valid.size(0);
+  check_mask(valid, n, "ray_valid");
+  for (const auto* t : {&marched, &rendered}) {
+    NL_CHECK_INPUT((*t));
+    NL_CHECK_DTYPE((*t), torch::kInt64);
+    TORCH_CHECK(t->dim() == 1 && t->size(0) == n, "sample counts must be int64 [", n, "]");
+  }
+  NL_CHECK_INPUT(aux);
+  NL_CHECK_DTYPE(aux, torch::kFloat64);
+  NL_CHECK_INPUT(n_active);
+  NL_CHECK_DTYPE(n_active, torch::kInt64);
+  NL_CHECK_INPUT(n_active_f);
+  NL_CHECK_DTYPE(n_active_f, torch::kFloat32);
+  NL_CHECK_INPUT(target_fraction);
+  NL_CHECK_DTYPE(target_fraction, torch::kFloat32);
+  const c10::cuda::CUDAGuard guard(valid.device());
+  auto dopt = aux.options();
+  auto stats = torch::empty({4}, dopt);
+  const unsigned int blocks = reduce_blocks(n);
+  auto partials = torch::empty({blocks * 3}, dopt);
+  auto done = torch::zeros({1}, dopt.dtype(torch::kInt32));
+  const AdaptArgs a{static_cast<float>(sample_budget), static_cast<float>(march_budget), static_cast<float>(min_rays),
+                    static_cast<float>(n_slots), static_cast<float>(momentum),
+                    static_cast<float>(1.0 - momentum)};  // rounded once from double, as torch's scalar
+  adapt_ray_count_kernel<<<blocks, kReduceThreads, 0, stream()>>>(
+      aux.data_ptr<double>(), valid.data_ptr<bool>(), marched.data_ptr<int64_t>(), rendered.data_ptr<int64_t>(), n,
+      target_fraction.data_ptr<float>(), a, partials.data_ptr<double>(),
+      reinterpret_cast<unsigned int*>(done.data_ptr<int32_t>()), n_active.data_ptr<int64_t>(),
+      n_active_f.data_ptr<float>(), stats.data_ptr<double>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return stats;
+}
+
+std::vector<torch::Tensor> sample_points(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor ray_idx,
+                                         torch::Tensor t_starts, torch::Tensor t_ends) {
+  const int64_t n_rays = rays_o.size(0);
+  check_rows3(rays_o, n_rays, "rays_o");
+  check_rows3(rays_d, n_rays, "rays_d");
+  NL_CHECK_INPUT(ray_idx);
+  NL_CHECK_DTYPE(ray_idx, torch::kInt64);
+  NL_CHECK_INPUT(t_starts);
+  NL_CHECK_DTYPE(t_starts, torch::kFloat32);
+  NL_CHECK_INPUT(t_ends);
+  NL_CHECK_DTYPE(t_ends, torch::kFloat32);
+  const int64_t n = ray_idx.size(0);
+  TORCH_CHECK(t_starts.numel() == n && t_ends.numel() == n, "sample_points: t_starts/t_ends must be [", n, "]");
+  const c10::cuda::CUDAGuard guard(rays_o.device());
+  auto positions = torch::empty({n, 3}, rays_o.options());
+  auto dirs = torch::empty({n, 3}, rays_o.options());
+  if (n == 0) return {positions, dirs};
+  const int threads = 256;
+  sample_points_kernel<<<n_blocks(n, threads), threads, 0, stream()>>>(
+      rays_o.data_ptr<float>(), rays_d.data_ptr<float>(), ray_idx.data_ptr<int64_t>(), t_starts.data_ptr<float>(),
+      t_ends.data_ptr<float>(), n, positions.data_ptr<float>(), dirs.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {positions, dirs};
+}
+
+std::vector<torch::Tensor> normalize_to_box(torch::Tensor positions, torch::Tensor box_min, torch::Tensor box_size) {
+  const int64_t n = positions.size(0);
+  check_rows3(positions, n, "positions");
+  for (const auto* t : {&box_min, &box_size}) {
+    NL_CHECK_INPUT((*t));
+    NL_CHECK_DTYPE((*t), torch::kFloat32);
+    TORCH_CHECK(t->numel() == 3, "normalize_to_box: the box corner and size must be [3]");
+  }
+  const c10::cuda::CUDAGuard guard(positions.device());
+  auto x = torch::empty_like(positions);
+  auto inside = torch::empty({n}, positions.options().dtype(torch::kBool));
+  if (n == 0) return {x, inside};
+  const int threads = 256;
+  normalize_to_box_kernel<<<n_blocks(n, threads), threads, 0, stream()>>>(
+      positions.data_ptr<float>(), box_min.data_ptr<float>(), box_size.data_ptr<float>(), n, x.data_ptr<float>(),
+      inside.data_ptr<bool>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {x, inside};
+}
+
+}  // namespace nl

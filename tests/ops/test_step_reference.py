@@ -1,0 +1,96 @@
+"""Reference contracts of the fused training-step ops (``ops/reference.py``): sample positions,
+box normalization, the masked per-ray loss and the adaptive ray count, against numbers worked out
+by hand. The CUDA kernels are held to these functions in ``tests/ops/test_cuda_step_ops.py``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nerf_lightning.ops import reference as ref
+
+
+def test_sample_points_are_interval_midpoints_along_their_rays() -> None:
+    o = torch.tensor([[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]])
+    d = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
+    idx = torch.tensor([1, 0, 1])
+    ts = torch.tensor([0.5, 1.0, 2.0])
+    te = torch.tensor([1.5, 3.0, 2.0])
+    pos, dirs = ref.sample_points(o, d, idx, ts, te)
+    assert pos.tolist() == [[1.0, 2.0, 2.0], [2.0, 0.0, 0.0], [1.0, 2.0, 1.0]]
+    assert dirs.tolist() == [[0.0, 0.0, -1.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]]
+
+
+def test_normalize_to_box_clamps_and_flags_points_outside() -> None:
+    p = torch.tensor([[-1.0, 0.0, 1.0], [-1.5, 0.0, 1.0], [3.0, 3.0, 3.0], [1.0, -0.5, 0.0]])
+    x, inside = ref.normalize_to_box(p, torch.tensor([-1.0, -1.0, -1.0]), torch.tensor([4.0, 4.0, 4.0]))
+    assert x.tolist() == [[0.0, 0.25, 0.5], [0.0, 0.25, 0.5], [1.0, 1.0, 1.0], [0.5, 0.125, 0.25]]
+    assert inside.tolist() == [True, False, True, True]
+
+
+def _loss_case():
+    pred = torch.tensor([[0.5, 0.5, 0.5], [0.0, 0.3, 1.0], [0.2, 0.2, 0.2], [0.9, 0.1, 0.5]])
+    target = torch.tensor([[0.55, 0.5, 0.25], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.9, 0.1, 0.6]])
+    valid = torch.tensor([True, True, False, True])
+    return pred.requires_grad_(), target, valid
+
+
+def test_masked_ray_loss_huber_by_hand() -> None:
+    pred, target, valid = _loss_case()
+    loss, per_ray, aux = ref.masked_ray_loss(pred, target, valid, "huber", 0.1)
+    # x = pred - target; |x| < 0.1: x^2 / 2, else 0.1 * (|x| - 0.05)
+    ray0 = (0.5 * 0.05**2 + 0.0 + 0.1 * (0.25 - 0.05)) / 3
+    ray1 = (0.0 + 0.1 * (0.3 - 0.05) + 0.0) / 3
+    ray3 = (0.0 + 0.0 + 0.5 * 0.1**2) / 3  # |x| = 0.1 is not < delta: 0.1 * 0.05, the same value
+    expected = [ray0, ray1, 0.0, ray3]
+    torch.testing.assert_close(per_ray, torch.tensor(expected), rtol=1e-5, atol=1e-7)
+    assert float(loss) == pytest.approx((ray0 + ray1 + ray3) / 3, rel=1e-5)
+    sq = [(0.05**2 + 0.25**2) / 3, 0.3**2 / 3, 0.0, 0.1**2 / 3]
+    assert aux.dtype == torch.float64
+    assert float(aux[0]) == 3.0 and float(aux[1]) == pytest.approx(sum(sq), rel=1e-5)
+    loss.backward()
+    # d/dx: x inside the quadratic zone, 0.1 * sign(x) outside; / 3 channels / 3 valid rays
+    g = torch.tensor([[-0.05, 0.0, 0.1], [0.0, 0.1, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, -0.1]]) / 9
+    torch.testing.assert_close(pred.grad, g, rtol=1e-4, atol=1e-7)
+
+
+def test_masked_ray_loss_mse_and_no_valid_ray() -> None:
+    pred, target, valid = _loss_case()
+    loss, per_ray, _ = ref.masked_ray_loss(pred, target, valid, "mse")
+    assert float(per_ray[1]) == pytest.approx(0.09 / 3, rel=1e-5)
+    assert float(loss) == pytest.approx(((0.05**2 + 0.25**2) + 0.09 + 0.01) / 9, rel=1e-5)
+    loss, per_ray, aux = ref.masked_ray_loss(pred, target, torch.zeros(4, dtype=torch.bool))
+    assert float(loss) == 0.0 and float(per_ray.abs().sum()) == 0.0 and aux.tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="huber' or 'mse"):
+        ref.masked_ray_loss(pred, target, valid, "l1")
+
+
+def test_adapt_ray_count_follows_the_budget_rule() -> None:
+    valid = torch.tensor([True, True, True, False])
+    marched = torch.tensor([40, 20, 30, 99])  # the invalid ray's samples are not counted: 90
+    rendered = torch.tensor([10, 5, 15, 0])  # 30
+    n_active = torch.tensor(1000, dtype=torch.int64)
+    n_active_f = torch.tensor(1000.0)
+    aux = torch.tensor([3.0, 0.75], dtype=torch.float64)
+    stats = ref.adapt_ray_count(
+        aux, valid, marched, rendered, n_active, n_active_f, torch.tensor(1.0),
+        sample_budget=1000, march_budget=2000, min_rays=64, n_slots=4096, momentum=0.5,
+    )  # fmt: skip
+    assert stats.dtype == torch.float64 and stats.tolist() == [3.0, 90.0, 30.0, 0.75]
+    # 10 rendered and 30 marched per ray: min(0.98 * 1000 / 10, 0.98 * 2000 / 30) = 65.33 rays
+    want = min(0.98 * 1000 / 10, 0.98 * 2000 / 30)
+    assert float(n_active_f) == pytest.approx(0.5 * 1000 + 0.5 * want, rel=1e-6)
+    assert int(n_active) == round(0.5 * 1000 + 0.5 * want)
+    # clamped to [min_rays, n_slots]; a target fraction of 0.5 halves the aim
+    n_active_f.fill_(10.0)
+    ref.adapt_ray_count(
+        aux, valid, marched, rendered, n_active, n_active_f, torch.tensor(0.5),
+        sample_budget=1000, march_budget=2000, min_rays=64, n_slots=4096, momentum=0.5,
+    )  # fmt: skip
+    assert float(n_active_f) == 64.0 and int(n_active) == 64
+    n_active_f.fill_(4000.0)
+    ref.adapt_ray_count(
+        aux, valid, marched, rendered, n_active, n_active_f, torch.tensor(1.0),
+        sample_budget=10**6, march_budget=10**7, min_rays=64, n_slots=4096, momentum=0.0,
+    )  # fmt: skip
+    assert float(n_active_f) == 4096.0 and int(n_active) == 4096
