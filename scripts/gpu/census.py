@@ -40,7 +40,7 @@ def one(i: int, update: bool = True) -> torch.Tensor:
         loss, _, _, stats = g(b["rays_o"], b["rays_d"], b["rgb"], b["background"])
     loss.backward()
     opt.step()
-    opt.zero_grad(set_to_none=False)
+    opt.zero_grad(set_to_none=True)
     if update and i % 16 == 0:
         model.occupancy.update(i + 300, model.field.density, warmup_steps=256)
     return stats

@@ -18,7 +18,7 @@ def one(i):
     b = dm.train_batch(dm.batch_size)
     with autocast_for(prec):
         loss, per_ray, valid, stats = g(b["rays_o"], b["rays_d"], b["rgb"], b["background"])
-    loss.backward(); opt.step(); opt.zero_grad(set_to_none=False)
+    loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
     if i % 16 == 0:
         model.occupancy.update(i + 300, model.field.density, warmup_steps=256)
     return stats

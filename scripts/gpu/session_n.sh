@@ -20,7 +20,9 @@ el "new ext built"
   timeout -k 10 300 python3 -m pytest -q -m cuda .devdata/new_tests -p no:cacheprovider > $R/cuda_tests.log 2>&1
   echo "cuda tests rc=$?: $(tail -1 $R/cuda_tests.log)" >> $OUT/rows.txt
   grep -E "^(FAILED|ERROR)|Error" $R/cuda_tests.log | head -20 >> $OUT/rows.txt
-  el "cuda tests" ) &
+  el "cuda tests"
+  # quality check of the new step at fixed steps (seed 1 before: 34.785 dB)
+  run lego_new_s1 80 experiment=blender data.path=.devdata/lego $C trainer.max_steps=5000 seed=1 ) &
 export CUDA_VISIBLE_DEVICES=0
 for v in old new; do
   if [ $v = old ]; then P=$OLD X=$PWD/.torch_ext_old; else P=$NEW X=$PWD/.torch_extensions; fi

@@ -124,15 +124,17 @@ def test_budget_step_and_occupancy_update_never_sync_with_the_host():
         torch.cuda.set_sync_debug_mode(0)
 
 
+@pytest.mark.parametrize("alias", [True, False])
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
-def test_graph_replay_equals_eager_steps(precision):
-    """Three optimizer steps replayed from the captured graphs equal three eager steps."""
+def test_graph_replay_equals_eager_steps(precision, alias):
+    """Three optimizer steps replayed from the captured graphs equal three eager steps, whether
+    ``.grad`` aliases the graph's gradient buffers (zeroed by set_to_none) or accumulates them."""
     results = []
     for graphed in (False, True):
         field, grid, o, d, bg, target = _scene(seed=4)
         step = _step(field, grid)
         opt = torch.optim.Adam(field.parameters(), lr=1e-2, eps=1e-15, fused=True)
-        fn = capture(step, (o, d, target, bg), precision) if graphed else step
+        fn = capture(step, (o, d, target, bg), precision, alias_gradients=alias) if graphed else step
         losses = []
         for i in range(3):
             ctx = torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
@@ -140,7 +142,7 @@ def test_graph_replay_equals_eager_steps(precision):
                 loss, per_ray, valid, stats = fn(o + 0.001 * i, d, target, bg)
             loss.backward()
             opt.step()
-            opt.zero_grad(set_to_none=False)
+            opt.zero_grad(set_to_none=alias)
             losses.append(float(loss))
             if i == 1:  # occupancy changes between replays must be seen by the graph
                 grid.binaries[:, :32] = False
@@ -155,7 +157,7 @@ def test_graph_replay_equals_eager_steps(precision):
 def test_graph_replay_accumulates_gradients_over_micro_batches():
     field, grid, o, d, bg, target = _scene(seed=6)
     step = _step(field, grid)
-    fn = capture(step, (o, d, target, bg), "32-true")
+    fn = capture(step, (o, d, target, bg), "32-true", alias_gradients=False)
     for p in field.parameters():
         p.grad.zero_()
     fn(o, d, target, bg)[0].backward()

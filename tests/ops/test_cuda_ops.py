@@ -250,7 +250,10 @@ def test_render_weights_equal(n_rays, with_info):
 @pytest.mark.parametrize("n_rays", [0, 3, 4096])
 @pytest.mark.parametrize("background", [None, "vec", "rays"])
 @pytest.mark.parametrize("max_per_ray", [64, 700])
-def test_volume_render_equal(n_rays, background, max_per_ray):
+@pytest.mark.parametrize("used", [("rgb", "opacity", "depth", "weights"), ("rgb",)])
+def test_volume_render_equal(n_rays, background, max_per_ray, used):
+    """Outputs and gradients; ``used``: the outputs the loss reads (training reads only ``rgb``: the
+    kernels then get no opacity/depth gradient and composite the background themselves)."""
     gen = torch.Generator(device=DEV).manual_seed(n_rays * 3 + 1)
     sig, t_s, t_e, ray_idx, info = random_packed(n_rays, gen, max_per_ray)
     if max_per_ray > 64:
@@ -273,7 +276,7 @@ def test_volume_render_equal(n_rays, background, max_per_ray):
         poison()
         out = mod.volume_render(s, c, t_s, t_e, ray_idx, n_rays, info, background=bg)
         assert_all_written(*out.values())
-        sum(((out[k] * g[k]).sum() for k in g), torch.zeros((), device=DEV)).backward()
+        sum(((out[k] * g[k]).sum() for k in used), torch.zeros((), device=DEV)).backward()
         results.append(({k: v.detach() for k, v in out.items()}, s.grad, c.grad))
     (oc, gs_c, gc_c), (orf, gs_r, gc_r) = results
     for k in ("rgb", "opacity", "depth", "weights"):
@@ -281,6 +284,21 @@ def test_volume_render_equal(n_rays, background, max_per_ray):
     if sig.numel():
         assert rel_err(gs_c, gs_r) < 1e-4
         assert rel_err(gc_c, gc_r) < 1e-5
+
+
+def test_volume_render_background_that_needs_a_gradient():
+    gen = torch.Generator(device=DEV).manual_seed(5)
+    sig, t_s, t_e, ray_idx, info = random_packed(500, gen)
+    rgbs = torch.rand(sig.shape[0], 3, generator=gen, device=DEV)
+    grads = []
+    for mod in (cu, ref):
+        bg = torch.rand(500, 3, generator=torch.Generator(device=DEV).manual_seed(1), device=DEV)
+        bg.requires_grad_(True)
+        out = mod.volume_render(sig, rgbs, t_s, t_e, ray_idx, 500, info, background=bg)
+        out["rgb"].square().sum().backward()
+        grads.append(bg.grad)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)
+    assert float(grads[0].abs().sum()) > 0
 
 
 def test_volume_render_autocast_and_no_weight_grad():

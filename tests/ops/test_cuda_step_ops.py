@@ -123,3 +123,23 @@ def test_step_ops_replay_in_a_cuda_graph() -> None:
         torch.testing.assert_close(per_ray, rp, rtol=1e-6, atol=1e-7)
         torch.testing.assert_close(stats, rs, rtol=1e-6, atol=0)
         assert int(n_active) == int(expected_n), i
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_density_activation_equals_the_reference(dtype: torch.dtype) -> None:
+    g = _gen(3)
+    h0 = (torch.randn(70_000, 16, device=DEV, generator=g) * 6).to(dtype)  # logits past the clamp at 15
+    inside = torch.rand(70_000, device=DEV, generator=g) < 0.9
+    up = torch.rand(70_000, device=DEV, generator=g)
+    out, grads = [], []
+    for fn in (cu.density_activation, ref.density_activation):
+        h = h0.clone().requires_grad_()
+        sigma = fn(h, inside, -1.0)
+        (sigma * up).sum().backward()
+        out.append(sigma.detach())
+        grads.append(h.grad)
+    assert out[0].dtype == torch.float32 and grads[0].dtype == dtype
+    torch.testing.assert_close(out[0], out[1], rtol=2e-6, atol=0)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2  # one rounding to h's dtype
+    torch.testing.assert_close(grads[0].float(), grads[1].float(), rtol=tol, atol=0)
+    assert bool((grads[0][:, 1:] == 0).all())

@@ -4,6 +4,8 @@ by hand. The CUDA kernels are held to these functions in ``tests/ops/test_cuda_s
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -94,3 +96,14 @@ def test_adapt_ray_count_follows_the_budget_rule() -> None:
         sample_budget=10**6, march_budget=10**7, min_rays=64, n_slots=4096, momentum=0.0,
     )  # fmt: skip
     assert float(n_active_f) == 4096.0 and int(n_active) == 4096
+
+
+def test_density_activation_masks_and_clamps_its_gradient() -> None:
+    h = torch.tensor([[0.0, 5.0], [2.0, 1.0], [20.0, 0.0]], requires_grad=True)
+    inside = torch.tensor([True, False, True])
+    sigma = ref.density_activation(h, inside, -1.0)
+    torch.testing.assert_close(sigma, torch.tensor([math.exp(-1.0), 0.0, math.exp(19.0)]))
+    sigma.sum().backward()
+    # d/dh0 = exp(min(h0 - 1, 15)) inside the box, 0 outside; other columns never get a gradient
+    expected = torch.tensor([[math.exp(-1.0), 0.0], [0.0, 0.0], [math.exp(15.0), 0.0]])
+    torch.testing.assert_close(h.grad, expected)

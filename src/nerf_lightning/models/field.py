@@ -21,29 +21,12 @@ from torch import Tensor, nn
 
 from nerf_lightning.models.encoding import HashEncoding, SHEncoding
 from nerf_lightning.ops import get_ops
+from nerf_lightning.ops.reference import trunc_exp
+
+__all__ = ["NGPField", "trunc_exp"]
 
 # per call: one CUDA kernel for CUDA tensors when the extension is built, else the reference
 _OPS = get_ops("auto")
-
-
-class _TruncExp(torch.autograd.Function):
-    """exp(x) whose gradient is clamped at x = 15: keeps density gradients finite early in training."""
-
-    @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
-    def forward(ctx: Any, x: Tensor) -> Tensor:
-        ctx.save_for_backward(x)
-        return torch.exp(x)
-
-    @staticmethod
-    @torch.amp.custom_bwd(device_type="cuda")
-    def backward(ctx: Any, grad: Tensor) -> Tensor:
-        (x,) = ctx.saved_tensors
-        return grad * torch.exp(x.clamp(max=15.0))
-
-
-def trunc_exp(x: Tensor) -> Tensor:
-    return _TruncExp.apply(x)
 
 
 def _mlp(n_in: int, n_hidden: int, n_layers: int, n_out: int) -> nn.Sequential:
@@ -107,7 +90,7 @@ class NGPField(nn.Module):
     def _geometry(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         x, inside = self._normalize(positions)
         h = self.density_mlp(self.encoding(x))
-        sigma = trunc_exp(h[..., 0].float() + self.density_bias) * inside
+        sigma = _OPS.density_activation(h, inside, self.density_bias)
         return sigma, h
 
     def density(self, positions: Tensor) -> Tensor:

@@ -233,7 +233,7 @@ class NeRFModule(L.LightningModule):
         args = (batch["rays_o"], batch["rays_d"], batch["rgb"], batch["background"])
         step = self.train_step_fn
         if not self._graphed and self._use_cuda_graph():
-            step = capture(step, args, self.trainer.precision)
+            step = capture(step, args, self.trainer.precision, alias_gradients=self._alias_gradients())
             object.__setattr__(self, "train_step_fn", step)
             self._graphed = True
         with autocast_for(self.trainer.precision) if self._graphed else nullcontext():
@@ -264,10 +264,17 @@ class NeRFModule(L.LightningModule):
 
         return not isinstance(self.trainer.strategy, FSDPStrategy)
 
+    def _alias_gradients(self) -> bool:
+        """Whether the graphed step's gradient buffers become ``.grad`` (see ``train_step.capture``):
+        on one device without gradient accumulation. Under DDP the reducer's hooks on the
+        accumulation keep the proven pre-allocated path."""
+        return self.trainer.accumulate_grad_batches == 1 and self.trainer.world_size == 1
+
     def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
-        # Graph replays write gradients into static buffers that autograd adds to `.grad`: keep the
-        # `.grad` tensors (zeroed in place) so that they never alias those buffers.
-        optimizer.zero_grad(set_to_none=not self._graphed)
+        # Graphed and accumulating: the replays write gradients into static buffers that autograd
+        # adds to `.grad`; keep the `.grad` tensors (zeroed in place) so that they never alias those
+        # buffers. Otherwise None: eager autograd allocates, the graphed step aliases its buffers.
+        optimizer.zero_grad(set_to_none=not (self._graphed and not self._alias_gradients()))
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if (batch_idx + 1) % self.trainer.accumulate_grad_batches != 0:

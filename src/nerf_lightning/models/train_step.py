@@ -147,20 +147,36 @@ def autocast_for(precision: str | int | None) -> Any:
     return torch.autocast("cuda", dtype=dtype, cache_enabled=False)
 
 
-def capture(step: FixedBudgetStep, sample_args: tuple[Tensor, ...], precision: str | int | None) -> nn.Module:
+def capture(
+    step: FixedBudgetStep,
+    sample_args: tuple[Tensor, ...],
+    precision: str | int | None,
+    *,
+    alias_gradients: bool = True,
+) -> nn.Module:
     """Capture ``step``'s forward and backward as CUDA graphs (``torch.cuda.make_graphed_callables``).
 
-    The returned module replays the graphs: inputs are copied into static buffers, outputs and the
-    parameters' gradients come from static buffers. Parameters, the occupancy bitfield and the
-    ``n_active`` buffer are read in place, so optimizer steps and occupancy updates made between
-    replays are seen. Gradients are pre-allocated so that autograd accumulates into ``.grad``
-    instead of aliasing the graph's output buffers (zero them with ``set_to_none=False``).
+    The returned module replays the graphs: outputs and the parameters' gradients come from static
+    buffers. Parameters, the occupancy bitfield and the ``n_active`` buffer are read in place, so
+    optimizer steps and occupancy updates made between replays are seen.
+
+    Args:
+        step: the budgeted step.
+        sample_args: ``(rays_o, rays_d, target, background)``. They become the graph's static inputs
+            as they are: a call with these very tensors (the outputs of the data module's batch
+            graph, the same buffers every step) copies nothing; other tensors are copied in.
+        precision: the Lightning precision string (autocast for capture and replay).
+        alias_gradients: ``.grad`` of each parameter becomes the backward graph's output buffer
+            itself (autograd takes over the tensor when ``.grad`` is None: zero the gradients with
+            ``set_to_none=True``), so no per-parameter add or fill runs. Only valid when every
+            optimizer step follows exactly one backward: with gradient accumulation (False),
+            gradients are pre-allocated and autograd adds the buffers into them (zero them with
+            ``set_to_none=False``).
     """
     for p in step.parameters():
-        if p.requires_grad and p.grad is None:
-            p.grad = torch.zeros_like(p)
-    # Cloned: each replay copies its inputs into these buffers, which must not be the caller's.
-    args = tuple(a.detach().clone() for a in sample_args)
+        if p.requires_grad:
+            p.grad = None if alias_gradients else (torch.zeros_like(p) if p.grad is None else p.grad)
+    args = tuple(a.detach() for a in sample_args)
     # The warm-up calls of make_graphed_callables adapt n_active: start the replays where eager
     # execution would have started.
     saved = {name: b.clone() for name, b in step.named_buffers(recurse=False)}
@@ -169,4 +185,7 @@ def capture(step: FixedBudgetStep, sample_args: tuple[Tensor, ...], precision: s
     with torch.no_grad():
         for name, value in saved.items():
             getattr(step, name).copy_(value)
+    if alias_gradients:
+        for p in step.parameters():
+            p.grad = None  # the warm-up's gradients, not this step's
     return graphed

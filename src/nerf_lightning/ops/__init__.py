@@ -47,6 +47,7 @@ OP_NAMES = (
     "normalize_to_box",
     "masked_ray_loss",
     "adapt_ray_count",
+    "density_activation",
 )
 
 _lock = threading.Lock()

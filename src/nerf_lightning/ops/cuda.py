@@ -68,6 +68,7 @@ __all__ = [
     "normalize_to_box",
     "masked_ray_loss",
     "adapt_ray_count",
+    "density_activation",
     "hash_encode",
     "sh_encode",
 ]
@@ -368,11 +369,13 @@ class _VolumeRender(torch.autograd.Function):
         t_ends: Tensor,
         packed_info: Tensor,
         eps: float,
+        background: Tensor | None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         sig, rgb, ts, te = sigmas.contiguous(), rgbs.contiguous(), t_starts.contiguous(), t_ends.contiguous()
         info = packed_info.contiguous()
-        out_rgb, out_op, out_depth, w = _ext().volume_render_fwd(sig, rgb, ts, te, info, float(eps))
-        ctx.save_for_backward(sig, rgb, ts, te, info, w)
+        bg = None if background is None else background.detach().float().contiguous()
+        out_rgb, out_op, out_depth, w = _ext().volume_render_fwd(sig, rgb, ts, te, info, float(eps), bg)
+        ctx.save_for_backward(sig, rgb, ts, te, info, w, *([] if bg is None else [bg]))
         ctx.eps = float(eps)
         ctx.set_materialize_grads(False)
         return out_rgb, out_op, out_depth, w
@@ -382,17 +385,18 @@ class _VolumeRender(torch.autograd.Function):
     def backward(
         ctx: Any, g_rgb: Tensor | None, g_op: Tensor | None, g_depth: Tensor | None, g_w: Tensor | None
     ) -> tuple:
-        sig, rgb, ts, te, info, w = ctx.saved_tensors
-        n_rays = info.shape[0]
+        sig, rgb, ts, te, info, w, *bg = ctx.saved_tensors
+        if g_rgb is None and g_op is None and g_depth is None and g_w is None:
+            return None, None, None, None, None, None, None
 
-        def dense(g: Tensor | None, shape: tuple[int, ...]) -> Tensor:
-            return sig.new_zeros(shape) if g is None else g.float().contiguous()
+        def opt(g: Tensor | None) -> Tensor | None:
+            return None if g is None else g.float().contiguous()
 
         g_sig, g_rgbs = _ext().volume_render_bwd(
-            dense(g_rgb, (n_rays, 3)),
-            dense(g_op, (n_rays, 1)),
-            dense(g_depth, (n_rays, 1)),
-            None if g_w is None else g_w.float().contiguous(),
+            sig.new_zeros((info.shape[0], 3)) if g_rgb is None else g_rgb.float().contiguous(),
+            opt(g_op),
+            opt(g_depth),
+            opt(g_w),
             sig,
             rgb,
             ts,
@@ -400,8 +404,9 @@ class _VolumeRender(torch.autograd.Function):
             info,
             w,
             ctx.eps,
+            bg[0] if bg else None,
         )
-        return g_sig, g_rgbs, None, None, None, None
+        return g_sig, g_rgbs, None, None, None, None, None
 
 
 def volume_render(
@@ -440,10 +445,14 @@ def volume_render(
         )
     if packed_info is None:
         packed_info = _packed_info_from(ray_indices, n_rays)
+    # a constant background (data) is composited inside the kernels; one that needs a gradient, by torch
+    fused = background is not None and background.is_cuda and not background.requires_grad
+    fused_bg = background if fused else None
     rgb, opacity, depth, weights = _VolumeRender.apply(
-        sigmas.float(), rgbs.float(), t_starts.float(), t_ends.float(), packed_info.long(), early_stop_eps
-    )
-    if background is not None:
+        sigmas.float(), rgbs.float(), t_starts.float(), t_ends.float(), packed_info.long(), early_stop_eps,
+        fused_bg,
+    )  # fmt: skip
+    if background is not None and fused_bg is None:
         rgb = rgb + (1.0 - opacity) * background.to(rgb.dtype)
     return {"rgb": rgb, "opacity": opacity, "depth": depth, "weights": weights}
 
@@ -472,6 +481,35 @@ def normalize_to_box(positions: Tensor, box_min: Tensor, box_size: Tensor) -> tu
         return _ref.normalize_to_box(positions, box_min, box_size)
     x, inside = _ext().normalize_to_box(positions.contiguous(), box_min.contiguous(), box_size.contiguous())
     return x, inside
+
+
+class _DensityActivation(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, h: Tensor, inside: Tensor, bias: float) -> Tensor:
+        ctx.save_for_backward(h, inside)
+        ctx.bias = float(bias)
+        return _ext().density_activation_fwd(h, inside, float(bias))
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple:
+        h, inside = ctx.saved_tensors
+        grad_h = _ext().density_activation_bwd(g.float().contiguous(), h.contiguous(), inside, ctx.bias)
+        return grad_h, None, None
+
+
+def density_activation(h: Tensor, inside: Tensor, bias: float) -> Tensor:
+    """See :func:`nerf_lightning.ops.reference.density_activation`: one kernel each way (the
+    reference's select, cast, add, exp, mask and their backward, zeros of ``h``'s shape included)."""
+    ok = (
+        h.dim() == 2
+        and h.dtype in (torch.float32, torch.float16, torch.bfloat16)
+        and h.stride(1) == 1
+        and inside.shape == (h.shape[0],)
+        and inside.dtype == torch.bool
+    )
+    if not ok or not _on_cuda(h, inside):
+        return _ref.density_activation(h, inside, bias)
+    return _DensityActivation.apply(h, inside.contiguous(), float(bias))
 
 
 class _MaskedRayLoss(torch.autograd.Function):

@@ -50,6 +50,8 @@ __all__ = [
     "normalize_to_box",
     "masked_ray_loss",
     "adapt_ray_count",
+    "trunc_exp",
+    "density_activation",
 ]
 
 SQRT3 = math.sqrt(3.0)
@@ -556,6 +558,44 @@ def normalize_to_box(positions: Tensor, box_min: Tensor, box_size: Tensor) -> tu
     x = (positions - box_min) / box_size
     inside = ((x >= 0) & (x <= 1)).all(dim=-1)
     return x.clamp(0.0, 1.0), inside
+
+
+# --------------------------------------------------------------------------------------------------
+# Density activation (models/field.py)
+# --------------------------------------------------------------------------------------------------
+class _TruncExp(torch.autograd.Function):
+    """exp(x) whose gradient is clamped at x = 15: keeps density gradients finite early in training."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
+    def forward(ctx, x: Tensor) -> Tensor:  # noqa: ANN001
+        ctx.save_for_backward(x)
+        return torch.exp(x)
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, grad: Tensor) -> Tensor:  # noqa: ANN001
+        (x,) = ctx.saved_tensors
+        return grad * torch.exp(x.clamp(max=15.0))
+
+
+def trunc_exp(x: Tensor) -> Tensor:
+    """instant-ngp's density activation: ``exp(x)``, gradient ``exp(min(x, 15))``."""
+    return _TruncExp.apply(x)
+
+
+def density_activation(h: Tensor, inside: Tensor, bias: float) -> Tensor:
+    """Density from the density MLP's output: ``trunc_exp(float32(h[:, 0]) + bias) * inside``.
+
+    Args:
+        h: [S, W] float32 / float16 / bfloat16 MLP output (column 0: the density logit),
+            differentiable; inside: bool [S] (0 density outside the box); bias: logit offset.
+
+    Returns:
+        float32 [S]; the gradient w.r.t. ``h`` is nonzero only in column 0:
+        ``g * inside * exp(min(h0 + bias, 15))``, in ``h``'s dtype.
+    """
+    return trunc_exp(h[..., 0].float() + bias) * inside
 
 
 # --------------------------------------------------------------------------------------------------

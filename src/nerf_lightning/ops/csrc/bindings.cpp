@@ -33,11 +33,13 @@ torch::Tensor render_weights_bwd(torch::Tensor grad_w, c10::optional<torch::Tens
                                  torch::Tensor t_starts, torch::Tensor t_ends, torch::Tensor packed_info,
                                  torch::Tensor w, torch::Tensor trans, double eps);
 std::vector<torch::Tensor> volume_render_fwd(torch::Tensor sigmas, torch::Tensor rgbs, torch::Tensor t_starts,
-                                             torch::Tensor t_ends, torch::Tensor packed_info, double eps);
-std::vector<torch::Tensor> volume_render_bwd(torch::Tensor g_rgb, torch::Tensor g_op, torch::Tensor g_depth,
-                                             c10::optional<torch::Tensor> g_w, torch::Tensor sigmas,
-                                             torch::Tensor rgbs, torch::Tensor t_starts, torch::Tensor t_ends,
-                                             torch::Tensor packed_info, torch::Tensor w, double eps);
+                                             torch::Tensor t_ends, torch::Tensor packed_info, double eps,
+                                             c10::optional<torch::Tensor> background);
+std::vector<torch::Tensor> volume_render_bwd(torch::Tensor g_rgb, c10::optional<torch::Tensor> g_op,
+                                             c10::optional<torch::Tensor> g_depth, c10::optional<torch::Tensor> g_w,
+                                             torch::Tensor sigmas, torch::Tensor rgbs, torch::Tensor t_starts,
+                                             torch::Tensor t_ends, torch::Tensor packed_info, torch::Tensor w,
+                                             double eps, c10::optional<torch::Tensor> background);
 std::vector<torch::Tensor> masked_ray_loss_fwd(torch::Tensor pred, torch::Tensor target, torch::Tensor valid,
                                                bool huber_loss, double delta);
 torch::Tensor masked_ray_loss_bwd(torch::Tensor g_loss, torch::Tensor pred, torch::Tensor target,
@@ -48,6 +50,8 @@ torch::Tensor adapt_ray_count(torch::Tensor aux, torch::Tensor valid, torch::Ten
                               double momentum);
 std::vector<torch::Tensor> sample_points(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor ray_idx,
                                          torch::Tensor t_starts, torch::Tensor t_ends);
+torch::Tensor density_activation_fwd(torch::Tensor h, torch::Tensor inside, double bias);
+torch::Tensor density_activation_bwd(torch::Tensor g, torch::Tensor h, torch::Tensor inside, double bias);
 std::vector<torch::Tensor> normalize_to_box(torch::Tensor positions, torch::Tensor box_min, torch::Tensor box_size);
 }  // namespace nl
 
@@ -73,5 +77,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("adapt_ray_count", &nl::adapt_ray_count);
   m.def("sample_points", &nl::sample_points);
   m.def("normalize_to_box", &nl::normalize_to_box);
-  m.attr("ABI_VERSION") = 3;
+  m.def("density_activation_fwd", &nl::density_activation_fwd);
+  m.def("density_activation_bwd", &nl::density_activation_bwd);
+  m.attr("ABI_VERSION") = 4;
 }

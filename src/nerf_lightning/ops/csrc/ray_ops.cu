@@ -7,6 +7,8 @@
 
 #include "common.h"
 
+#include <utility>
+
 namespace nl {
 
 // ---------------------------------------------------------------------------------------- AABB
@@ -665,6 +667,7 @@ __global__ void render_weights_bwd_warp(const float* __restrict__ gw, const floa
 __global__ void volume_render_fwd_warp(const float* __restrict__ sig, const float* __restrict__ rgb,
                                        const float* __restrict__ ts, const float* __restrict__ te,
                                        const int64_t* __restrict__ info, int64_t n_rays, float eps,
+                                       const float* __restrict__ bg, int64_t bg_stride,
                                        float* __restrict__ out_rgb, float* __restrict__ out_op,
                                        float* __restrict__ out_depth, float* __restrict__ w) {
   const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
@@ -710,6 +713,12 @@ __global__ void volume_render_fwd_warp(const float* __restrict__ sig, const floa
   op = warp_sumf(op);
   dep = warp_sumf(dep);
   if (lane == 0) {
+    if (bg != nullptr) {  // composited over the background: c + (1 - opacity) * bg, as the reference
+      const float clear = 1.0f - op;
+      cr = cr + clear * bg[bg_stride * r];
+      cg = cg + clear * bg[bg_stride * r + 1];
+      cb = cb + clear * bg[bg_stride * r + 2];
+    }
     out_rgb[3 * r] = cr;
     out_rgb[3 * r + 1] = cg;
     out_rgb[3 * r + 2] = cb;
@@ -723,14 +732,17 @@ __global__ void volume_render_bwd_warp(const float* __restrict__ g_rgb, const fl
                                        const float* __restrict__ sig, const float* __restrict__ rgb,
                                        const float* __restrict__ ts, const float* __restrict__ te,
                                        const int64_t* __restrict__ info, const float* __restrict__ w,
-                                       int64_t n_rays, float eps, float* __restrict__ g_sig,
-                                       float* __restrict__ g_rgbs) {
+                                       int64_t n_rays, float eps, const float* __restrict__ bg,
+                                       int64_t bg_stride, float* __restrict__ g_sig, float* __restrict__ g_rgbs) {
   const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (r >= n_rays) return;
   const int64_t s0 = info[2 * r], end = s0 + info[2 * r + 1];
   const float gr = g_rgb[3 * r], gg = g_rgb[3 * r + 1], gb = g_rgb[3 * r + 2];
-  const float go = g_op[r], gd = g_depth[r];
+  float go = g_op != nullptr ? g_op[r] : 0.0f;
+  const float gd = g_depth != nullptr ? g_depth[r] : 0.0f;
+  // the background term (1 - opacity) * bg sends -<g_rgb, bg> to the opacity
+  if (bg != nullptr) go -= gr * bg[bg_stride * r] + gg * bg[bg_stride * r + 1] + gb * bg[bg_stride * r + 2];
   double part = 0.0;
   for (int64_t i = s0 + lane; i < end; i += 32) {
     float gwi = gr * rgb[3 * i] + gg * rgb[3 * i + 1] + gb * rgb[3 * i + 2] + go + gd * ((ts[i] + te[i]) * 0.5f);
@@ -816,8 +828,21 @@ torch::Tensor render_weights_bwd(torch::Tensor grad_w, c10::optional<torch::Tens
   return gsig;
 }
 
+// (background [R, 3] or [3]) -> its pointer and row stride; nullptr: no compositing.
+static std::pair<const float*, int64_t> background_ptr(const c10::optional<torch::Tensor>& background, int64_t n_rays) {
+  if (!background.has_value()) return {nullptr, 0};
+  const torch::Tensor& b = *background;
+  NL_CHECK_INPUT(b);
+  NL_CHECK_DTYPE(b, torch::kFloat32);
+  const bool shared = b.dim() == 1 && b.size(0) == 3;
+  TORCH_CHECK(shared || (b.dim() == 2 && b.size(0) == n_rays && b.size(1) == 3),
+              "volume_render: background must be [3] or [", n_rays, ", 3]");
+  return {b.data_ptr<float>(), shared ? 0 : 3};
+}
+
 std::vector<torch::Tensor> volume_render_fwd(torch::Tensor sigmas, torch::Tensor rgbs, torch::Tensor t_starts,
-                                             torch::Tensor t_ends, torch::Tensor packed_info, double eps) {
+                                             torch::Tensor t_ends, torch::Tensor packed_info, double eps,
+                                             c10::optional<torch::Tensor> background) {
   NL_CHECK_INPUT(sigmas);
   NL_CHECK_INPUT(rgbs);
   NL_CHECK_INPUT(t_starts);
@@ -833,23 +858,33 @@ std::vector<torch::Tensor> volume_render_fwd(torch::Tensor sigmas, torch::Tensor
   auto out_op = torch::empty({n_rays, 1}, opt);
   auto out_depth = torch::empty({n_rays, 1}, opt);
   auto w = torch::zeros_like(sigmas);  // padding samples of the fixed layout stay 0
+  const auto bg = background_ptr(background, n_rays);
   if (n_rays > 0) {
     volume_render_fwd_warp<<<n_blocks(n_rays * 32, 128), 128, 0, stream()>>>(
         sigmas.data_ptr<float>(), rgbs.data_ptr<float>(), t_starts.data_ptr<float>(), t_ends.data_ptr<float>(),
-        packed_info.data_ptr<int64_t>(), n_rays, static_cast<float>(eps), out_rgb.data_ptr<float>(),
+        packed_info.data_ptr<int64_t>(), n_rays, static_cast<float>(eps), bg.first, bg.second, out_rgb.data_ptr<float>(),
         out_op.data_ptr<float>(), out_depth.data_ptr<float>(), w.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return {out_rgb, out_op, out_depth, w};
 }
 
-std::vector<torch::Tensor> volume_render_bwd(torch::Tensor g_rgb, torch::Tensor g_op, torch::Tensor g_depth,
-                                             c10::optional<torch::Tensor> g_w, torch::Tensor sigmas,
-                                             torch::Tensor rgbs, torch::Tensor t_starts, torch::Tensor t_ends,
-                                             torch::Tensor packed_info, torch::Tensor w, double eps) {
+std::vector<torch::Tensor> volume_render_bwd(torch::Tensor g_rgb, c10::optional<torch::Tensor> g_op,
+                                             c10::optional<torch::Tensor> g_depth, c10::optional<torch::Tensor> g_w,
+                                             torch::Tensor sigmas, torch::Tensor rgbs, torch::Tensor t_starts,
+                                             torch::Tensor t_ends, torch::Tensor packed_info, torch::Tensor w,
+                                             double eps, c10::optional<torch::Tensor> background) {
   NL_CHECK_INPUT(g_rgb);
-  NL_CHECK_INPUT(g_op);
-  NL_CHECK_INPUT(g_depth);
+  const float* go = nullptr;
+  const float* gd = nullptr;
+  if (g_op.has_value()) {
+    NL_CHECK_INPUT((*g_op));
+    go = g_op->data_ptr<float>();
+  }
+  if (g_depth.has_value()) {
+    NL_CHECK_INPUT((*g_depth));
+    gd = g_depth->data_ptr<float>();
+  }
   const c10::cuda::CUDAGuard guard(sigmas.device());
   const int64_t n_rays = packed_info.size(0);
   auto g_sig = torch::zeros_like(sigmas);
@@ -859,12 +894,12 @@ std::vector<torch::Tensor> volume_render_bwd(torch::Tensor g_rgb, torch::Tensor 
     NL_CHECK_INPUT((*g_w));
     gw = g_w->data_ptr<float>();
   }
+  const auto bg = background_ptr(background, n_rays);
   if (n_rays > 0 && sigmas.numel() > 0) {
     volume_render_bwd_warp<<<n_blocks(n_rays * 32, 128), 128, 0, stream()>>>(
-        g_rgb.data_ptr<float>(), g_op.data_ptr<float>(), g_depth.data_ptr<float>(), gw, sigmas.data_ptr<float>(),
-        rgbs.data_ptr<float>(), t_starts.data_ptr<float>(), t_ends.data_ptr<float>(),
-        packed_info.data_ptr<int64_t>(), w.data_ptr<float>(), n_rays, static_cast<float>(eps),
-        g_sig.data_ptr<float>(), g_rgbs.data_ptr<float>());
+        g_rgb.data_ptr<float>(), go, gd, gw, sigmas.data_ptr<float>(), rgbs.data_ptr<float>(),
+        t_starts.data_ptr<float>(), t_ends.data_ptr<float>(), packed_info.data_ptr<int64_t>(), w.data_ptr<float>(),
+        n_rays, static_cast<float>(eps), bg.first, bg.second, g_sig.data_ptr<float>(), g_rgbs.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return {g_sig, g_rgbs};

@@ -170,6 +170,32 @@ __global__ void normalize_to_box_kernel(const float* __restrict__ p, const float
   inside[i] = in;
 }
 
+template <typename T>
+__global__ void density_activation_fwd_kernel(const T* __restrict__ h, int64_t stride, const bool* __restrict__ inside,
+                                              int64_t n, float bias, float* __restrict__ sigma) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  // float32: x + bias, then exp, then * inside (0 or 1), the reference's sequence
+  const float x = static_cast<float>(h[i * stride]) + bias;
+  sigma[i] = expf(x) * (inside[i] ? 1.0f : 0.0f);
+}
+
+// grad_h [S, W]: column 0 from the activation, the other columns 0 (one pass over all of it).
+template <typename T>
+__global__ void density_activation_bwd_kernel(const float* __restrict__ g, const T* __restrict__ h, int64_t width,
+                                              const bool* __restrict__ inside, int64_t n, float bias,
+                                              T* __restrict__ grad_h) {
+  const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= n * width) return;
+  const int64_t i = k / width;
+  float v = 0.0f;
+  if (k == i * width) {
+    const float x = static_cast<float>(h[k]) + bias;
+    v = (g[i] * (inside[i] ? 1.0f : 0.0f)) * expf(fminf(x, 15.0f));
+  }
+  grad_h[k] = static_cast<T>(v);
+}
+
 void check_rows3(const torch::Tensor& t, int64_t n, const char* name) {
   NL_CHECK_INPUT(t);
   NL_CHECK_DTYPE(t, torch::kFloat32);
@@ -183,6 +209,45 @@ void check_mask(const torch::Tensor& t, int64_t n, const char* name) {
 }
 
 }  // namespace
+
+torch::Tensor density_activation_fwd(torch::Tensor h, torch::Tensor inside, double bias) {
+  NL_CHECK_CUDA(h);
+  TORCH_CHECK(h.dim() == 2 && h.stride(1) == 1, "density_activation: h must be [S, W] with contiguous rows");
+  const int64_t n = h.size(0);
+  check_mask(inside, n, "inside");
+  const c10::cuda::CUDAGuard guard(h.device());
+  auto sigma = torch::empty({n}, h.options().dtype(torch::kFloat32));
+  if (n == 0) return sigma;
+  const int threads = 256;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, h.scalar_type(), "density_activation_fwd", [&] {
+    density_activation_fwd_kernel<scalar_t><<<n_blocks(n, threads), threads, 0, stream()>>>(
+        h.data_ptr<scalar_t>(), h.stride(0), inside.data_ptr<bool>(), n, static_cast<float>(bias),
+        sigma.data_ptr<float>());
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return sigma;
+}
+
+torch::Tensor density_activation_bwd(torch::Tensor g, torch::Tensor h, torch::Tensor inside, double bias) {
+  NL_CHECK_INPUT(h);
+  TORCH_CHECK(h.dim() == 2, "density_activation: h must be [S, W]");
+  const int64_t n = h.size(0), width = h.size(1);
+  NL_CHECK_INPUT(g);
+  NL_CHECK_DTYPE(g, torch::kFloat32);
+  TORCH_CHECK(g.numel() == n, "density_activation: the gradient must be [S]");
+  check_mask(inside, n, "inside");
+  const c10::cuda::CUDAGuard guard(h.device());
+  auto grad_h = torch::empty_like(h);
+  if (n == 0 || width == 0) return grad_h;
+  const int threads = 256;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, h.scalar_type(), "density_activation_bwd", [&] {
+    density_activation_bwd_kernel<scalar_t><<<n_blocks(n * width, threads), threads, 0, stream()>>>(
+        g.data_ptr<float>(), h.data_ptr<scalar_t>(), width, inside.data_ptr<bool>(), n, static_cast<float>(bias),
+        grad_h.data_ptr<scalar_t>());
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return grad_h;
+}
 
 std::vector<torch::Tensor> masked_ray_loss_fwd(torch::Tensor pred, torch::Tensor target, torch::Tensor valid,
                                                bool huber_loss, double delta) {
