@@ -124,22 +124,29 @@ def test_budget_step_and_occupancy_update_never_sync_with_the_host():
         torch.cuda.set_sync_debug_mode(0)
 
 
-@pytest.mark.parametrize("alias", [True, False])
+@pytest.mark.parametrize(("alias", "share"), [(True, False), (False, False), (True, True)])
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
-def test_graph_replay_equals_eager_steps(precision, alias):
+def test_graph_replay_equals_eager_steps(precision, alias, share):
     """Three optimizer steps replayed from the captured graphs equal three eager steps, whether
-    ``.grad`` aliases the graph's gradient buffers (zeroed by set_to_none) or accumulates them."""
+    ``.grad`` aliases the graph's gradient buffers (zeroed by set_to_none) or accumulates them, and
+    with the inputs shared (updated in place between replays, as the batch graph does) or copied."""
     results = []
     for graphed in (False, True):
         field, grid, o, d, bg, target = _scene(seed=4)
+        o0 = o.clone()
         step = _step(field, grid)
         opt = torch.optim.Adam(field.parameters(), lr=1e-2, eps=1e-15, fused=True)
-        fn = capture(step, (o, d, target, bg), precision, alias_gradients=alias) if graphed else step
+        fn = step
+        if graphed:
+            fn = capture(step, (o, d, target, bg), precision, alias_gradients=alias, share_inputs=share)
         losses = []
         for i in range(3):
+            if share:
+                o.copy_(o0 + 0.001 * i)  # the same buffer, new values
+            rays_o = o if share else o0 + 0.001 * i
             ctx = torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
             with ctx if precision == "bf16-mixed" else torch.autocast("cuda", enabled=False):
-                loss, per_ray, valid, stats = fn(o + 0.001 * i, d, target, bg)
+                loss, per_ray, valid, stats = fn(rays_o, d, target, bg)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=alias)

@@ -233,7 +233,11 @@ class NeRFModule(L.LightningModule):
         args = (batch["rays_o"], batch["rays_d"], batch["rgb"], batch["background"])
         step = self.train_step_fn
         if not self._graphed and self._use_cuda_graph():
-            step = capture(step, args, self.trainer.precision, alias_gradients=self._alias_gradients())
+            # share_inputs: the batch graph's output buffers become the step graph's inputs (no
+            # copies per step); an eager batch is copied into the first batch's tensors, unused by then
+            step = capture(
+                step, args, self.trainer.precision, alias_gradients=self._alias_gradients(), share_inputs=True
+            )
             object.__setattr__(self, "train_step_fn", step)
             self._graphed = True
         with autocast_for(self.trainer.precision) if self._graphed else nullcontext():

@@ -153,6 +153,7 @@ def capture(
     precision: str | int | None,
     *,
     alias_gradients: bool = True,
+    share_inputs: bool = False,
 ) -> nn.Module:
     """Capture ``step``'s forward and backward as CUDA graphs (``torch.cuda.make_graphed_callables``).
 
@@ -162,9 +163,12 @@ def capture(
 
     Args:
         step: the budgeted step.
-        sample_args: ``(rays_o, rays_d, target, background)``. They become the graph's static inputs
-            as they are: a call with these very tensors (the outputs of the data module's batch
-            graph, the same buffers every step) copies nothing; other tensors are copied in.
+        sample_args: ``(rays_o, rays_d, target, background)``.
+        share_inputs: the graph's static inputs are ``sample_args`` themselves, not copies: a call
+            with these very tensors (the data module's batch graph writes the same buffers every
+            step) copies nothing, but a call with other tensors copies them *into the caller's
+            first tensors*. Only for callers that own those buffers (the LightningModule); False
+            clones them.
         precision: the Lightning precision string (autocast for capture and replay).
         alias_gradients: ``.grad`` of each parameter becomes the backward graph's output buffer
             itself (autograd takes over the tensor when ``.grad`` is None: zero the gradients with
@@ -176,7 +180,7 @@ def capture(
     for p in step.parameters():
         if p.requires_grad:
             p.grad = None if alias_gradients else (torch.zeros_like(p) if p.grad is None else p.grad)
-    args = tuple(a.detach() for a in sample_args)
+    args = tuple(a.detach() if share_inputs else a.detach().clone() for a in sample_args)
     # The warm-up calls of make_graphed_callables adapt n_active: start the replays where eager
     # execution would have started.
     saved = {name: b.clone() for name, b in step.named_buffers(recurse=False)}
