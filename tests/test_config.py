@@ -59,6 +59,15 @@ def test_strategy_precision_build_a_trainer(compose_cfg, strategy: str, precisio
         assert getattr(plugin, "precision", "") in ("bf16-mixed", "16-mixed", "bf16-true", "16-true")
 
 
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_fsdp_mixed_precision_keeps_float32_parameters(compose_cfg, precision: str) -> None:
+    """Under FSDP, ``-mixed`` is autocast over float32 parameters, as under DDP: a half-precision hash
+    table would leave the CUDA kernels for the PyTorch reference."""
+    cfg = compose_cfg("strategy=fsdp", f"precision={precision}", "accelerator=cpu", "logger=none")
+    config = hydra.utils.instantiate(cfg.trainer.strategy).mixed_precision_config
+    assert (config.param_dtype, config.reduce_dtype, config.buffer_dtype) == (torch.float32,) * 3
+
+
 def test_numeric_precision_override_is_accepted() -> None:
     """`precision=32` on the command line selects the group option "32" (Hydra alone parses it as an int)."""
     from nerf_lightning.train import normalize_overrides

@@ -101,6 +101,24 @@ def test_hash_fp16_params(cfg):
     assert rel_err(enc.params.grad.float(), p32.grad) < 1e-3
 
 
+def test_hash_bf16_table_runs_the_kernels_through_float32():
+    """A bf16 table (what FSDP's half-precision parameter casting makes) gives the fp32 kernels' result
+    on the same values and a bf16 gradient, not the reference's slow path."""
+    cfg = CONFIGS[0]
+    enc = HashEncoding(**cfg, backend="cuda").to(DEV)
+    table = (torch.rand_like(enc.params) * 2 - 1).to(torch.bfloat16).requires_grad_(True)
+    x = torch.rand(50_000, 3, device=DEV)
+    out = cu.hash_encode(x, table, enc.scales, enc.resolutions, enc.offsets)
+    p32 = table.detach().float().requires_grad_(True)
+    want = cu.hash_encode(x, p32, enc.scales, enc.resolutions, enc.offsets)
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    g = torch.randn_like(out)
+    (out * g).sum().backward()
+    (want * g).sum().backward()
+    assert table.grad.dtype == torch.bfloat16
+    assert rel_err(table.grad.float(), p32.grad) < 1e-2
+
+
 def test_hash_autocast_and_auto_backend():
     enc = HashEncoding(n_levels=8, log2_hashmap_size=14, base_resolution=4, max_resolution=256).to(DEV)
     x = torch.rand(4096, 3, device=DEV)

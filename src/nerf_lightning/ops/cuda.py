@@ -633,6 +633,10 @@ def hash_encode(
         float32 [N, L * F], differentiable w.r.t. ``params`` (atomic scatter; fp16 tables accumulate
         in float32 and are rounded once).
     """
+    if params.dtype == torch.bfloat16:
+        # the kernels read fp32 / fp16 tables; a bf16 one (cast by a framework) goes through fp32, its
+        # gradient back through the cast, rather than to the PyTorch reference (tens of times slower)
+        params = params.float()
     unsupported = params.dtype not in (torch.float32, torch.float16) or params.shape[1] not in (1, 2, 4, 8)
     if unsupported or x.requires_grad or not _on_cuda(x, params):
         return hash_encode_torch(x, params, scales, resolutions, offsets)

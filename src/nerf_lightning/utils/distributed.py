@@ -53,6 +53,20 @@ def throttle_sigterm_broadcast(trainer: L.Trainer, every_n_steps: int) -> None:
     loop._broadcast_sigterm_tensor = throttled
 
 
+def fsdp_full_precision() -> Any:
+    """FSDP's ``MixedPrecision`` with float32 parameters, gradient reduction and buffers (``strategy=fsdp``).
+
+    Lightning's FSDP plugin casts the parameters and buffers to bfloat16 / float16 for
+    ``precision=bf16-mixed`` / ``16-mixed``. The hash table is then half precision, and the buffers that
+    hold the scene box are too. A bfloat16 table cannot take the fp32/fp16 CUDA kernels, so the
+    encoding fell back to the PyTorch reference: 3000 lego steps took over 140 s against 59 s in fp32
+    (BENCHMARKS.md, 2026-11-30). With float32 parameters, ``-mixed`` means under FSDP what it means under
+    DDP: float32 weights, with autocast computing the MLPs in half precision."""
+    from torch.distributed.fsdp import MixedPrecision
+
+    return MixedPrecision(param_dtype=torch.float32, reduce_dtype=torch.float32, buffer_dtype=torch.float32)
+
+
 def fsdp_wrap_policy() -> Any:
     """FSDP unit per hash encoding: the table is sharded and gathered on its own (``strategy=fsdp``)."""
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
