@@ -164,11 +164,6 @@ def capture(
     Args:
         step: the budgeted step.
         sample_args: ``(rays_o, rays_d, target, background)``.
-        share_inputs: the graph's static inputs are ``sample_args`` themselves, not copies: a call
-            with these very tensors (the data module's batch graph writes the same buffers every
-            step) copies nothing, but a call with other tensors copies them *into the caller's
-            first tensors*. Only for callers that own those buffers (the LightningModule); False
-            clones them.
         precision: the Lightning precision string (autocast for capture and replay).
         alias_gradients: ``.grad`` of each parameter becomes the backward graph's output buffer
             itself (autograd takes over the tensor when ``.grad`` is None: zero the gradients with
@@ -176,6 +171,11 @@ def capture(
             optimizer step follows exactly one backward: with gradient accumulation (False),
             gradients are pre-allocated and autograd adds the buffers into them (zero them with
             ``set_to_none=False``).
+        share_inputs: the graph's static inputs are ``sample_args`` themselves, not copies: a call
+            with these very tensors (the data module's batch graph writes the same buffers every
+            step) copies nothing, but a call with other tensors copies them *into the caller's
+            first tensors*. Only for callers that own those buffers (the LightningModule); False
+            clones them.
     """
     for p in step.parameters():
         if p.requires_grad:

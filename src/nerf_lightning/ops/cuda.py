@@ -19,6 +19,13 @@ call. Differences from the reference, all within float rounding:
   the caller's capacity: no host sync, so it can run inside a CUDA graph. ``repack``: a count pass,
   the same cumsum and layout kernel, and a copy pass (one thread per ray each).
 
+- ``sample_points``, ``normalize_to_box``: the reference's float32 sequence (bit-equal).
+- ``masked_ray_loss``, ``adapt_ray_count``: sums over blocks added in block order by the last block
+  to finish (deterministic; float64 where the reference sums float32). ``density_activation``:
+  ``expf`` where the reference calls ``torch.exp`` (within an ulp). These and the fixed-layout
+  kernels exist to cut the training step's kernel count (``models/train_step.py``).
+- ``volume_render`` composites a background that needs no gradient inside its kernels.
+
 Kernel shapes: marching and compositing run one warp per ray (32 candidates / samples per step,
 warp ballots and float64 warp scans), the hash encoding one thread per (point, level).
 ``NERF_LIGHTNING_HASH_ORDER=level`` switches the hash kernels to a level-major thread order (same
