@@ -107,3 +107,32 @@ def test_density_activation_masks_and_clamps_its_gradient() -> None:
     # d/dh0 = exp(min(h0 - 1, 15)) inside the box, 0 outside; other columns never get a gradient
     expected = torch.tensor([[math.exp(-1.0), 0.0], [0.0, 0.0], [math.exp(15.0), 0.0]])
     torch.testing.assert_close(h.grad, expected)
+
+
+def _brute_distortion(w, ts, te, rays, n_rays):
+    out = [0.0] * n_rays
+    mid = [(a + b) / 2 for a, b in zip(ts, te, strict=True)]
+    for i in range(len(w)):
+        out[rays[i]] += w[i] * w[i] * (te[i] - ts[i]) / 3
+        for j in range(len(w)):
+            if rays[i] == rays[j]:
+                out[rays[i]] += w[i] * w[j] * abs(mid[i] - mid[j])
+    return out
+
+
+def test_distortion_loss_equals_the_pairwise_sum() -> None:
+    # ray 0: 3 samples, ray 1: none, ray 2: 2 samples, then 2 padding slots (ray 0, weight 0)
+    w = torch.tensor([0.2, 0.5, 0.1, 0.6, 0.3, 0.0, 0.0], dtype=torch.float64, requires_grad=True)
+    ts = torch.tensor([0.1, 0.4, 0.9, 1.0, 2.0, 0.0, 0.0], dtype=torch.float64)
+    te = torch.tensor([0.3, 0.5, 1.2, 1.5, 2.1, 0.0, 0.0], dtype=torch.float64)
+    rays = torch.tensor([0, 0, 0, 2, 2, 0, 0])
+    info = torch.tensor([[0, 3], [5, 0], [3, 2]])
+    got = ref.distortion_loss(w, ts, te, rays, info)
+    want = _brute_distortion(w.tolist(), ts.tolist(), te.tolist(), rays.tolist(), 3)
+    torch.testing.assert_close(got.double(), torch.tensor(want, dtype=torch.float64), rtol=1e-6, atol=1e-7)
+    # two samples, midpoints 1.25 and 2.05: 2 w0 w1 |m0 - m1| + (w0^2 d0 + w1^2 d1) / 3
+    assert float(got[2]) == pytest.approx(2 * 0.6 * 0.3 * 0.8 + (0.36 * 0.5 + 0.09 * 0.1) / 3, rel=1e-6)
+    assert float(got[1]) == 0.0
+    assert torch.autograd.gradcheck(
+        lambda x: ref.distortion_loss(x, ts, te, rays, info).double(), (w,), eps=1e-6, atol=1e-4
+    )

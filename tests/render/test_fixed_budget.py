@@ -8,7 +8,7 @@ import torch
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.train_step import FixedBudgetStep
 from nerf_lightning.render.occupancy import OccupancyGrid
-from nerf_lightning.render.renderer import Renderer, fixed_render_counts
+from nerf_lightning.render.renderer import Renderer, fixed_render_counts, ray_distortion
 
 ENC = dict(n_levels=4, log2_hashmap_size=12, base_resolution=4, max_resolution=32, backend="torch")
 
@@ -108,3 +108,19 @@ def test_budget_step_loss_is_the_mean_over_valid_rays_and_the_ray_count_adapts()
     target_rays = min(0.98 * 300 / (rendered / n_valid), 0.98 * 1200 / (marched / n_valid))
     assert float(step.n_active_f) == pytest.approx(0.5 * 24 + 0.5 * min(target_rays, 24), rel=1e-5)
     assert int(step.n_active) == round(float(step.n_active_f))
+
+
+def test_budget_step_adds_the_distortion_loss_of_the_valid_rays() -> None:
+    field, renderer, o, d, bg = _setup()
+    target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
+    kw = dict(sample_budget=300, march_budget=1200, n_rays_init=24, min_rays=2, jitter=False)
+    plain, _, valid, _ = FixedBudgetStep(field, renderer, "mse", **kw)(o, d, target, bg)
+    step = FixedBudgetStep(field, renderer, "mse", distortion_weight=0.5, **kw)
+    regularized, _, valid_r, _ = step(o, d, target, bg)
+    assert torch.equal(valid, valid_r) and 0 < int(valid.sum()) < 24
+    fixed = renderer.render_rays_fixed(
+        field, o, d, bg, march_capacity=1200, sample_capacity=300, n_active=torch.tensor(24), jitter=False
+    )
+    dist = ray_distortion(fixed)
+    assert float(dist[valid].mean()) > 0
+    torch.testing.assert_close(regularized, plain + 0.5 * dist[valid].mean(), rtol=1e-5, atol=1e-7)

@@ -19,7 +19,7 @@ from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.metrics import ViewMetrics
 from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
 from nerf_lightning.render.occupancy import OccupancyGrid
-from nerf_lightning.render.renderer import Renderer
+from nerf_lightning.render.renderer import Renderer, ray_distortion
 from nerf_lightning.utils.distributed import fsdp_full_copy, throttle_sigterm_broadcast
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,8 @@ class NeRFModule(L.LightningModule):
         compact_samples: drop samples behind the early-termination point before the differentiable
             pass (see ``Renderer``).
         loss: ``huber`` (instant-ngp's NeRF default, delta 0.1) or ``mse``.
+        distortion_weight: weight of mip-NeRF 360's distortion loss (mean over the rays) added to the
+            photometric loss; 0 (default) leaves it out.
         sample_budget: samples per training step in the differentiable pass (instant-ngp: 2^18);
             the number of rays adapts to it (at most the batch's ``data.batch_size`` ray slots) and
             every shape of the step is static (``models/train_step.py``). ``None``: a fixed number
@@ -95,6 +97,7 @@ class NeRFModule(L.LightningModule):
         compact_samples: bool = True,
         loss: str = "huber",
         huber_delta: float = 0.1,
+        distortion_weight: float = 0.0,
         sample_budget: int | None = None,
         march_budget: int | None = None,
         n_rays_init: int = 4096,
@@ -143,6 +146,7 @@ class NeRFModule(L.LightningModule):
                 march_budget=march_budget or 4 * sample_budget,
                 n_rays_init=n_rays_init,
                 jitter=jitter,
+                distortion_weight=distortion_weight,
             )
         # Not a registered submodule: it shares the field and renderer, which must appear once in
         # the state dict and the parameter list.
@@ -218,6 +222,9 @@ class NeRFModule(L.LightningModule):
         )
         per_ray = self._loss(out["rgb"], batch["rgb"])
         loss = per_ray.mean()
+        if self.hparams.distortion_weight > 0:
+            dist = ray_distortion(out)
+            loss = loss + self.hparams.distortion_weight * dist.mean()
         sampler = getattr(self.trainer.datamodule, "sampler", None)
         if sampler is not None:
             sampler.update(batch["view_ids"], batch["px"], batch["py"], per_ray.detach())

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.render.renderer import Renderer
+from nerf_lightning.render.renderer import Renderer, ray_distortion
 
 __all__ = ["FixedBudgetStep", "capture", "autocast_for"]
 
@@ -39,6 +39,8 @@ class FixedBudgetStep(nn.Module):
         min_rays: lower bound of the adapted ray count.
         adapt_momentum: weight of the previous estimate when ``n_active`` is re-estimated.
         jitter: randomize each ray's first sample (training; off only for exact comparisons).
+        distortion_weight: weight of mip-NeRF 360's distortion loss (``ops.reference.distortion_loss``,
+            mean over the valid rays) added to the loss; 0 leaves it out of the step.
 
     Returns of ``forward``:
         loss: mean per-ray loss over the valid rays (scalar, differentiable);
@@ -68,6 +70,7 @@ class FixedBudgetStep(nn.Module):
         min_rays: int = 64,
         adapt_momentum: float = 0.5,
         jitter: bool = True,
+        distortion_weight: float = 0.0,
     ) -> None:
         super().__init__()
         if sample_budget < 1 or march_budget < sample_budget:
@@ -86,6 +89,7 @@ class FixedBudgetStep(nn.Module):
         self.min_rays = int(min_rays)
         self.adapt_momentum = float(adapt_momentum)
         self.jitter = bool(jitter)
+        self.distortion_weight = float(distortion_weight)
         self.register_buffer("n_active", torch.tensor(int(n_rays_init), dtype=torch.int64))
         self.register_buffer("n_active_f", torch.tensor(float(n_rays_init), dtype=torch.float32))
         # share of the capacities the ray count aims at (< 1 leaves headroom for load balancing)
@@ -117,6 +121,10 @@ class FixedBudgetStep(nn.Module):
         )
         valid = out["ray_valid"]
         loss, per_ray, aux = ops.masked_ray_loss(out["rgb"], target, valid, self.loss, self.huber_delta)
+        if self.distortion_weight > 0:
+            dist = ray_distortion(out)
+            # mean over the valid rays (the others have no samples in the fixed layout: 0)
+            loss = loss + self.distortion_weight * dist.sum() / aux[0].clamp_min(1.0).float()
         # The marching kernel clamps n_active to the ray slots itself; the update keeps it there.
         stats = ops.adapt_ray_count(
             aux,

@@ -17,9 +17,10 @@ import torch
 from torch import Tensor, nn
 
 from ..ops import get_ops
+from ..ops.reference import distortion_loss
 from .occupancy import OccupancyGrid
 
-__all__ = ["Renderer", "fixed_render_counts"]
+__all__ = ["Renderer", "fixed_render_counts", "ray_distortion"]
 
 
 class Renderer(nn.Module):
@@ -338,6 +339,14 @@ class Renderer(nn.Module):
             dims = {"rgb": 3, "opacity": 1, "depth": 1}
             return {**{k: rays_o.new_zeros(0, d) for k, d in dims.items()}, "n_samples": n_samples}
         return {**{k: torch.cat(v) for k, v in parts.items()}, "n_samples": n_samples}
+
+
+def ray_distortion(out: dict[str, Tensor]) -> Tensor:
+    """Distortion loss [R] of a :meth:`Renderer.render_rays` / ``render_rays_fixed`` result
+    (``ops.reference.distortion_loss`` over its packed samples), differentiable."""
+    return distortion_loss(
+        out["weights"], out["t_starts"], out["t_ends"], out["ray_indices"], out["packed_info"]
+    )
 
 
 def fixed_render_counts(out: dict[str, Tensor]) -> dict[str, Tensor]:
