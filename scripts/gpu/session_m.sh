@@ -15,30 +15,6 @@ R=/tmp/rm; mkdir -p $R
 # shellcheck disable=SC1091  # sourced from the repository root
 source scripts/gpu/lib.sh
 LIMIT=${LIMIT:-400}
-row() {  # lib.sh's row plus steps/s, peak memory, forward imbalance and the wall time
-python3 - "$1" "$2" <<'PY' >> "$OUT/rows.txt"
-import json, sys
-name, d = sys.argv[1], sys.argv[2]
-try:
-    m = json.load(open(d + "/metrics.json"))
-except Exception as e:
-    print(f"{name:18s} no metrics.json ({type(e).__name__})"); sys.exit()
-g = lambda k, s=1.0, f="%.2f": (f % (m[k] / s)) if isinstance(m.get(k), (int, float)) else "-"
-sps = "%.1f" % (m["steps"] / m["time/train_s"]) if m.get("time/train_s") else "-"
-print(f"{name:18s} steps {g('steps', f='%d'):>6s} train_s {g('time/train_s'):>7s} it/s {sps:>6s} psnr {g('val/psnr', f='%.3f'):>7s} "
-      f"ssim {g('val/ssim', f='%.4f')} test {g('test/psnr', f='%.3f')} Mrays/s {g('train/rays_per_s', 1e6)} Msmp/s {g('train/samples_per_s', 1e6, '%.1f')} "
-      f"memGB {g('gpu/mem_peak_gb', f='%.3f')} gpu% {g('gpu/utilization_mean', f='%.0f')} imb {g('perf/forward_imbalance')} wall_s {g('time/wall_s', f='%.0f')}")
-PY
-}
-left() { echo $(( LIMIT - $(date +%s) + T0 )); }
-# go NAME EXPECTED_S TIMEOUT_S OVERRIDES...: run unless it would end past LIMIT; a failed run's log tail -> fails.txt
-go() {
-    local name=$1 exp=$2 to=$3
-    shift 3
-    if [ "$(left)" -lt "$exp" ]; then echo "$name skipped (time: $(left)s left)" >> "$OUT/rows.txt"; return; fi
-    run "$name" "$to" "$@"
-    [ -f "$R/$name/metrics.json" ] || { echo "=== $name"; tail -25 "$R/$name.log"; } >> "$OUT/fails.txt"
-}
 load_extension
 NOCKPT="callbacks.model_checkpoint=null callbacks.last_checkpoint=null"
 LEGO="experiment=blender data.path=.devdata/lego logger=csv callbacks.progress_bar=null"
