@@ -37,14 +37,19 @@ def _binaries(gen: torch.Generator, c: int = 1, g: int = 64) -> torch.Tensor:
     return bins | (torch.rand(c, g, g, g, generator=gen, device=DEV) > 0.97)
 
 
+def _marching_inputs(n: int, seed: int):
+    """(generator, origins, directions, t_near, t_far, occupancy bitfield) of ``n`` rays into the unit box."""
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    o, d = _rays(n, gen)
+    bins = _binaries(gen)
+    tn, tf, _ = ref.ray_aabb_intersect(o, d, torch.tensor([0.0, 0, 0, 1, 1, 1], device=DEV))
+    return gen, o, d, tn, tf, bins
+
+
 @pytest.mark.parametrize("n_active", [None, 700])
 @pytest.mark.parametrize("fraction", [0.3, 2.0])
 def test_march_rays_fixed_equals_reference(n_active, fraction):
-    gen = torch.Generator(device=DEV).manual_seed(3)
-    o, d = _rays(2000, gen)
-    bins = _binaries(gen)
-    box = torch.tensor([0.0, 0, 0, 1, 1, 1], device=DEV)
-    tn, tf, _ = ref.ray_aabb_intersect(o, d, box)
+    gen, o, d, tn, tf, bins = _marching_inputs(2000, seed=3)
     jit = torch.rand(2000, device=DEV, generator=gen)
     total = int(ref.march_rays(o, d, tn, tf, bins, t_jitter=jit).packed_info[:, 1].sum())
     cap = int(total * fraction)
@@ -178,11 +183,7 @@ def test_graph_replay_accumulates_gradients_over_micro_batches():
 @pytest.mark.parametrize("fraction", [0.0, 0.4, 1.5])
 @pytest.mark.parametrize("layout", ["dynamic", "fixed"])
 def test_repack_cuda_equals_reference(fraction, layout):
-    gen = torch.Generator(device=DEV).manual_seed(11)
-    o, d = _rays(3000, gen)
-    bins = _binaries(gen)
-    box = torch.tensor([0.0, 0, 0, 1, 1, 1], device=DEV)
-    tn, tf, _ = ref.ray_aabb_intersect(o, d, box)
+    gen, o, d, tn, tf, bins = _marching_inputs(3000, seed=11)
     if layout == "dynamic":
         packed = ref.march_rays(o, d, tn, tf, bins)
         ray_valid = torch.rand(3000, device=DEV, generator=gen) < 0.9

@@ -217,7 +217,7 @@ def project_points(
     rot = c2w[:, :3, :3].to(points.dtype)
     t = c2w[:, :3, 3].to(points.dtype)
     # Camera coordinates: R^T (p - t), R orthonormal.
-    p_cam = ((points - t).unsqueeze(-1) * rot).sum(dim=1)
+    p_cam = rotate(rot.transpose(1, 2), points - t)
     x, y, z = p_cam.unbind(-1)
     xd, yd = distort(x, y, z, k, model)
     return k[:, 0] * xd + k[:, 2], k[:, 1] * yd + k[:, 3], z

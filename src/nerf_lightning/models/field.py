@@ -21,9 +21,8 @@ from torch import Tensor, nn
 
 from nerf_lightning.models.encoding import HashEncoding, SHEncoding
 from nerf_lightning.ops import get_ops
-from nerf_lightning.ops.reference import trunc_exp
 
-__all__ = ["NGPField", "trunc_exp"]
+__all__ = ["NGPField"]
 
 # per call: one CUDA kernel for CUDA tensors when the extension is built, else the reference
 _OPS = get_ops("auto")

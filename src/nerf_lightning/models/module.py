@@ -12,12 +12,12 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.metrics import ViewMetrics
 from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
+from nerf_lightning.ops.reference import per_ray_loss
 from nerf_lightning.render.occupancy import OccupancyGrid
 from nerf_lightning.render.renderer import Renderer, ray_distortion
 from nerf_lightning.utils.distributed import fsdp_full_copy, throttle_sigterm_broadcast
@@ -208,19 +208,13 @@ class NeRFModule(L.LightningModule):
         else:
             self.trainer.datamodule.work_scale = float(scale)
 
-    def _loss(self, pred: Tensor, target: Tensor) -> Tensor:
-        """Per-ray loss [R]."""
-        if self.hparams.loss == "mse":
-            return ((pred - target) ** 2).mean(dim=-1)
-        return F.huber_loss(pred, target, reduction="none", delta=self.hparams.huber_delta).mean(dim=-1)
-
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         if self.train_step_fn is not None:
             return self._budgeted_training_step(batch)
         out = self.renderer.render_rays(
             self.field, batch["rays_o"], batch["rays_d"], batch["background"], jitter=self.hparams.jitter
         )
-        per_ray = self._loss(out["rgb"], batch["rgb"])
+        per_ray = per_ray_loss(out["rgb"], batch["rgb"], self.hparams.loss, self.hparams.huber_delta)
         loss = per_ray.mean()
         if self.hparams.distortion_weight > 0:
             dist = ray_distortion(out)
@@ -285,7 +279,8 @@ class NeRFModule(L.LightningModule):
         # Graphed and accumulating: the replays write gradients into static buffers that autograd
         # adds to `.grad`; keep the `.grad` tensors (zeroed in place) so that they never alias those
         # buffers. Otherwise None: eager autograd allocates, the graphed step aliases its buffers.
-        optimizer.zero_grad(set_to_none=not (self._graphed and not self._alias_gradients()))
+        accumulates_into_grad = self._graphed and not self._alias_gradients()
+        optimizer.zero_grad(set_to_none=not accumulates_into_grad)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if (batch_idx + 1) % self.trainer.accumulate_grad_batches != 0:

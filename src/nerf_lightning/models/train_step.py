@@ -186,8 +186,12 @@ def capture(
             clones them.
     """
     for p in step.parameters():
-        if p.requires_grad:
-            p.grad = None if alias_gradients else (torch.zeros_like(p) if p.grad is None else p.grad)
+        if not p.requires_grad:
+            continue
+        if alias_gradients:
+            p.grad = None  # autograd then takes over the graph's buffer
+        elif p.grad is None:
+            p.grad = torch.zeros_like(p)
     args = tuple(a.detach() if share_inputs else a.detach().clone() for a in sample_args)
     # The warm-up calls of make_graphed_callables adapt n_active: start the replays where eager
     # execution would have started.
@@ -197,7 +201,4 @@ def capture(
     with torch.no_grad():
         for name, value in saved.items():
             getattr(step, name).copy_(value)
-    if alias_gradients:
-        for p in step.parameters():
-            p.grad = None  # the warm-up's gradients, not this step's
     return graphed

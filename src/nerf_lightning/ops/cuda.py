@@ -279,13 +279,8 @@ def repack(
     packed: PackedSamples, keep: Tensor, capacity: int, ray_valid: Tensor | None = None
 ) -> tuple[PackedSamples, Tensor]:
     """See :func:`nerf_lightning.ops.reference.repack` (no host sync; equal to it exactly)."""
-    ray_indices, t_starts, t_ends, packed_info = packed
-    if keep.shape != ray_indices.shape or keep.dtype != torch.bool:
-        raise ValueError(
-            f"repack: keep must be bool [S={ray_indices.shape[0]}], got {keep.dtype} {tuple(keep.shape)}"
-        )
-    if capacity < 0:
-        raise ValueError(f"repack: capacity must be >= 0, got {capacity}")
+    _ref._check_repack_args(packed, keep, capacity)
+    _, t_starts, t_ends, packed_info = packed
     tensors = [t_starts, t_ends, packed_info, keep] + ([ray_valid] if ray_valid is not None else [])
     if t_starts.dtype != torch.float32 or t_ends.dtype != torch.float32 or not _on_cuda(*tensors):
         return _ref.repack(packed, keep, capacity, ray_valid)
@@ -640,7 +635,7 @@ def hash_encode(
         float32 [N, L * F], differentiable w.r.t. ``params`` (atomic scatter; fp16 tables accumulate
         in float32 and are rounded once).
     """
-    if params.dtype == torch.bfloat16:
+    if params.dtype == torch.bfloat16 and _on_cuda(x, params):
         # the kernels read fp32 / fp16 tables; a bf16 one (cast by a framework) goes through fp32, its
         # gradient back through the cast, rather than to the PyTorch reference (tens of times slower)
         params = params.float()

@@ -48,6 +48,7 @@ __all__ = [
     "volume_render",
     "sample_points",
     "normalize_to_box",
+    "per_ray_loss",
     "masked_ray_loss",
     "adapt_ray_count",
     "trunc_exp",
@@ -425,14 +426,9 @@ def repack(
         (PackedSamples in the fixed layout with ``S = capacity``, ray_valid bool [R]). Invalid rays
         have count 0 and first index = the number of samples in use.
     """
+    _check_repack_args(packed, keep, capacity)
     ray_indices, t_starts, t_ends, packed_info = packed
     n_rays, device = packed_info.shape[0], packed_info.device
-    if keep.shape != ray_indices.shape or keep.dtype != torch.bool:
-        raise ValueError(
-            f"repack: keep must be bool [S={ray_indices.shape[0]}], got {keep.dtype} {tuple(keep.shape)}"
-        )
-    if capacity < 0:
-        raise ValueError(f"repack: capacity must be >= 0, got {capacity}")
     if ray_valid is None:
         ray_valid = torch.ones(n_rays, dtype=torch.bool, device=device)
     ray_indices = ray_indices.long()
@@ -455,6 +451,14 @@ def repack(
         out_idx[:capacity], out_ts[:capacity], out_te[:capacity], torch.stack([starts, counts], dim=-1)
     )
     return out, valid
+
+
+def _check_repack_args(packed: PackedSamples, keep: Tensor, capacity: int) -> None:
+    if keep.shape != packed.ray_indices.shape or keep.dtype != torch.bool:
+        n = packed.ray_indices.shape[0]
+        raise ValueError(f"repack: keep must be bool [S={n}], got {keep.dtype} {tuple(keep.shape)}")
+    if capacity < 0:
+        raise ValueError(f"repack: capacity must be >= 0, got {capacity}")
 
 
 def march_rays_fixed(
@@ -561,6 +565,9 @@ def normalize_to_box(positions: Tensor, box_min: Tensor, box_size: Tensor) -> tu
     return x.clamp(0.0, 1.0), inside
 
 
+# --------------------------------------------------------------------------------------------------
+# Regularizers on packed samples
+# --------------------------------------------------------------------------------------------------
 def distortion_loss(
     weights: Tensor, t_starts: Tensor, t_ends: Tensor, ray_indices: Tensor, packed_info: Tensor
 ) -> Tensor:
@@ -641,6 +648,16 @@ def density_activation(h: Tensor, inside: Tensor, bias: float) -> Tensor:
 # --------------------------------------------------------------------------------------------------
 # The fixed-budget step's loss and ray count (models/train_step.py)
 # --------------------------------------------------------------------------------------------------
+def per_ray_loss(pred: Tensor, target: Tensor, kind: str = "huber", delta: float = 0.1) -> Tensor:
+    """Photometric loss per ray [R]: the mean over the channels of ``F.huber_loss`` (``x^2 / 2`` for
+    ``|x| < delta``, else ``delta * (|x| - delta / 2)``) or of ``x^2`` (``mse``), ``x = pred - target``."""
+    if kind == "mse":
+        return ((pred - target) ** 2).mean(dim=-1)
+    if kind == "huber":
+        return torch.nn.functional.huber_loss(pred, target, reduction="none", delta=delta).mean(dim=-1)
+    raise ValueError(f"per_ray_loss: kind must be 'huber' or 'mse', got {kind!r}")
+
+
 def masked_ray_loss(
     pred: Tensor, target: Tensor, valid: Tensor, kind: str = "huber", delta: float = 0.1
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -648,9 +665,7 @@ def masked_ray_loss(
 
     Args:
         pred: float [R, 3], differentiable; target: float [R, 3]; valid: bool [R].
-        kind: ``huber`` (``F.huber_loss``: ``x^2 / 2`` for ``|x| < delta``, else
-            ``delta * (|x| - delta / 2)``) or ``mse`` (``x^2``), ``x = pred - target``.
-        delta: the Huber threshold.
+        kind, delta: the loss ``f`` of :func:`per_ray_loss`.
 
     Returns:
         loss: float32 scalar ``sum_r l_r / max(n_valid, 1)`` with ``l_r = valid_r * mean_c f(x_rc)``
@@ -658,14 +673,8 @@ def masked_ray_loss(
         per_ray: float32 [R], ``l_r`` (detached; 0 for invalid rays);
         aux: float64 [2] = (n_valid, ``sum_r valid_r * mean_c x_rc^2``), detached.
     """
-    if kind not in ("huber", "mse"):
-        raise ValueError(f"masked_ray_loss: kind must be 'huber' or 'mse', got {kind!r}")
     pred, target = pred.float(), target.float()
-    if kind == "mse":
-        elem = (pred - target) ** 2
-    else:
-        elem = torch.nn.functional.huber_loss(pred, target, reduction="none", delta=delta)
-    per_ray = elem.mean(dim=-1) * valid
+    per_ray = per_ray_loss(pred, target, kind, delta) * valid
     n_valid = valid.sum()
     loss = per_ray.sum() / n_valid.clamp_min(1)
     with torch.no_grad():
