@@ -70,6 +70,7 @@ __all__ = [
     "adapt_ray_count",
     "density_activation",
     "training_rays",
+    "sample_pixels",
     "hash_encode",
     "sh_encode",
 ]
@@ -514,6 +515,18 @@ def training_rays(
             uy.contiguous(), background.contiguous(), table, camera_of_view,
         )  # fmt: skip
     )
+
+
+def sample_pixels(
+    u: Tensor, cdf: Tensor, widths: Tensor, heights: Tensor, res: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Training pixels (view_ids, px, py), int64 [n] each, from uniforms ``u`` float64 [3, n] and the
+    (view, cell) ``cdf`` float64 [V * res^2], in one kernel. The contract and fallback is
+    ``data/sampler.py::RaySampler._pixels_of``; CUDA tensors only."""
+    view_ids, px, py = _ext().sample_pixels(
+        u.contiguous(), cdf.contiguous(), widths.contiguous(), heights.contiguous(), int(res)
+    )
+    return view_ids, px, py
 
 
 class _DensityActivation(torch.autograd.Function):

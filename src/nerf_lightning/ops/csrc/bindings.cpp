@@ -50,6 +50,8 @@ torch::Tensor adapt_ray_count(torch::Tensor aux, torch::Tensor valid, torch::Ten
                               double momentum);
 std::vector<torch::Tensor> sample_points(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor ray_idx,
                                          torch::Tensor t_starts, torch::Tensor t_ends);
+std::vector<torch::Tensor> sample_pixels(torch::Tensor u, torch::Tensor cdf, torch::Tensor widths,
+                                         torch::Tensor heights, int64_t res);
 std::vector<torch::Tensor> training_rays(torch::Tensor poses, torch::Tensor intrinsics, torch::Tensor pixels,
                                          torch::Tensor offsets, torch::Tensor widths, torch::Tensor view_ids,
                                          torch::Tensor ix, torch::Tensor iy, torch::Tensor ux, torch::Tensor uy,
@@ -84,6 +86,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("normalize_to_box", &nl::normalize_to_box);
   m.def("density_activation_fwd", &nl::density_activation_fwd);
   m.def("training_rays", &nl::training_rays);
+  m.def("sample_pixels", &nl::sample_pixels);
   m.def("density_activation_bwd", &nl::density_activation_bwd);
   m.attr("ABI_VERSION") = 4;
 }

@@ -256,6 +256,37 @@ __global__ void training_rays_kernel(const float* __restrict__ poses, const floa
   }
 }
 
+// One training pixel per thread from uniforms u [3, n] (float64): the (view, cell) pair whose CDF
+// interval holds u0 (torch.searchsorted(cdf, u0, right=True), clamped), then a pixel uniform inside
+// the cell; the integer sequence of data/sampler.py::RaySampler.sample.
+__global__ void sample_pixels_kernel(const double* __restrict__ u, const double* __restrict__ cdf, int64_t n_cdf,
+                                     const int64_t* __restrict__ widths, const int64_t* __restrict__ heights,
+                                     int64_t res, int64_t n, int64_t* __restrict__ view_ids,
+                                     int64_t* __restrict__ px, int64_t* __restrict__ py) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const double u0 = u[i], u1 = u[n + i], u2 = u[2 * n + i];
+  int64_t lo = 0, hi = n_cdf;  // first entry > u0
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) >> 1;
+    if (cdf[mid] <= u0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  const int64_t idx = min(lo, n_cdf - 1);
+  const int64_t cells = res * res;
+  const int64_t v = idx / cells, cell = idx - v * cells;
+  const int64_t cy = cell / res, cx = cell % res;
+  const int64_t w = widths[v], h = heights[v];
+  const int64_t x0 = (cx * w + res - 1) / res, x1 = ((cx + 1) * w + res - 1) / res;
+  const int64_t y0 = (cy * h + res - 1) / res, y1 = ((cy + 1) * h + res - 1) / res;
+  view_ids[i] = v;
+  px[i] = min(x0 + static_cast<int64_t>(u1 * static_cast<double>(x1 - x0)), x1 - 1);
+  py[i] = min(y0 + static_cast<int64_t>(u2 * static_cast<double>(y1 - y0)), y1 - 1);
+}
+
 void check_rows3(const torch::Tensor& t, int64_t n, const char* name) {
   NL_CHECK_INPUT(t);
   NL_CHECK_DTYPE(t, torch::kFloat32);
@@ -307,6 +338,35 @@ torch::Tensor density_activation_bwd(torch::Tensor g, torch::Tensor h, torch::Te
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return grad_h;
+}
+
+std::vector<torch::Tensor> sample_pixels(torch::Tensor u, torch::Tensor cdf, torch::Tensor widths,
+                                         torch::Tensor heights, int64_t res) {
+  NL_CHECK_INPUT(u);
+  NL_CHECK_DTYPE(u, torch::kFloat64);
+  TORCH_CHECK(u.dim() == 2 && u.size(0) == 3, "sample_pixels: u must be [3, n]");
+  NL_CHECK_INPUT(cdf);
+  NL_CHECK_DTYPE(cdf, torch::kFloat64);
+  TORCH_CHECK(cdf.dim() == 1 && cdf.numel() >= 1, "sample_pixels: cdf must be [V * C]");
+  NL_CHECK_INPUT(widths);
+  NL_CHECK_INPUT(heights);
+  NL_CHECK_DTYPE(widths, torch::kInt64);
+  NL_CHECK_DTYPE(heights, torch::kInt64);
+  TORCH_CHECK(res >= 1 && cdf.numel() == widths.numel() * res * res, "sample_pixels: cdf must be [V * res^2]");
+  const int64_t n = u.size(1);
+  const c10::cuda::CUDAGuard guard(u.device());
+  auto lopt = widths.options();
+  auto view_ids = torch::empty({n}, lopt);
+  auto px = torch::empty({n}, lopt);
+  auto py = torch::empty({n}, lopt);
+  if (n == 0) return {view_ids, px, py};
+  const int threads = 256;
+  sample_pixels_kernel<<<n_blocks(n, threads), threads, 0, stream()>>>(
+      u.data_ptr<double>(), cdf.data_ptr<double>(), cdf.numel(), widths.data_ptr<int64_t>(),
+      heights.data_ptr<int64_t>(), res, n, view_ids.data_ptr<int64_t>(), px.data_ptr<int64_t>(),
+      py.data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {view_ids, px, py};
 }
 
 std::vector<torch::Tensor> training_rays(torch::Tensor poses, torch::Tensor intrinsics, torch::Tensor pixels,
