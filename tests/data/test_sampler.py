@@ -235,6 +235,28 @@ def test_no_host_sync_on_cuda():
     assert bool(s.seen.any())
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("error_map_resolution", [0, 4])
+def test_sample_kernel_equals_the_torch_path_on_cuda(error_map_resolution: int):
+    """``ops.cuda.sample_pixels`` (what ``sample`` runs on a GPU) against ``_pixels_of``, the same
+    uniforms, after the error map has moved the distribution away from uniform."""
+    kw = dict(warmup_steps=0, update_every=1, error_map_resolution=error_map_resolution)
+    s = LossWeightedRaySampler(widths=WIDTHS, heights=HEIGHTS, **kw).to("cuda")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    v, x, y = s.sample(20_000, g)
+    s.update(v, x, y, (x.float() + 1) * 0.01 + v.float())
+    s.step(1)
+    u = torch.rand(3, 200_000, generator=g, device="cuda", dtype=torch.float64)
+    u[0, :4] = torch.tensor([0.0, 1.0 - 1e-16, 0.5, 0.999999], dtype=torch.float64)  # the CDF's ends
+    from nerf_lightning.ops import cuda_ops
+
+    got = cuda_ops().sample_pixels(u, s.cdf, s.widths, s.heights, s._res)
+    want = s._pixels_of(u)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_checkpoint_round_trip_is_exact():
     kw = dict(widths=WIDTHS, heights=HEIGHTS, warmup_steps=0, update_every=4, error_map_resolution=2)
     a = LossWeightedRaySampler(**kw)

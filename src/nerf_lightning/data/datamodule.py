@@ -109,6 +109,7 @@ class _ViewSet:
         self.poses = poses_tensor(frames)  # [V, 3, 4]
         self.intrinsics = intrinsics_tensor(frames)  # [V, 10]
         self.undistortion = UndistortionTable(self.intrinsics, self.widths, self.heights, camera_model)
+        self._has_distortion = bool((self.intrinsics[:, 4:] != 0).any())
         #: box-filtered images per downscale factor (``data.resolution_schedule``), built on first use
         #: on the pixels' device
         self.blocks: dict[int, BlockImages] = {}
@@ -140,6 +141,37 @@ class _ViewSet:
         if self.undistortion.enabled:
             return self.undistortion.rays(self.poses[view_ids], view_ids, px, py)
         return pixel_rays(self.poses[view_ids], self.intrinsics[view_ids], px, py, model=self.camera_model)
+
+    def train_rays(
+        self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor
+    ) -> dict[str, Tensor]:
+        """:meth:`batch` at the sub-pixel positions ``(ix + ux, iy + uy)``. On a GPU with the CUDA
+        extension, pinhole and tabulated (distorted) cameras take one kernel (``ops.cuda.training_rays``)
+        instead of about 25 small ones; :meth:`batch` is its contract and test oracle."""
+        fused = self._fused_rays(view_ids, ix, iy, ux, uy, background)
+        if fused is not None:
+            return _training_batch(*fused, background, view_ids, ix, iy)
+        return self.batch(view_ids, ix, iy, ix.float() + ux, iy.float() + uy, background)
+
+    def _fused_rays(
+        self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor] | None:
+        shapes_ok = background.shape == ux.shape + (3,) and self.poses.dtype == torch.float32
+        if not self.pixels.is_cuda or not shapes_ok:
+            return None
+        from nerf_lightning.ops import cuda_ops
+
+        ops = cuda_ops()
+        if ops is None:
+            return None
+        table = self.undistortion
+        if not table.enabled:
+            distorted = bool(self._has_distortion) and self.camera_model != "pinhole"
+            if distorted or self.camera_model == "opencv_fisheye":
+                return None  # Newton undistortion per ray: the torch path
+        args = (self.poses, self.intrinsics, self.pixels, self.offsets, self.widths, view_ids, ix, iy)
+        extra = (table.table, table.camera_of_view) if table.enabled else (None, None)
+        return ops.training_rays(*args, ux.float(), uy.float(), background.float(), *extra)
 
     def batch(
         self, view_ids: Tensor, ix: Tensor, iy: Tensor, px: Tensor, py: Tensor, background: Tensor
@@ -585,7 +617,7 @@ class NeRFDataModule(L.LightningDataModule):
         # opaque and renders the same over whatever background evaluation uses.
         background = torch.rand(n_rays, 3, device=device)
         if factor == 1:
-            return ts.batch(view_ids, ix, iy, ix.float() + ux, iy.float() + uy, background)
+            return ts.train_rays(view_ids, ix, iy, ux, uy, background)
         # The sampler draws a full-resolution pixel (its per-view statistics and error map stay in
         # full-resolution pixels); its block is the one covering the same fraction of the image
         # (exactly pixel // factor when the side is a multiple of factor, else the edge remainder that

@@ -197,6 +197,17 @@ class RaySampler(torch.nn.Module):
                              f"state is on {dev}; create it with torch.Generator(device='{dev.type}')")
         # float64: the view CDF resolves small probabilities and floor(u * w) stays inside the image
         u = torch.rand(3, n_rays, generator=generator, device=dev, dtype=torch.float64)
+        if dev.type == "cuda":
+            from nerf_lightning.ops import cuda_ops
+
+            ops = cuda_ops()
+            if ops is not None:  # _pixels_of in one kernel (about 20 fewer launches per batch)
+                return ops.sample_pixels(u, self.cdf, self.widths, self.heights, self._res)
+        return self._pixels_of(u)
+
+    def _pixels_of(self, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(view_ids, px, py) of uniforms ``u`` float64 [3, n]: the (view, cell) pair whose CDF interval
+        holds ``u[0]``, then the pixel at fractions ``u[1]``, ``u[2]`` of the cell."""
         idx = torch.searchsorted(self.cdf, u[0], right=True).clamp_(max=self.cdf.numel() - 1)
         c = self.num_cells
         view_ids = idx // c

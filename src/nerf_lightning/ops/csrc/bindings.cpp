@@ -50,6 +50,13 @@ torch::Tensor adapt_ray_count(torch::Tensor aux, torch::Tensor valid, torch::Ten
                               double momentum);
 std::vector<torch::Tensor> sample_points(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor ray_idx,
                                          torch::Tensor t_starts, torch::Tensor t_ends);
+std::vector<torch::Tensor> sample_pixels(torch::Tensor u, torch::Tensor cdf, torch::Tensor widths,
+                                         torch::Tensor heights, int64_t res);
+std::vector<torch::Tensor> training_rays(torch::Tensor poses, torch::Tensor intrinsics, torch::Tensor pixels,
+                                         torch::Tensor offsets, torch::Tensor widths, torch::Tensor view_ids,
+                                         torch::Tensor ix, torch::Tensor iy, torch::Tensor ux, torch::Tensor uy,
+                                         torch::Tensor background, c10::optional<torch::Tensor> table,
+                                         c10::optional<torch::Tensor> camera_of_view);
 torch::Tensor density_activation_fwd(torch::Tensor h, torch::Tensor inside, double bias);
 torch::Tensor density_activation_bwd(torch::Tensor g, torch::Tensor h, torch::Tensor inside, double bias);
 std::vector<torch::Tensor> normalize_to_box(torch::Tensor positions, torch::Tensor box_min, torch::Tensor box_size);
@@ -78,6 +85,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sample_points", &nl::sample_points);
   m.def("normalize_to_box", &nl::normalize_to_box);
   m.def("density_activation_fwd", &nl::density_activation_fwd);
+  m.def("training_rays", &nl::training_rays);
+  m.def("sample_pixels", &nl::sample_pixels);
   m.def("density_activation_bwd", &nl::density_activation_bwd);
   m.attr("ABI_VERSION") = 4;
 }

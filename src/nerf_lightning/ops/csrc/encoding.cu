@@ -264,6 +264,25 @@ __global__ void sh_fwd_kernel(const float* __restrict__ d, int64_t n, int degree
   o[15] = 0.59004358992664352f * x * (-xx + 3.0f * yy);
 }
 
+// Degree 4 (the default view encoding): the 16 coefficients of a direction are one 64-byte row,
+// written as four 16-byte stores instead of sixteen 4-byte ones (same values as sh_fwd_kernel).
+__global__ void sh4_fwd_kernel(const float* __restrict__ d, int64_t n, float4* __restrict__ out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = d[i * 3], y = d[i * 3 + 1], z = d[i * 3 + 2];
+  const float xx = x * x, yy = y * y, zz = z * z, xy = x * y, yz = y * z, xz = x * z;
+  float4* o = out + i * 4;
+  o[0] = make_float4(0.28209479177387814f, -0.48860251190291987f * y, 0.48860251190291987f * z,
+                     -0.48860251190291987f * x);
+  o[1] = make_float4(1.0925484305920792f * xy, -1.0925484305920792f * yz,
+                     0.94617469575755997f * zz - 0.31539156525251999f, -1.0925484305920792f * xz);
+  o[2] = make_float4(0.54627421529603959f * xx - 0.54627421529603959f * yy,
+                     0.59004358992664352f * y * (-3.0f * xx + yy), 2.8906114426405538f * xy * z,
+                     0.45704579946446572f * y * (1.0f - 5.0f * zz));
+  o[3] = make_float4(0.3731763325901154f * z * (5.0f * zz - 3.0f), 0.45704579946446572f * x * (1.0f - 5.0f * zz),
+                     1.4453057213202769f * z * (xx - yy), 0.59004358992664352f * x * (-xx + 3.0f * yy));
+}
+
 torch::Tensor sh_encode_fwd(torch::Tensor dirs, int64_t degree) {
   NL_CHECK_INPUT(dirs);
   NL_CHECK_DTYPE(dirs, torch::kFloat32);
@@ -273,8 +292,13 @@ torch::Tensor sh_encode_fwd(torch::Tensor dirs, int64_t degree) {
   const int64_t n = dirs.size(0);
   auto out = torch::empty({n, degree * degree}, dirs.options());
   if (n == 0) return out;
-  sh_fwd_kernel<<<n_blocks(n, 256), 256, 0, stream()>>>(dirs.data_ptr<float>(), n, static_cast<int>(degree),
-                                                        out.data_ptr<float>());
+  if (degree == 4) {  // a fresh contiguous [n, 16] float tensor: every row is 16-byte aligned
+    sh4_fwd_kernel<<<n_blocks(n, 256), 256, 0, stream()>>>(dirs.data_ptr<float>(), n,
+                                                           reinterpret_cast<float4*>(out.data_ptr<float>()));
+  } else {
+    sh_fwd_kernel<<<n_blocks(n, 256), 256, 0, stream()>>>(dirs.data_ptr<float>(), n, static_cast<int>(degree),
+                                                          out.data_ptr<float>());
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }

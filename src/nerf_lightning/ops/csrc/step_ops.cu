@@ -196,6 +196,97 @@ __global__ void density_activation_bwd_kernel(const float* __restrict__ g, const
   grad_h[k] = static_cast<T>(v);
 }
 
+// One training ray per thread: camera ray through (ix + ux, iy + uy) and its target colour, with the
+// operation sequence of data/cameras.py (pixel_rays for pinhole views, UndistortionTable.rays for
+// tabulated lens models) and _ViewSet.batch (colours / 255, RGBA composited over the background).
+__global__ void training_rays_kernel(const float* __restrict__ poses, const float* __restrict__ intr,
+                                     const uint8_t* __restrict__ pixels, int channels,
+                                     const int64_t* __restrict__ offsets, const int64_t* __restrict__ widths,
+                                     const int64_t* __restrict__ view_ids, const int64_t* __restrict__ ix,
+                                     const int64_t* __restrict__ iy, const float* __restrict__ ux,
+                                     const float* __restrict__ uy, const float* __restrict__ bg,
+                                     const float* __restrict__ table, const int64_t* __restrict__ camera_of_view,
+                                     int64_t table_h, int64_t table_w, int64_t n, float* __restrict__ rays_o,
+                                     float* __restrict__ rays_d, float* __restrict__ rgb) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= n) return;
+  const int64_t v = view_ids[r];
+  const float px = static_cast<float>(ix[r]) + ux[r];
+  const float py = static_cast<float>(iy[r]) + uy[r];
+  float d0, d1, d2;
+  if (table != nullptr) {
+    const float x0 = floorf(px), y0 = floorf(py);
+    const float fx = px - x0, fy = py - y0;
+    const int64_t w1 = table_w - 1;
+    const int64_t cx = min(max(static_cast<int64_t>(x0), int64_t{0}), w1 - 1);
+    const int64_t cy = min(max(static_cast<int64_t>(y0), int64_t{0}), table_h - 2);
+    const int64_t base = ((camera_of_view[v] * table_h + cy) * (w1 + 1) + cx) * 3;
+    const float* t00 = table + base;
+    const float* t01 = t00 + 3;
+    const float* t10 = table + base + (w1 + 1) * 3;
+    const float* t11 = t10 + 3;
+    float d[3];
+#pragma unroll
+    for (int c = 0; c < 3; ++c) {
+      d[c] = (t00[c] * (1.0f - fx) + t01[c] * fx) * (1.0f - fy) + (t10[c] * (1.0f - fx) + t11[c] * fx) * fy;
+    }
+    d0 = d[0];
+    d1 = d[1];
+    d2 = d[2];
+  } else {
+    const float* k = intr + v * 10;
+    d0 = (px - k[2]) / k[0];
+    d1 = (py - k[3]) / k[1];
+    d2 = 1.0f;
+  }
+  const float* m = poses + v * 12;  // [3, 4] row-major: rotation | translation
+  float dir[3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i) dir[i] = (m[i * 4] * d0 + m[i * 4 + 1] * d1) + m[i * 4 + 2] * d2;
+  const float norm = fmaxf(sqrtf((dir[0] * dir[0] + dir[1] * dir[1]) + dir[2] * dir[2]), 1e-12f);
+  const int64_t flat = offsets[v] + iy[r] * widths[v] + ix[r];
+  const uint8_t* px_c = pixels + flat * channels;
+  const float alpha = channels == 4 ? static_cast<float>(px_c[3]) / 255.0f : 1.0f;
+#pragma unroll
+  for (int c = 0; c < 3; ++c) {
+    rays_o[r * 3 + c] = m[c * 4 + 3];
+    rays_d[r * 3 + c] = dir[c] / norm;
+    const float col = static_cast<float>(px_c[c]) / 255.0f;
+    rgb[r * 3 + c] = channels == 4 ? col * alpha + bg[r * 3 + c] * (1.0f - alpha) : col;
+  }
+}
+
+// One training pixel per thread from uniforms u [3, n] (float64): the (view, cell) pair whose CDF
+// interval holds u0 (torch.searchsorted(cdf, u0, right=True), clamped), then a pixel uniform inside
+// the cell; the integer sequence of data/sampler.py::RaySampler.sample.
+__global__ void sample_pixels_kernel(const double* __restrict__ u, const double* __restrict__ cdf, int64_t n_cdf,
+                                     const int64_t* __restrict__ widths, const int64_t* __restrict__ heights,
+                                     int64_t res, int64_t n, int64_t* __restrict__ view_ids,
+                                     int64_t* __restrict__ px, int64_t* __restrict__ py) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const double u0 = u[i], u1 = u[n + i], u2 = u[2 * n + i];
+  int64_t lo = 0, hi = n_cdf;  // first entry > u0
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) >> 1;
+    if (cdf[mid] <= u0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  const int64_t idx = min(lo, n_cdf - 1);
+  const int64_t cells = res * res;
+  const int64_t v = idx / cells, cell = idx - v * cells;
+  const int64_t cy = cell / res, cx = cell % res;
+  const int64_t w = widths[v], h = heights[v];
+  const int64_t x0 = (cx * w + res - 1) / res, x1 = ((cx + 1) * w + res - 1) / res;
+  const int64_t y0 = (cy * h + res - 1) / res, y1 = ((cy + 1) * h + res - 1) / res;
+  view_ids[i] = v;
+  px[i] = min(x0 + static_cast<int64_t>(u1 * static_cast<double>(x1 - x0)), x1 - 1);
+  py[i] = min(y0 + static_cast<int64_t>(u2 * static_cast<double>(y1 - y0)), y1 - 1);
+}
+
 void check_rows3(const torch::Tensor& t, int64_t n, const char* name) {
   NL_CHECK_INPUT(t);
   NL_CHECK_DTYPE(t, torch::kFloat32);
@@ -247,6 +338,101 @@ torch::Tensor density_activation_bwd(torch::Tensor g, torch::Tensor h, torch::Te
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return grad_h;
+}
+
+std::vector<torch::Tensor> sample_pixels(torch::Tensor u, torch::Tensor cdf, torch::Tensor widths,
+                                         torch::Tensor heights, int64_t res) {
+  NL_CHECK_INPUT(u);
+  NL_CHECK_DTYPE(u, torch::kFloat64);
+  TORCH_CHECK(u.dim() == 2 && u.size(0) == 3, "sample_pixels: u must be [3, n]");
+  NL_CHECK_INPUT(cdf);
+  NL_CHECK_DTYPE(cdf, torch::kFloat64);
+  TORCH_CHECK(cdf.dim() == 1 && cdf.numel() >= 1, "sample_pixels: cdf must be [V * C]");
+  NL_CHECK_INPUT(widths);
+  NL_CHECK_INPUT(heights);
+  NL_CHECK_DTYPE(widths, torch::kInt64);
+  NL_CHECK_DTYPE(heights, torch::kInt64);
+  TORCH_CHECK(res >= 1 && cdf.numel() == widths.numel() * res * res, "sample_pixels: cdf must be [V * res^2]");
+  const int64_t n = u.size(1);
+  const c10::cuda::CUDAGuard guard(u.device());
+  auto lopt = widths.options();
+  auto view_ids = torch::empty({n}, lopt);
+  auto px = torch::empty({n}, lopt);
+  auto py = torch::empty({n}, lopt);
+  if (n == 0) return {view_ids, px, py};
+  const int threads = 256;
+  sample_pixels_kernel<<<n_blocks(n, threads), threads, 0, stream()>>>(
+      u.data_ptr<double>(), cdf.data_ptr<double>(), cdf.numel(), widths.data_ptr<int64_t>(),
+      heights.data_ptr<int64_t>(), res, n, view_ids.data_ptr<int64_t>(), px.data_ptr<int64_t>(),
+      py.data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {view_ids, px, py};
+}
+
+std::vector<torch::Tensor> training_rays(torch::Tensor poses, torch::Tensor intrinsics, torch::Tensor pixels,
+                                         torch::Tensor offsets, torch::Tensor widths, torch::Tensor view_ids,
+                                         torch::Tensor ix, torch::Tensor iy, torch::Tensor ux, torch::Tensor uy,
+                                         torch::Tensor background, c10::optional<torch::Tensor> table,
+                                         c10::optional<torch::Tensor> camera_of_view) {
+  const int64_t n = view_ids.size(0);
+  const int64_t n_views = poses.size(0);
+  NL_CHECK_INPUT(poses);
+  NL_CHECK_DTYPE(poses, torch::kFloat32);
+  TORCH_CHECK(poses.dim() == 3 && poses.size(1) == 3 && poses.size(2) == 4, "training_rays: poses must be [V, 3, 4]");
+  NL_CHECK_INPUT(intrinsics);
+  NL_CHECK_DTYPE(intrinsics, torch::kFloat32);
+  TORCH_CHECK(intrinsics.dim() == 2 && intrinsics.size(0) == n_views && intrinsics.size(1) == 10,
+              "training_rays: intrinsics must be [V, 10]");
+  NL_CHECK_INPUT(pixels);
+  NL_CHECK_DTYPE(pixels, torch::kUInt8);
+  TORCH_CHECK(pixels.dim() == 2 && (pixels.size(1) == 3 || pixels.size(1) == 4), "training_rays: pixels must be [P, 3|4]");
+  for (const auto* t : {&offsets, &widths}) {
+    NL_CHECK_INPUT((*t));
+    NL_CHECK_DTYPE((*t), torch::kInt64);
+    TORCH_CHECK(t->numel() == n_views, "training_rays: offsets and widths must be [V]");
+  }
+  for (const auto* t : {&view_ids, &ix, &iy}) {
+    NL_CHECK_INPUT((*t));
+    NL_CHECK_DTYPE((*t), torch::kInt64);
+    TORCH_CHECK(t->numel() == n, "training_rays: view_ids, ix, iy must be [R]");
+  }
+  for (const auto* t : {&ux, &uy}) {
+    NL_CHECK_INPUT((*t));
+    NL_CHECK_DTYPE((*t), torch::kFloat32);
+    TORCH_CHECK(t->numel() == n, "training_rays: ux, uy must be [R]");
+  }
+  check_rows3(background, n, "background");
+  const float* tab = nullptr;
+  const int64_t* cam = nullptr;
+  int64_t th = 0, tw = 0;
+  if (table.has_value()) {
+    TORCH_CHECK(camera_of_view.has_value(), "training_rays: a table needs camera_of_view");
+    NL_CHECK_INPUT((*table));
+    NL_CHECK_DTYPE((*table), torch::kFloat32);
+    TORCH_CHECK(table->dim() == 4 && table->size(3) == 3 && table->size(1) >= 2 && table->size(2) >= 2,
+                "training_rays: the table must be [U, H + 1, W + 1, 3]");
+    NL_CHECK_INPUT((*camera_of_view));
+    NL_CHECK_DTYPE((*camera_of_view), torch::kInt64);
+    tab = table->data_ptr<float>();
+    cam = camera_of_view->data_ptr<int64_t>();
+    th = table->size(1);
+    tw = table->size(2);
+  }
+  const c10::cuda::CUDAGuard guard(view_ids.device());
+  auto fopt = background.options();
+  auto rays_o = torch::empty({n, 3}, fopt);
+  auto rays_d = torch::empty({n, 3}, fopt);
+  auto rgb = torch::empty({n, 3}, fopt);
+  if (n == 0) return {rays_o, rays_d, rgb};
+  const int threads = 256;
+  training_rays_kernel<<<n_blocks(n, threads), threads, 0, stream()>>>(
+      poses.data_ptr<float>(), intrinsics.data_ptr<float>(), pixels.data_ptr<uint8_t>(),
+      static_cast<int>(pixels.size(1)), offsets.data_ptr<int64_t>(), widths.data_ptr<int64_t>(),
+      view_ids.data_ptr<int64_t>(), ix.data_ptr<int64_t>(), iy.data_ptr<int64_t>(), ux.data_ptr<float>(),
+      uy.data_ptr<float>(), background.data_ptr<float>(), tab, cam, th, tw, n, rays_o.data_ptr<float>(),
+      rays_d.data_ptr<float>(), rgb.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {rays_o, rays_d, rgb};
 }
 
 std::vector<torch::Tensor> masked_ray_loss_fwd(torch::Tensor pred, torch::Tensor target, torch::Tensor valid,
