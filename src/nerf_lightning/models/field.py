@@ -52,6 +52,11 @@ class NGPField(nn.Module):
         density_hidden_layers / color_hidden_layers: 1 and 2 in instant-ngp.
         sh_degree: spherical-harmonics degree of the view encoding (4 -> 16 coefficients).
         density_bias: added to the density logit before ``trunc_exp`` (start mostly transparent).
+        mlp_backend: ``auto``: under CUDA autocast to float16 / bfloat16 (``precision=16-mixed`` /
+            ``bf16-mixed``) both MLPs run as fused tensor-core kernels (``ops.fused_mlp``: half
+            activations, fp32 accumulation and output, as tiny-cuda-nn's FullyFusedMLP), elsewhere
+            as ``torch.nn`` layers; ``torch``: always the ``torch.nn`` layers (autocast's cuBLAS
+            path under mixed precision). Precision ``32`` always runs the fp32 layers.
     """
 
     def __init__(
@@ -64,8 +69,12 @@ class NGPField(nn.Module):
         color_hidden_layers: int = 2,
         sh_degree: int = 4,
         density_bias: float = -1.0,
+        mlp_backend: str = "auto",
     ) -> None:
         super().__init__()
+        if mlp_backend not in ("auto", "torch"):
+            raise ValueError(f"model.field.mlp_backend must be 'auto' or 'torch', got {mlp_backend!r}")
+        self.mlp_backend = mlp_backend
         self.aabb_scale = int(aabb_scale)
         lo, hi = 0.5 - aabb_scale / 2, 0.5 + aabb_scale / 2
         self.register_buffer("aabb_min", torch.full((3,), lo), persistent=False)
@@ -86,9 +95,24 @@ class NGPField(nn.Module):
     def _normalize(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         return _OPS.normalize_to_box(positions, self.aabb_min, self.aabb_size)
 
+    def _fused_dtype(self, x: Tensor) -> torch.dtype | None:
+        """The half type of the fused MLP kernels for this call, or None for the ``torch.nn`` layers."""
+        if self.mlp_backend != "auto" or not x.is_cuda or not torch.is_autocast_enabled("cuda"):
+            return None
+        dtype = torch.get_autocast_dtype("cuda")
+        return dtype if dtype in (torch.float16, torch.bfloat16) else None
+
+    def _run_mlp(self, mlp: nn.Sequential, x: Tensor, extra: Tensor | None = None) -> Tensor:
+        """``mlp(cat(x, extra))``: fused half-precision kernels under CUDA autocast (float32 out)."""
+        dtype = self._fused_dtype(x)
+        if dtype is None:
+            return mlp(x if extra is None else torch.cat([x, extra.to(x.dtype)], dim=-1))
+        linears = [m for m in mlp if isinstance(m, nn.Linear)]
+        return _OPS.fused_mlp(x, extra, [m.weight for m in linears], [m.bias for m in linears], dtype)
+
     def _geometry(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         x, inside = self._normalize(positions)
-        h = self.density_mlp(self.encoding(x))
+        h = self._run_mlp(self.density_mlp, self.encoding(x))
         sigma = _OPS.density_activation(h, inside, self.density_bias)
         return sigma, h
 
@@ -99,6 +123,6 @@ class NGPField(nn.Module):
     def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
         """(sigmas [S], rgbs [S, 3] in [0, 1]) at positions [S, 3] seen along unit directions [S, 3]."""
         sigma, h = self._geometry(positions)
-        sh = self.direction_encoding(directions).to(h.dtype)
-        rgb = torch.sigmoid(self.color_mlp(torch.cat([h, sh], dim=-1)).float())
+        sh = self.direction_encoding(directions)
+        rgb = torch.sigmoid(self._run_mlp(self.color_mlp, h, sh).float())
         return sigma, rgb

@@ -48,6 +48,7 @@ OP_NAMES = (
     "masked_ray_loss",
     "adapt_ray_count",
     "density_activation",
+    "fused_mlp",
 )
 
 _lock = threading.Lock()

@@ -25,6 +25,9 @@ call. Differences from the reference, all within float rounding:
   ``expf`` where the reference calls ``torch.exp`` (within an ulp). These and the fixed-layout
   kernels exist to cut the training step's kernel count (``models/train_step.py``).
 - ``volume_render`` composites a background that needs no gradient inside its kernels.
+- ``fused_mlp``: one tensor-core kernel per network and direction; products accumulate in float32 in
+  another order than the reference's matmul, and the backward pass rounds the output gradient to
+  the half type as well (``ops/csrc/mlp.cu``).
 
 Kernel shapes: marching and compositing run one warp per ray (32 candidates / samples per step,
 warp ballots and float64 warp scans), the hash encoding one thread per (point, level).
@@ -78,6 +81,7 @@ __all__ = [
     "density_activation",
     "training_rays",
     "sample_pixels",
+    "fused_mlp",
     "hash_encode",
     "sh_encode",
 ]
@@ -512,9 +516,19 @@ def training_rays(
     ``_ViewSet.batch``), which is also the fallback and the test oracle; CUDA tensors only."""
     return tuple(
         _ext().training_rays(
-            poses.contiguous(), intrinsics.contiguous(), pixels.contiguous(), offsets.contiguous(),
-            widths.contiguous(), view_ids.contiguous(), ix.contiguous(), iy.contiguous(), ux.contiguous(),
-            uy.contiguous(), background.contiguous(), table, camera_of_view,
+            poses.contiguous(),
+            intrinsics.contiguous(),
+            pixels.contiguous(),
+            offsets.contiguous(),
+            widths.contiguous(),
+            view_ids.contiguous(),
+            ix.contiguous(),
+            iy.contiguous(),
+            ux.contiguous(),
+            uy.contiguous(),
+            background.contiguous(),
+            table,
+            camera_of_view,
         )  # fmt: skip
     )
 
@@ -558,6 +572,71 @@ def density_activation(h: Tensor, inside: Tensor, bias: float) -> Tensor:
     if not ok or not _on_cuda(h, inside):
         return _ref.density_activation(h, inside, bias)
     return _DensityActivation.apply(h, inside.contiguous(), float(bias))
+
+
+class _FusedMLP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, in0: Tensor, in1: Tensor | None, bf16: bool, *params: Tensor) -> Tensor:
+        weights = [p.detach() for p in params[0::2]]
+        biases = [p.detach() for p in params[1::2]]
+        ctx.save_for_backward(in0, in1, *weights, *biases)
+        ctx.bf16 = bf16
+        ctx.n_layers = len(weights)
+        return _ext().fused_mlp_fwd(in0, in1, weights, biases, bf16)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple:
+        in0, in1, *params = ctx.saved_tensors
+        weights, biases = params[: ctx.n_layers], params[ctx.n_layers :]
+        need_in0 = bool(ctx.needs_input_grad[0])
+        g_in0, g_w, g_b = _ext().fused_mlp_bwd(
+            g.float().contiguous(), in0, in1, weights, biases, ctx.bf16, need_in0
+        )
+        grads: list[Tensor] = []
+        w_at = b_at = 0
+        for w, b in zip(weights, biases, strict=True):
+            grads.append(g_w[w_at : w_at + w.numel()].view_as(w))
+            grads.append(g_b[b_at : b_at + b.numel()].view_as(b))
+            w_at, b_at = w_at + w.numel(), b_at + b.numel()
+        return (g_in0 if need_in0 else None), None, None, *grads
+
+
+def _fused_mlp_supported(
+    in0: Tensor, in1: Tensor | None, weights: Sequence[Tensor], biases: Sequence[Tensor]
+) -> bool:
+    width = in0.shape[-1] + (0 if in1 is None else in1.shape[-1])
+    if in0.dim() != 2 or not 1 <= len(weights) <= 8 or len(biases) != len(weights):
+        return False
+    if in1 is not None and (in1.dim() != 2 or in1.shape[0] != in0.shape[0]):
+        return False
+    for w, b in zip(weights, biases, strict=True):
+        if w.dtype != torch.float32 or b.dtype != torch.float32 or w.dim() != 2 or w.shape[1] != width:
+            return False
+        if w.shape[0] > 128 or width > 128 or b.shape != (w.shape[0],):
+            return False
+        width = w.shape[0]
+    return True
+
+
+def fused_mlp(
+    in0: Tensor,
+    in1: Tensor | None,
+    weights: Sequence[Tensor],
+    biases: Sequence[Tensor],
+    half_dtype: torch.dtype,
+) -> Tensor:
+    """See :func:`nerf_lightning.ops.reference.fused_mlp`: the whole network in one kernel each way
+    (layers up to 128 wide, up to 8 layers, fp32 weights; other shapes use the reference)."""
+    if half_dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"fused_mlp: half_dtype must be float16 or bfloat16, got {half_dtype}")
+    tensors = [in0, *weights, *biases] + ([] if in1 is None else [in1])
+    if not _fused_mlp_supported(in0, in1, weights, biases) or not _on_cuda(*tensors):
+        return _ref.fused_mlp(in0, in1, weights, biases, half_dtype)
+    params = [t for pair in zip(weights, biases, strict=True) for t in pair]
+    x1 = None if in1 is None else in1.detach().float().contiguous()
+    return _FusedMLP.apply(
+        in0.float().contiguous(), x1, half_dtype == torch.bfloat16, *[p.contiguous() for p in params]
+    )
 
 
 class _MaskedRayLoss(torch.autograd.Function):

@@ -22,6 +22,7 @@ Scene space is instant-ngp's NGP space: the object in the unit cube [0, 1]^3, th
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -54,6 +55,7 @@ __all__ = [
     "trunc_exp",
     "density_activation",
     "distortion_loss",
+    "fused_mlp",
 ]
 
 SQRT3 = math.sqrt(3.0)
@@ -900,3 +902,43 @@ def _check_rays(rays_o: Tensor, rays_d: Tensor, where: str) -> None:
             f"{where}: rays_o and rays_d must both be [R, 3], got {tuple(rays_o.shape)} and "
             f"{tuple(rays_d.shape)}"
         )
+
+
+# --------------------------------------------------------------------------------------------------
+# The field's MLPs in half precision (models/field.py under 16-mixed / bf16-mixed)
+# --------------------------------------------------------------------------------------------------
+def fused_mlp(
+    in0: Tensor,
+    in1: Tensor | None,
+    weights: Sequence[Tensor],
+    biases: Sequence[Tensor],
+    half_dtype: torch.dtype,
+) -> Tensor:
+    """A ReLU MLP on ``cat(in0, in1)`` with the rounding of tiny-cuda-nn's fully fused MLP.
+
+    Layer ``l`` computes ``y = x W_l^T + b_l``; hidden layers (all but the last) pass ``relu(y)`` on.
+    The input and every hidden activation are rounded to ``half_dtype`` (float16 or bfloat16), the
+    weights are fp32 master weights rounded to ``half_dtype`` for the product, products accumulate
+    in float32 and the biases are added in float32; the output ``y`` of the last layer is float32.
+    The CUDA backend runs the whole network in one kernel each way; its gradients round the
+    back-propagated activation gradients to ``half_dtype`` as well (within half-precision rounding
+    of this function's autograd).
+
+    Args:
+        in0: float [N, C0], differentiable; in1: float [N, C1] or None (no gradient is needed).
+        weights: fp32 ``[out_l, in_l]`` (``nn.Linear.weight``; ``in_0 = C0 + C1``), biases fp32 [out_l].
+        half_dtype: ``torch.float16`` or ``torch.bfloat16``.
+
+    Returns:
+        float32 [N, out_last].
+    """
+    if half_dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"fused_mlp: half_dtype must be float16 or bfloat16, got {half_dtype}")
+    x = in0.float() if in1 is None else torch.cat([in0.float(), in1.float()], dim=-1)
+    h = x.to(half_dtype)
+    y = x
+    for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
+        y = h.float() @ w.to(half_dtype).float().t() + b.float()
+        if i + 1 < len(weights):
+            h = torch.relu(y).to(half_dtype)
+    return y

@@ -59,6 +59,11 @@ std::vector<torch::Tensor> training_rays(torch::Tensor poses, torch::Tensor intr
                                          c10::optional<torch::Tensor> camera_of_view);
 torch::Tensor density_activation_fwd(torch::Tensor h, torch::Tensor inside, double bias);
 torch::Tensor density_activation_bwd(torch::Tensor g, torch::Tensor h, torch::Tensor inside, double bias);
+torch::Tensor fused_mlp_fwd(torch::Tensor in0, c10::optional<torch::Tensor> in1, std::vector<torch::Tensor> weights,
+                            std::vector<torch::Tensor> biases, bool bf16);
+std::vector<torch::Tensor> fused_mlp_bwd(torch::Tensor grad_out, torch::Tensor in0, c10::optional<torch::Tensor> in1,
+                                         std::vector<torch::Tensor> weights, std::vector<torch::Tensor> biases,
+                                         bool bf16, bool need_grad_in0);
 std::vector<torch::Tensor> normalize_to_box(torch::Tensor positions, torch::Tensor box_min, torch::Tensor box_size);
 }  // namespace nl
 
@@ -88,5 +93,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("training_rays", &nl::training_rays);
   m.def("sample_pixels", &nl::sample_pixels);
   m.def("density_activation_bwd", &nl::density_activation_bwd);
-  m.attr("ABI_VERSION") = 4;
+  m.def("fused_mlp_fwd", &nl::fused_mlp_fwd);
+  m.def("fused_mlp_bwd", &nl::fused_mlp_bwd);
+  m.attr("ABI_VERSION") = 5;
 }
