@@ -604,15 +604,17 @@ class _FusedMLP(torch.autograd.Function):
 def _fused_mlp_supported(
     in0: Tensor, in1: Tensor | None, weights: Sequence[Tensor], biases: Sequence[Tensor]
 ) -> bool:
+    """The kernels' shapes: 1 or 2 hidden layers 64 wide, input and output up to 64, fp32 params."""
     width = in0.shape[-1] + (0 if in1 is None else in1.shape[-1])
-    if in0.dim() != 2 or not 1 <= len(weights) <= 8 or len(biases) != len(weights):
+    if in0.dim() != 2 or len(weights) not in (2, 3) or len(biases) != len(weights):
         return False
     if in1 is not None and (in1.dim() != 2 or in1.shape[0] != in0.shape[0]):
         return False
-    for w, b in zip(weights, biases, strict=True):
+    for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
         if w.dtype != torch.float32 or b.dtype != torch.float32 or w.dim() != 2 or w.shape[1] != width:
             return False
-        if w.shape[0] > 128 or width > 128 or b.shape != (w.shape[0],):
+        hidden = i + 1 < len(weights)
+        if width > 64 or (w.shape[0] != 64 if hidden else w.shape[0] > 64) or b.shape != (w.shape[0],):
             return False
         width = w.shape[0]
     return True
@@ -626,7 +628,8 @@ def fused_mlp(
     half_dtype: torch.dtype,
 ) -> Tensor:
     """See :func:`nerf_lightning.ops.reference.fused_mlp`: the whole network in one kernel each way
-    (layers up to 128 wide, up to 8 layers, fp32 weights; other shapes use the reference)."""
+    (1 or 2 hidden layers 64 wide, input and output up to 64, fp32 weights; other shapes use the
+    reference)."""
     if half_dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"fused_mlp: half_dtype must be float16 or bfloat16, got {half_dtype}")
     tensors = [in0, *weights, *biases] + ([] if in1 is None else [in1])

@@ -1,24 +1,28 @@
 // Fully fused half-precision MLP (forward and backward) on tensor cores, for the field's two small
-// networks (models/field.py): width-64 ReLU hidden layers, a linear output layer, fp32 master
-// weights and biases. Contract and rounding: ops/reference.py::fused_mlp.
+// networks (models/field.py): one or two ReLU hidden layers 64 wide, a linear output layer, fp32
+// master weights and biases. Contract and rounding: ops/reference.py::fused_mlp.
 //
 // Why fused: at 2^18 samples per step the layers are 64 wide, so cuBLAS runs each layer as a
 // memory-bound GEMM plus bias/activation/split-K kernels (about 20 kernels and 0.4 ms per bf16 step
-// on an H200). Here one kernel runs a whole network with every activation in shared memory, as
-// tiny-cuda-nn's FullyFusedMLP does (its design is the reference point; no code is taken from it).
+// on an H200). Here one kernel runs a whole network, as tiny-cuda-nn's FullyFusedMLP does (its design
+// is the reference point; no code is taken from it).
 //
 // Layout: a block of 4 warps takes tiles of 64 rows (16 per warp) in a grid-stride loop, with the
-// weights converted from fp32 to the half type once per block. Rounding: the input and every hidden
-// activation are rounded to the half type, products accumulate in fp32, biases are added in fp32
-// and the output stays fp32. The backward pass recomputes the hidden activations from the input
-// (nothing is saved between the passes), propagates half-type gradients through the layers and
-// accumulates the weight and bias gradients per block in fp32 shared memory, added to the global
-// fp32 gradients once per block.
+// weights converted from fp32 to the half type once per block. Each warp keeps its 16 rows in
+// registers from layer to layer: the fp32 accumulator of an m16n8k16 MMA holds, per lane, exactly
+// the elements that the A operand of the next layer's MMA needs, so an activation is rounded to the
+// half type and passed on without touching memory. Rounding: the input and every hidden activation
+// are rounded to the half type, products accumulate in fp32, biases are added in fp32 and the output
+// stays fp32. The backward pass recomputes the activations from the input, propagates half-type
+// gradients through the layers in registers, and accumulates the weight and bias gradients per
+// block in fp32 shared memory (64 rows at a time, WMMA on the staged activations and gradients),
+// added to the global fp32 gradients once per block.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <type_traits>
 #include <vector>
 
 #include "common.h"
@@ -29,11 +33,13 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kMlpMaxLayers = 8;
+constexpr int kMlpMaxLayers = 3;  // one or two hidden layers and the output layer
+constexpr int kHidden = 64;
+constexpr int kMaxWidth = 64;     // input and output widths up to 64
 constexpr int kMlpWarps = 4;
 constexpr int kMlpThreads = kMlpWarps * 32;
 constexpr int kTileRows = 16 * kMlpWarps;
-constexpr int kSkew = 8;  // halves of padding per shared row: spreads a fragment's rows over the banks
+constexpr int kSkew = 8;  // halves of padding per shared row: a fragment's rows fall on different banks
 
 struct MlpDims {
   int n_layers;        // linear layers: hidden ones and the output layer
@@ -47,139 +53,229 @@ struct MlpDims {
   const float* b[kMlpMaxLayers];  // fp32 [rows_out]
 };
 
-template <typename T>
-__device__ __forceinline__ T to_half(float v);
-template <>
-__device__ __forceinline__ __half to_half<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 to_half<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-__device__ __forceinline__ float from_half(__half v) { return __half2float(v); }
-__device__ __forceinline__ float from_half(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-// Offsets (in elements of their own type) of every shared-memory region; the same on host and device.
+// Offsets (in elements of their own type) of every shared-memory region.
 struct SmemLayout {
-  int w_off[kMlpMaxLayers];   // half weights, [n_pad, k_pad + skew] each
+  int w_off[kMlpMaxLayers];   // half W [n_pad, k_pad + skew]
   int w_ld[kMlpMaxLayers];
-  int n_w;                    // halves of all weights
-  int b_off[kMlpMaxLayers];   // fp32 biases [n_pad] each
+  int wt_off[kMlpMaxLayers];  // half W^T [k_pad, n_pad + skew] (backward only)
+  int wt_ld[kMlpMaxLayers];
+  int n_w, n_wt;
+  int b_off[kMlpMaxLayers];   // fp32 biases [n_pad]
   int n_b;
-  int act_ld;                 // leading dimension of activation / gradient buffers (halves)
-  int act_width;              // widest padded layer input or output
-  size_t bytes_fwd, bytes_bwd;
-  // backward only: fp32 weight- and bias-gradient accumulators
-  int gw_off[kMlpMaxLayers];
-  int gb_off[kMlpMaxLayers];
+  int act_ld;                 // activation / gradient staging rows (halves)
+  int gw_off[kMlpMaxLayers];  // fp32 weight-gradient accumulators [n_pad, k_pad]
+  int gb_off[kMlpMaxLayers];  // fp32 bias-gradient accumulators [n_pad]
   int n_gw, n_gb;
+  size_t bytes_fwd, bytes_bwd;
 };
 
 inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 inline SmemLayout make_layout(const MlpDims& d) {
   SmemLayout s{};
-  int nw = 0, nb = 0, widest = 0, ngw = 0;
+  int nw = 0, nwt = 0, nb = 0, ngw = 0;
   for (int l = 0; l < d.n_layers; ++l) {
     s.w_ld[l] = d.k_pad[l] + kSkew;
     s.w_off[l] = nw;
     nw += d.n_pad[l] * s.w_ld[l];
+    s.wt_ld[l] = d.n_pad[l] + kSkew;
+    s.wt_off[l] = nwt;
+    nwt += d.k_pad[l] * s.wt_ld[l];
     s.b_off[l] = nb;
+    s.gb_off[l] = nb;
     nb += d.n_pad[l];
     s.gw_off[l] = ngw;
     ngw += d.n_pad[l] * d.k_pad[l];
-    s.gb_off[l] = l == 0 ? 0 : s.gb_off[l - 1] + d.n_pad[l - 1];
-    widest = widest > d.k_pad[l] ? widest : d.k_pad[l];
-    widest = widest > d.n_pad[l] ? widest : d.n_pad[l];
   }
   s.n_w = round_up(nw, 16);
+  s.n_wt = round_up(nwt, 16);
   s.n_b = round_up(nb, 8);
   s.n_gw = ngw;
   s.n_gb = round_up(nb, 8);
-  s.act_width = widest;
-  s.act_ld = widest + kSkew;
+  s.act_ld = kMaxWidth + kSkew;
   const size_t half = 2;
-  const size_t weights = s.n_w * half + s.n_b * 4;
-  const size_t scratch = kMlpWarps * 16 * 16 * 4;
-  // forward: two ping-pong activation strips per warp
-  s.bytes_fwd = weights + scratch + static_cast<size_t>(kMlpWarps) * 2 * 16 * s.act_ld * half;
-  // backward: every layer's input for the whole tile, two gradient buffers, fp32 accumulators
+  s.bytes_fwd = s.n_w * half + s.n_b * 4;
   const size_t acts = static_cast<size_t>(d.n_layers) * kTileRows * s.act_ld * half;
   const size_t grads = 2 * static_cast<size_t>(kTileRows) * s.act_ld * half;
-  s.bytes_bwd = weights + scratch + acts + grads + (static_cast<size_t>(s.n_gw) + s.n_gb) * 4;
+  s.bytes_bwd = (s.n_w + s.n_wt) * half + s.n_b * 4 + acts + grads + (static_cast<size_t>(s.n_gw) + s.n_gb) * 4;
   return s;
 }
 
-// Weights (fp32, global) -> half in shared memory, zero-padded; biases -> fp32 shared, zero-padded.
+// ---------------------------------------------------------------------------- half types, MMA
 template <typename T>
-__device__ void load_weights(const MlpDims& d, const SmemLayout& s, T* w_s, float* b_s) {
+struct HalfOps;
+template <>
+struct HalfOps<__half> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t v) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&v));
+  }
+  static __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
+  static __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <>
+struct HalfOps<__nv_bfloat16> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t v) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+  }
+  static __device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
+  static __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// Fragment conventions of m16n8k16 (PTX ISA), with g = lane / 4 and q = lane % 4:
+//   A (16x16, row-major) a[0] = (g, 2q..2q+1), a[1] = (g+8, 2q..), a[2] = (g, 8+2q..), a[3] = (g+8, 8+2q..)
+//   B (16x8) b0 = (k = 2q..2q+1, n = g), b1 = (k = 8+2q.., n = g)
+//   C (16x8, fp32) c[0..1] = (g, 2q..2q+1), c[2..3] = (g+8, 2q..2q+1)
+// so the C tiles 2k and 2k+1 of one layer are, packed in pairs, the A tile k of the next one.
+using Frag = uint32_t[4];
+
+// acc[j] (16 x 8 tile j) += sum over k-tiles of a[kt] * B(kt, j), B(k, n) = m[n * ld + k] (half).
+template <typename T, int KT, int NT>
+__device__ __forceinline__ void warp_gemm(float (&acc)[NT][4], const Frag (&a)[KT], int k_tiles, int n_tiles,
+                                          const T* m, int ld, int g, int q) {
+#pragma unroll
+  for (int kt = 0; kt < KT; ++kt) {
+    if (kt >= k_tiles) break;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      if (j >= n_tiles) break;
+      const T* col = m + (8 * j + g) * ld + 16 * kt + 2 * q;
+      const uint32_t b0 = *reinterpret_cast<const uint32_t*>(col);
+      const uint32_t b1 = *reinterpret_cast<const uint32_t*>(col + 8);
+      HalfOps<T>::mma(acc[j], a[kt], b0, b1);
+    }
+  }
+}
+
+// Pack C tiles (fp32) into A tiles (half) of the next GEMM, optionally through a ReLU.
+template <typename T, int NT>
+__device__ __forceinline__ void pack_a(const float (&acc)[NT][4], Frag (&a)[NT / 2], bool relu) {
+#pragma unroll
+  for (int k = 0; k < NT / 2; ++k) {
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      v[e] = acc[2 * k][e];
+      v[4 + e] = acc[2 * k + 1][e];
+    }
+    if (relu) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = fmaxf(v[e], 0.0f);
+    }
+    a[k][0] = HalfOps<T>::pack(v[0], v[1]);
+    a[k][1] = HalfOps<T>::pack(v[2], v[3]);
+    a[k][2] = HalfOps<T>::pack(v[4], v[5]);
+    a[k][3] = HalfOps<T>::pack(v[6], v[7]);
+  }
+}
+
+// acc tiles := bias (columns 8j + 2q, +1 of rows g and g + 8).
+template <int NT>
+__device__ __forceinline__ void bias_init(float (&acc)[NT][4], const float* bias, int n_tiles, int q) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const float b0 = j < n_tiles ? bias[8 * j + 2 * q] : 0.0f;
+    const float b1 = j < n_tiles ? bias[8 * j + 2 * q + 1] : 0.0f;
+    acc[j][0] = b0;
+    acc[j][1] = b1;
+    acc[j][2] = b0;
+    acc[j][3] = b1;
+  }
+}
+
+// Input rows [row0, row0 + 16) of cat(in0, in1), as A tiles of the first layer (zeros past n and
+// past the real width).
+template <typename T>
+__device__ __forceinline__ void load_input(const MlpDims& d, const float* __restrict__ in0,
+                                           const float* __restrict__ in1, int64_t n, int64_t row0, int g, int q,
+                                           Frag (&a)[kMaxWidth / 16]) {
+  const int width = d.in0 + d.in1;
+  auto at = [&](int64_t row, int c) -> float {
+    if (row >= n || c >= width) return 0.0f;
+    return c < d.in0 ? in0[row * d.in0 + c] : in1[row * d.in1 + (c - d.in0)];
+  };
+#pragma unroll
+  for (int kt = 0; kt < kMaxWidth / 16; ++kt) {
+    if (16 * kt >= d.k_pad[0]) {
+      a[kt][0] = a[kt][1] = a[kt][2] = a[kt][3] = 0u;
+      continue;
+    }
+    const int c = 16 * kt + 2 * q;
+    const int64_t r0 = row0 + g, r1 = row0 + g + 8;
+    a[kt][0] = HalfOps<T>::pack(at(r0, c), at(r0, c + 1));
+    a[kt][1] = HalfOps<T>::pack(at(r1, c), at(r1, c + 1));
+    a[kt][2] = HalfOps<T>::pack(at(r0, c + 8), at(r0, c + 9));
+    a[kt][3] = HalfOps<T>::pack(at(r1, c + 8), at(r1, c + 9));
+  }
+}
+
+// A tiles -> rows [16, 16 * k_tiles) of a staging buffer (half, leading dimension ld).
+template <typename T, int KT>
+__device__ __forceinline__ void stage_a(const Frag (&a)[KT], int k_tiles, T* strip, int ld, int g, int q) {
+#pragma unroll
+  for (int kt = 0; kt < KT; ++kt) {
+    if (kt >= k_tiles) break;
+    const int c = 16 * kt + 2 * q;
+    *reinterpret_cast<uint32_t*>(strip + g * ld + c) = a[kt][0];
+    *reinterpret_cast<uint32_t*>(strip + (g + 8) * ld + c) = a[kt][1];
+    *reinterpret_cast<uint32_t*>(strip + g * ld + c + 8) = a[kt][2];
+    *reinterpret_cast<uint32_t*>(strip + (g + 8) * ld + c + 8) = a[kt][3];
+  }
+}
+
+// Weights (fp32, global) -> half W [n_pad, k_pad] (and W^T [k_pad, n_pad]) in shared memory,
+// zero-padded; biases -> fp32 shared, zero-padded.
+template <typename T>
+__device__ void load_weights(const MlpDims& d, const SmemLayout& s, T* w_s, T* wt_s, float* b_s) {
   for (int l = 0; l < d.n_layers; ++l) {
-    const int n_pad = d.n_pad[l], k_pad = d.k_pad[l], ld = s.w_ld[l];
+    const int n_pad = d.n_pad[l], k_pad = d.k_pad[l];
     const int rows = d.rows_out[l], cols = d.rows_in[l];
     const float* w = d.w[l];
-    for (int i = threadIdx.x; i < n_pad * ld; i += blockDim.x) {
-      const int r = i / ld, c = i - r * ld;
-      const float v = (r < rows && c < cols && c < k_pad) ? w[r * cols + c] : 0.0f;
-      w_s[s.w_off[l] + i] = to_half<T>(v);
+    for (int i = threadIdx.x; i < n_pad * k_pad; i += blockDim.x) {
+      const int r = i / k_pad, c = i - r * k_pad;
+      const T v = HalfOps<T>::from_float((r < rows && c < cols) ? w[r * cols + c] : 0.0f);
+      w_s[s.w_off[l] + r * s.w_ld[l] + c] = v;
+      if (wt_s != nullptr) wt_s[s.wt_off[l] + c * s.wt_ld[l] + r] = v;
     }
     for (int i = threadIdx.x; i < n_pad; i += blockDim.x) b_s[s.b_off[l] + i] = i < rows ? d.b[l][i] : 0.0f;
   }
 }
 
-// Input rows [row0, row0 + 16) of cat(in0, in1) -> half strip [16, k_pad0] (zeros past the end).
-template <typename T>
-__device__ void load_input_strip(const MlpDims& d, const float* __restrict__ in0, const float* __restrict__ in1,
-                                 int64_t n, int64_t row0, T* strip, int ld, int lane) {
-  const int k_pad = d.k_pad[0];
-  for (int i = lane; i < 16 * k_pad; i += 32) {
-    const int r = i / k_pad, c = i - r * k_pad;
-    const int64_t row = row0 + r;
-    float v = 0.0f;
-    if (row < n) {
-      if (c < d.in0) {
-        v = in0[row * d.in0 + c];
-      } else if (c < d.in0 + d.in1) {
-        v = in1[row * d.in1 + (c - d.in0)];
-      }
-    }
-    strip[r * ld + c] = to_half<T>(v);
-  }
-}
-
-// One warp: y[16, n_pad] = x[16, k_pad] W^T (+ bias). Hidden layers write ReLU(y) as half into
-// `next`; the output layer calls `emit(r, c, value)` for each element.
-template <typename T, typename Emit>
-__device__ __forceinline__ void warp_layer(const T* x, int x_ld, const T* w, int w_ld, const float* bias, int k_pad,
-                                           int n_pad, float* scratch, int lane, bool hidden, T* next, int next_ld,
-                                           Emit emit) {
-  for (int nt = 0; nt < n_pad / 16; ++nt) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.0f);
-    for (int kt = 0; kt < k_pad / 16; ++kt) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-      wmma::load_matrix_sync(a, x + kt * 16, x_ld);
-      wmma::load_matrix_sync(b, w + nt * 16 * w_ld + kt * 16, w_ld);
-      wmma::mma_sync(acc, a, b, acc);
-    }
-    wmma::store_matrix_sync(scratch, acc, 16, wmma::mem_row_major);
-    __syncwarp();
+// Forward of one warp's 16 rows through the hidden layers: x[l] = A tiles of layer l's input.
+template <typename T, int NH>
+__device__ __forceinline__ void hidden_forward(const MlpDims& d, const SmemLayout& s, const T* w_s,
+                                               const float* b_s, Frag (&x)[NH + 1][kMaxWidth / 16], int g, int q) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const int i = lane * 8 + e, r = i / 16, c = i - r * 16;
-      const float v = scratch[i] + bias[nt * 16 + c];
-      if (hidden) {
-        next[r * next_ld + nt * 16 + c] = to_half<T>(fmaxf(v, 0.0f));
-      } else {
-        emit(r, nt * 16 + c, v);
-      }
-    }
-    __syncwarp();
+  for (int l = 0; l < NH; ++l) {
+    float acc[kHidden / 8][4];
+    bias_init(acc, b_s + s.b_off[l], kHidden / 8, q);
+    warp_gemm<T>(acc, x[l], d.k_pad[l] / 16, kHidden / 8, w_s + s.w_off[l], s.w_ld[l], g, q);
+    pack_a<T>(acc, x[l + 1], true);
   }
 }
 
-template <typename T>
+template <typename T, int NH>
 __global__ void __launch_bounds__(kMlpThreads) mlp_fwd_kernel(const float* __restrict__ in0,
                                                               const float* __restrict__ in1, int64_t n,
                                                               const __grid_constant__ MlpDims d,
@@ -188,32 +284,36 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_fwd_kernel(const float* __res
   extern __shared__ __align__(128) unsigned char smem[];
   T* w_s = reinterpret_cast<T*>(smem);
   float* b_s = reinterpret_cast<float*>(w_s + s.n_w);
-  float* scratch_all = b_s + s.n_b;
-  T* act = reinterpret_cast<T*>(scratch_all + kMlpWarps * 256);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* scratch = scratch_all + warp * 256;
-  T* buf[2] = {act + warp * 2 * 16 * s.act_ld, act + (warp * 2 + 1) * 16 * s.act_ld};
-  load_weights<T>(d, s, w_s, b_s);
+  load_weights<T>(d, s, w_s, nullptr, b_s);
   __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int out_tiles = (d.out + 7) / 8;
   const int64_t n_tiles = (n + kTileRows - 1) / kTileRows;
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     const int64_t row0 = tile * kTileRows + warp * 16;
     if (row0 >= n) continue;  // warp-uniform: no block-wide barrier inside the loop
-    load_input_strip<T>(d, in0, in1, n, row0, buf[0], s.act_ld, lane);
-    __syncwarp();
-    int cur = 0;
-    for (int l = 0; l < d.n_layers; ++l) {
-      const bool hidden = l + 1 < d.n_layers;
-      warp_layer<T>(buf[cur], s.act_ld, w_s + s.w_off[l], s.w_ld[l], b_s + s.b_off[l], d.k_pad[l], d.n_pad[l],
-                    scratch, lane, hidden, buf[cur ^ 1], s.act_ld, [&](int r, int c, float v) {
-                      if (c < d.out && row0 + r < n) out[(row0 + r) * d.out + c] = v;
-                    });
-      cur ^= 1;
+    Frag x[NH + 1][kMaxWidth / 16];
+    load_input<T>(d, in0, in1, n, row0, g, q, x[0]);
+    hidden_forward<T, NH>(d, s, w_s, b_s, x, g, q);
+    float acc[kMaxWidth / 8][4];
+    bias_init(acc, b_s + s.b_off[NH], out_tiles, q);
+    warp_gemm<T>(acc, x[NH], kHidden / 16, out_tiles, w_s + s.w_off[NH], s.w_ld[NH], g, q);
+#pragma unroll
+    for (int j = 0; j < kMaxWidth / 8; ++j) {
+      if (j >= out_tiles) break;
+      const int c = 8 * j + 2 * q;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + g + 8 * h;
+        if (row >= n) continue;
+        if (c < d.out) out[row * d.out + c] = acc[j][2 * h];
+        if (c + 1 < d.out) out[row * d.out + c + 1] = acc[j][2 * h + 1];
+      }
     }
   }
 }
 
-template <typename T>
+template <typename T, int NH>
 __global__ void __launch_bounds__(kMlpThreads) mlp_bwd_kernel(const float* __restrict__ in0,
                                                               const float* __restrict__ in1, int64_t n,
                                                               const __grid_constant__ MlpDims d,
@@ -221,20 +321,22 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_bwd_kernel(const float* __res
                                                               const float* __restrict__ g_out,
                                                               float* __restrict__ g_in0, float* __restrict__ g_w,
                                                               float* __restrict__ g_b) {
+  constexpr int L = NH + 1;
+  constexpr int KT = kMaxWidth / 16;
   extern __shared__ __align__(128) unsigned char smem[];
   T* w_s = reinterpret_cast<T*>(smem);
-  float* b_s = reinterpret_cast<float*>(w_s + s.n_w);
-  float* scratch_all = b_s + s.n_b;
-  T* acts = reinterpret_cast<T*>(scratch_all + kMlpWarps * 256);  // [n_layers][64][act_ld]: input of layer l
-  T* grads = acts + static_cast<size_t>(d.n_layers) * kTileRows * s.act_ld;  // 2 x [64][act_ld]
+  T* wt_s = w_s + s.n_w;
+  float* b_s = reinterpret_cast<float*>(wt_s + s.n_wt);
+  T* acts = reinterpret_cast<T*>(b_s + s.n_b);                  // [L][64][act_ld]: input of layer l
+  T* grads = acts + static_cast<size_t>(L) * kTileRows * s.act_ld;  // 2 x [64][act_ld]
   float* gw_s = reinterpret_cast<float*>(grads + 2 * kTileRows * s.act_ld);
   float* gb_s = gw_s + s.n_gw;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* scratch = scratch_all + warp * 256;
-  const int L = d.n_layers, ld = s.act_ld;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int ld = s.act_ld;
   const int tile_elems = kTileRows * ld;
+  const int out_tiles = (d.out + 7) / 8;
 
-  load_weights<T>(d, s, w_s, b_s);
+  load_weights<T>(d, s, w_s, wt_s, b_s);
   for (int i = threadIdx.x; i < s.n_gw + s.n_gb; i += blockDim.x) gw_s[i] = 0.0f;
   __syncthreads();
 
@@ -242,40 +344,48 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_bwd_kernel(const float* __res
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     const int64_t row0 = tile * kTileRows + warp * 16;
     const int strip = warp * 16 * ld;
-    // 1. forward recompute: the input of every layer for this warp's 16 rows (zeros past n: their
-    //    output gradient is 0, so they add nothing to the weight gradients)
-    load_input_strip<T>(d, in0, in1, n, row0, acts + strip, ld, lane);
-    __syncwarp();
-    for (int l = 0; l + 1 < L; ++l) {
-      warp_layer<T>(acts + l * tile_elems + strip, ld, w_s + s.w_off[l], s.w_ld[l], b_s + s.b_off[l], d.k_pad[l],
-                    d.n_pad[l], scratch, lane, true, acts + (l + 1) * tile_elems + strip, ld,
-                    [](int, int, float) {});
-    }
-    // 2. output gradient -> half strip [16, n_pad(L-1)]
+    // 1. forward recompute in registers (rows past n are zeros: their output gradient is 0, so
+    //    they add nothing), every layer's input staged for the weight gradients
+    Frag x[L][KT];
+    load_input<T>(d, in0, in1, n, row0, g, q, x[0]);
+    hidden_forward<T, NH>(d, s, w_s, b_s, x, g, q);
+#pragma unroll
+    for (int l = 0; l < L; ++l) stage_a<T>(x[l], d.k_pad[l] / 16, acts + l * tile_elems + strip, ld, g, q);
+    // 2. output gradient -> A tiles (k = output columns, zero-padded to 16) and staged
+    Frag dy[KT];
     {
-      T* g = grads + strip;
-      const int n_pad = d.n_pad[L - 1];
-      for (int i = lane; i < 16 * n_pad; i += 32) {
-        const int r = i / n_pad, c = i - r * n_pad;
-        const int64_t row = row0 + r;
-        const float v = (row < n && c < d.out) ? g_out[row * d.out + c] : 0.0f;
-        g[r * ld + c] = to_half<T>(v);
+      float acc[kMaxWidth / 8][4];
+#pragma unroll
+      for (int j = 0; j < kMaxWidth / 8; ++j) {
+        const int c = 8 * j + 2 * q;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = row0 + g + 8 * h;
+          const bool ok = row < n;
+          acc[j][2 * h] = ok && c < d.out ? g_out[row * d.out + c] : 0.0f;
+          acc[j][2 * h + 1] = ok && c + 1 < d.out ? g_out[row * d.out + c + 1] : 0.0f;
+        }
       }
+      pack_a<T>(acc, dy, false);
+      stage_a<T>(dy, d.n_pad[L - 1] / 16, grads + strip, ld, g, q);
     }
     int cur = 0;
-    for (int l = L - 1; l >= 0; --l) {
-      const T* x_l = acts + l * tile_elems;   // layer input, all 64 rows
+    // one layer, from the last to the first; l is a compile-time constant so that x[l] stays in registers
+    auto layer = [&](auto l_const) {
+      constexpr int l = decltype(l_const)::value;
+      const T* x_l = acts + l * tile_elems;    // layer input, all 64 rows
       const T* gy = grads + cur * tile_elems;  // gradient at the layer's output, all 64 rows
       const int n_pad = d.n_pad[l], k_pad = d.k_pad[l];
-      __syncthreads();  // every warp's strip of gy and x_l is written
-      // 3a. weight gradient: gW[n_pad, k_pad] += gy^T x_l over the tile's 64 rows; warps split the
-      //     16x16 output fragments
+      __syncthreads();  // every warp's strip of gy and x_l is staged
+      // 3a. weight gradient gW[n_pad, k_pad] += gy^T x_l over the tile's 64 rows; the warps split
+      //     the 16x16 output tiles
       const int frags_n = n_pad / 16, frags_k = k_pad / 16;
       float* gw = gw_s + s.gw_off[l];
       for (int f = warp; f < frags_n * frags_k; f += kMlpWarps) {
         const int nt = f / frags_k, kt = f - nt * frags_k;
         wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
         wmma::load_matrix_sync(acc, gw + nt * 16 * k_pad + kt * 16, k_pad, wmma::mem_row_major);
+#pragma unroll
         for (int rt = 0; rt < kTileRows / 16; ++rt) {
           wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> a;  // gy^T
           wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;  // x_l
@@ -288,68 +398,76 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_bwd_kernel(const float* __res
       // 3b. bias gradient: column sums of gy (one thread per column)
       for (int c = threadIdx.x; c < n_pad; c += blockDim.x) {
         float sum = 0.0f;
-        for (int r = 0; r < kTileRows; ++r) sum += from_half(gy[r * ld + c]);
+        for (int r = 0; r < kTileRows; ++r) sum += HalfOps<T>::to_float(gy[r * ld + c]);
         gb_s[s.gb_off[l] + c] += sum;
       }
-      // 3c. input gradient of this warp's strip: gx[16, k_pad] = gy[16, n_pad] W[n_pad, k_pad];
-      //     through the ReLU of the previous layer (its output is x_l) or, at layer 0, to g_in0
+      // 3c. input gradient of this warp's rows in registers: gx = gy W (B from W^T), through the
+      //     ReLU whose output is x_l (l > 0), or out to g_in0 (l = 0)
       if (l > 0 || g_in0 != nullptr) {
-        T* g_next = grads + (cur ^ 1) * tile_elems + strip;
-        const T* gy_strip = gy + strip;
-        const T* x_strip = x_l + strip;
-        const T* w = w_s + s.w_off[l];
-        const int w_ld = s.w_ld[l];
-        const int k_tiles = l > 0 ? k_pad / 16 : (d.in0 + 15) / 16;
-        for (int kt = 0; kt < k_tiles; ++kt) {
-          wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-          wmma::fill_fragment(acc, 0.0f);
-          for (int nt = 0; nt < n_pad / 16; ++nt) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-            wmma::load_matrix_sync(a, gy_strip + nt * 16, ld);
-            wmma::load_matrix_sync(b, w + nt * 16 * w_ld + kt * 16, w_ld);
-            wmma::mma_sync(acc, a, b, acc);
-          }
-          wmma::store_matrix_sync(scratch, acc, 16, wmma::mem_row_major);
-          __syncwarp();
+        const int n_out = l > 0 ? kHidden / 8 : (d.in0 + 7) / 8;
+        float acc[kMaxWidth / 8][4];
 #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const int i = lane * 8 + e, r = i / 16, c = kt * 16 + (i - r * 16);
-            const float v = scratch[i];
-            if (l > 0) {
-              const bool active = from_half(x_strip[r * ld + c]) > 0.0f;
-              g_next[r * ld + c] = to_half<T>(active ? v : 0.0f);
-            } else if (c < d.in0 && row0 + r < n) {
-              g_in0[(row0 + r) * d.in0 + c] = v;
+        for (int j = 0; j < kMaxWidth / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        warp_gemm<T>(acc, dy, n_pad / 16, n_out, wt_s + s.wt_off[l], s.wt_ld[l], g, q);
+        if constexpr (l > 0) {
+#pragma unroll
+          for (int k = 0; k < KT; ++k) {
+            // C tiles 2k, 2k+1 sit where A tile k of x_l holds the same elements
+            const float2 x0 = HalfOps<T>::unpack(x[l][k][0]), x1 = HalfOps<T>::unpack(x[l][k][1]);
+            const float2 x2 = HalfOps<T>::unpack(x[l][k][2]), x3 = HalfOps<T>::unpack(x[l][k][3]);
+            acc[2 * k][0] = x0.x > 0.0f ? acc[2 * k][0] : 0.0f;
+            acc[2 * k][1] = x0.y > 0.0f ? acc[2 * k][1] : 0.0f;
+            acc[2 * k][2] = x1.x > 0.0f ? acc[2 * k][2] : 0.0f;
+            acc[2 * k][3] = x1.y > 0.0f ? acc[2 * k][3] : 0.0f;
+            acc[2 * k + 1][0] = x2.x > 0.0f ? acc[2 * k + 1][0] : 0.0f;
+            acc[2 * k + 1][1] = x2.y > 0.0f ? acc[2 * k + 1][1] : 0.0f;
+            acc[2 * k + 1][2] = x3.x > 0.0f ? acc[2 * k + 1][2] : 0.0f;
+            acc[2 * k + 1][3] = x3.y > 0.0f ? acc[2 * k + 1][3] : 0.0f;
+          }
+          pack_a<T>(acc, dy, false);
+          stage_a<T>(dy, kHidden / 16, grads + (cur ^ 1) * tile_elems + strip, ld, g, q);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kMaxWidth / 8; ++j) {
+            if (j >= n_out) break;
+            const int c = 8 * j + 2 * q;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int64_t row = row0 + g + 8 * h;
+              if (row >= n) continue;
+              if (c < d.in0) g_in0[row * d.in0 + c] = acc[j][2 * h];
+              if (c + 1 < d.in0) g_in0[row * d.in0 + c + 1] = acc[j][2 * h + 1];
             }
           }
-          __syncwarp();
         }
       }
       cur ^= 1;
-    }
+    };
+    if constexpr (NH == 2) layer(std::integral_constant<int, 2>{});
+    layer(std::integral_constant<int, 1>{});
+    layer(std::integral_constant<int, 0>{});
     __syncthreads();  // the next tile overwrites the buffers every warp read in 3a/3b
   }
   // 4. this block's sums -> the global fp32 gradients (real rows and columns only)
+  float* gw_global = g_w;
+  float* gb_global = g_b;
   for (int l = 0; l < L; ++l) {
     const int rows = d.rows_out[l], cols = d.rows_in[l], k_pad = d.k_pad[l];
-    float* gw_global = g_w;
-    for (int j = 0; j < l; ++j) gw_global += d.rows_out[j] * d.rows_in[j];
     const float* gw = gw_s + s.gw_off[l];
     for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
       const int r = i / cols, c = i - r * cols;
       atomicAdd(gw_global + i, gw[r * k_pad + c]);
     }
-    float* gb_global = g_b;
-    for (int j = 0; j < l; ++j) gb_global += d.rows_out[j];
     for (int i = threadIdx.x; i < rows; i += blockDim.x) atomicAdd(gb_global + i, gb_s[s.gb_off[l] + i]);
+    gw_global += rows * cols;
+    gb_global += rows;
   }
 }
 
 MlpDims make_dims(const torch::Tensor& in0, const c10::optional<torch::Tensor>& in1,
                   const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& biases) {
   const int L = static_cast<int>(weights.size());
-  TORCH_CHECK(L >= 1 && L <= kMlpMaxLayers, "fused_mlp: 1..", kMlpMaxLayers, " layers supported, got ", L);
+  TORCH_CHECK(L >= 2 && L <= kMlpMaxLayers, "fused_mlp: 1 or 2 hidden layers supported, got ", L - 1);
   TORCH_CHECK(static_cast<int>(biases.size()) == L, "fused_mlp: one bias per weight");
   MlpDims d{};
   d.n_layers = L;
@@ -370,8 +488,10 @@ MlpDims make_dims(const torch::Tensor& in0, const c10::optional<torch::Tensor>& 
     d.rows_out[l] = static_cast<int>(w.size(0));
     d.k_pad[l] = round_up(width, 16);
     d.n_pad[l] = round_up(d.rows_out[l], 16);
-    TORCH_CHECK(d.k_pad[l] <= 128 && d.n_pad[l] <= 128, "fused_mlp: layers up to 128 wide, layer ", l, " is ",
-                d.rows_out[l], "x", width);
+    TORCH_CHECK(d.k_pad[l] <= kMaxWidth && d.n_pad[l] <= kMaxWidth, "fused_mlp: layers up to ", kMaxWidth,
+                " wide, layer ", l, " is ", d.rows_out[l], "x", width);
+    TORCH_CHECK(l + 1 == L || d.rows_out[l] == kHidden, "fused_mlp: hidden layers must be ", kHidden,
+                " wide, layer ", l, " has ", d.rows_out[l]);
     d.w[l] = w.data_ptr<float>();
     d.b[l] = b.data_ptr<float>();
     width = d.rows_out[l];
@@ -417,14 +537,14 @@ torch::Tensor fused_mlp_fwd(torch::Tensor in0, c10::optional<torch::Tensor> in1,
   if (n == 0) return out;
   const SmemLayout s = make_layout(d);
   const float* p1 = in1.has_value() ? in1->data_ptr<float>() : nullptr;
+  auto launch = [&](auto kernel) {
+    kernel<<<mlp_grid(kernel, s.bytes_fwd, n), kMlpThreads, s.bytes_fwd, stream()>>>(in0.data_ptr<float>(), p1, n,
+                                                                                     d, s, out.data_ptr<float>());
+  };
   if (bf16) {
-    auto k = mlp_fwd_kernel<__nv_bfloat16>;
-    k<<<mlp_grid(k, s.bytes_fwd, n), kMlpThreads, s.bytes_fwd, stream()>>>(in0.data_ptr<float>(), p1, n, d, s,
-                                                                          out.data_ptr<float>());
+    d.n_layers == 2 ? launch(mlp_fwd_kernel<__nv_bfloat16, 1>) : launch(mlp_fwd_kernel<__nv_bfloat16, 2>);
   } else {
-    auto k = mlp_fwd_kernel<__half>;
-    k<<<mlp_grid(k, s.bytes_fwd, n), kMlpThreads, s.bytes_fwd, stream()>>>(in0.data_ptr<float>(), p1, n, d, s,
-                                                                          out.data_ptr<float>());
+    d.n_layers == 2 ? launch(mlp_fwd_kernel<__half, 1>) : launch(mlp_fwd_kernel<__half, 2>);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
@@ -459,14 +579,15 @@ std::vector<torch::Tensor> fused_mlp_bwd(torch::Tensor grad_out, torch::Tensor i
   const SmemLayout s = make_layout(d);
   const float* p1 = in1.has_value() ? in1->data_ptr<float>() : nullptr;
   float* gi = need_grad_in0 ? g_in0.data_ptr<float>() : nullptr;
+  auto launch = [&](auto kernel) {
+    kernel<<<mlp_grid(kernel, s.bytes_bwd, n), kMlpThreads, s.bytes_bwd, stream()>>>(
+        in0.data_ptr<float>(), p1, n, d, s, grad_out.data_ptr<float>(), gi, g_w.data_ptr<float>(),
+        g_b.data_ptr<float>());
+  };
   if (bf16) {
-    auto k = mlp_bwd_kernel<__nv_bfloat16>;
-    k<<<mlp_grid(k, s.bytes_bwd, n), kMlpThreads, s.bytes_bwd, stream()>>>(
-        in0.data_ptr<float>(), p1, n, d, s, grad_out.data_ptr<float>(), gi, g_w.data_ptr<float>(), g_b.data_ptr<float>());
+    d.n_layers == 2 ? launch(mlp_bwd_kernel<__nv_bfloat16, 1>) : launch(mlp_bwd_kernel<__nv_bfloat16, 2>);
   } else {
-    auto k = mlp_bwd_kernel<__half>;
-    k<<<mlp_grid(k, s.bytes_bwd, n), kMlpThreads, s.bytes_bwd, stream()>>>(
-        in0.data_ptr<float>(), p1, n, d, s, grad_out.data_ptr<float>(), gi, g_w.data_ptr<float>(), g_b.data_ptr<float>());
+    d.n_layers == 2 ? launch(mlp_bwd_kernel<__half, 1>) : launch(mlp_bwd_kernel<__half, 2>);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {g_in0, g_w, g_b};
