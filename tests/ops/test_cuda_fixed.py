@@ -102,11 +102,11 @@ def test_render_rays_fixed_cuda_equals_reference():
         assert float((a - b).norm() / b.norm().clamp_min(1e-12)) < 1e-3
 
 
-def _step(field, grid, jitter=False):
+def _step(field, grid, jitter=False, distortion_weight=0.0):
     renderer = Renderer(grid, ops_backend="cuda")
     return FixedBudgetStep(
         field, renderer, "huber", 0.1, sample_budget=1 << 16, march_budget=1 << 18, n_rays_init=2048,
-        jitter=jitter,
+        jitter=jitter, distortion_weight=distortion_weight,
     ).to(DEV)  # fmt: skip
 
 
@@ -162,6 +162,78 @@ def test_graph_replay_equals_eager_steps(precision, alias, share):
     (l_e, p_e, s_e), (l_g, p_g, s_g) = results
     assert l_g == pytest.approx(l_e, rel=2e-3)
     assert torch.equal(s_e[:3], s_g[:3])  # same rays and samples
+    for a, b in zip(p_g, p_e, strict=True):
+        assert float((a - b).norm() / b.norm().clamp_min(1e-12)) < 5e-3
+
+
+def _no_reference_distortion(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("the budgeted step ran ops.reference.distortion_loss on CUDA tensors")
+
+    monkeypatch.setattr(ref, "distortion_loss", fail)
+
+
+def test_budget_step_with_distortion_runs_the_kernel_without_host_syncs(monkeypatch):
+    _no_reference_distortion(monkeypatch)
+    field, grid, o, d, bg, target = _scene()
+    step = _step(field, grid, jitter=True, distortion_weight=0.01)
+    opt = torch.optim.Adam(field.parameters(), lr=1e-2, eps=1e-15, fused=True)
+    loss, *_ = step(o, d, target, bg)
+    loss.backward()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            loss, per_ray, valid, stats = step(o, d, target, bg)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+
+def test_render_rays_fixed_distortion_cuda_equals_reference():
+    """On a real fixed-layout render (compaction, terminated samples of weight 0, padding slots, rays
+    dropped as invalid): the kernel's loss and its gradient w.r.t. the weights equal the reference's."""
+    from nerf_lightning.render.renderer import ray_distortion
+
+    field, grid, o, d, bg, _ = _scene(seed=3)
+    r = Renderer(grid, ops_backend="cuda")
+    out = r.render_rays_fixed(field, o, d, bg, march_capacity=1 << 19, sample_capacity=1 << 16, jitter=False)
+    n_used = int(out["packed_info"][:, 1].sum())
+    assert n_used <= out["weights"].shape[0] and not bool(out["ray_valid"].all())
+    up = torch.rand(o.shape[0], device=DEV) + 0.1
+    results = []
+    for ops in (cu, ref):
+        dist = ray_distortion(out, ops)
+        (g_w,) = torch.autograd.grad((dist * up).sum(), out["weights"], retain_graph=True)
+        results.append((dist.detach(), g_w))
+    (dc, gc), (dr, gr) = results
+    assert float(dc.max()) > 0
+    torch.testing.assert_close(dc, dr, rtol=2e-6, atol=1e-9)
+    torch.testing.assert_close(gc, gr, rtol=1e-5, atol=1e-6 * float(gr.abs().max()))
+    assert (gc[n_used:] == 0).all()
+
+
+def test_graph_replay_with_distortion_equals_eager_steps(monkeypatch):
+    _no_reference_distortion(monkeypatch)
+    results = []
+    for graphed in (False, True):
+        field, grid, o, d, bg, target = _scene(seed=4)
+        step = _step(field, grid, distortion_weight=0.01)
+        opt = torch.optim.Adam(field.parameters(), lr=1e-2, eps=1e-15, fused=True)
+        fn = capture(step, (o, d, target, bg), "32-true") if graphed else step
+        losses = []
+        for i in range(3):
+            loss, per_ray, valid, stats = fn(o + 0.001 * i, d, target, bg)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(float(loss))
+        results.append((losses, [p.detach().clone() for p in field.parameters()], stats.clone()))
+    (l_e, p_e, s_e), (l_g, p_g, s_g) = results
+    assert l_g == pytest.approx(l_e, rel=2e-3)
+    assert torch.equal(s_e[:3], s_g[:3])
     for a, b in zip(p_g, p_e, strict=True):
         assert float((a - b).norm() / b.norm().clamp_min(1e-12)) < 5e-3
 

@@ -136,3 +136,85 @@ def test_distortion_loss_equals_the_pairwise_sum() -> None:
     assert torch.autograd.gradcheck(
         lambda x: ref.distortion_loss(x, ts, te, rays, info).double(), (w,), eps=1e-6, atol=1e-4
     )
+
+
+def _random_fixed_layout(seed: int, n_rays: int = 40, pad: int = 23):
+    """A fixed layout with empty rays (count 0), one-sample rays, rays longer than a warp, invalid
+    rays (count 0 at the end of the samples in use) and ``pad`` padding slots (ray 0) whose weights
+    and intervals are NOT zero: the loss must ignore them because they lie outside every range."""
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.randint(0, 70, (n_rays,), generator=g)
+    counts[torch.rand(n_rays, generator=g) < 0.2] = 0
+    counts[1], counts[2] = 1, 0
+    starts = torch.cumsum(counts, 0) - counts
+    n_used = int(counts.sum())
+    starts[counts == 0] = n_used  # as repack writes invalid rays
+    padding = torch.zeros(pad, dtype=torch.long)  # ray 0
+    rays = torch.cat([torch.repeat_interleave(torch.arange(n_rays), counts), padding])
+    dt = torch.rand(n_used + pad, generator=g, dtype=torch.float64) * 0.05 + 1e-3
+    t_start = torch.rand(n_used + pad, generator=g, dtype=torch.float64)  # overwritten per ray below
+    for r, c in enumerate(counts.tolist()):
+        s0 = int(starts[r])
+        t = 0.2 + float(torch.rand(1, generator=g)) + torch.cumsum(dt[s0 : s0 + c], 0) - dt[s0 : s0 + c]
+        t_start[s0 : s0 + c] = t
+    t_end = t_start + dt
+    w = torch.rand(n_used + pad, generator=g, dtype=torch.float64) * 0.3
+    return w, t_start, t_end, rays, torch.stack([starts, counts], dim=-1), n_used
+
+
+def _closed_form_distortion(w, ts, te, info, g_out):
+    """Per ray, in float64: the loss and the gradient formula of ``ops.cuda.distortion_loss``'s backward
+    kernel, ``dL/dw_k = g (2 (m_k (2 W_k - W) + M - 2 M_k) + 2 w_k d_k / 3)``."""
+    loss = torch.zeros(info.shape[0], dtype=torch.float64)
+    grad = torch.zeros_like(w)
+    mid, delta = (ts + te) * 0.5, te - ts
+    for r, (s0, c) in enumerate(info.tolist()):
+        if c == 0:
+            continue
+        wr, mr, dr = w[s0 : s0 + c], mid[s0 : s0 + c], delta[s0 : s0 + c]
+        excl_w = torch.cumsum(wr, 0) - wr
+        excl_wm = torch.cumsum(wr * mr, 0) - wr * mr
+        loss[r] = (2.0 * wr * (mr * excl_w - excl_wm) + wr * wr * dr / 3.0).sum()
+        tot_w, tot_wm = wr.sum(), (wr * mr).sum()
+        dl = 2.0 * (mr * (2.0 * excl_w - tot_w) + (tot_wm - 2.0 * excl_wm)) + 2.0 * wr * dr / 3.0
+        grad[s0 : s0 + c] = g_out[r] * dl
+    return loss, grad
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_distortion_loss_ignores_padding_and_empty_rays(seed: int) -> None:
+    w, ts, te, rays, info, n_used = _random_fixed_layout(seed)
+    assert n_used < w.shape[0]
+    w = w.requires_grad_()
+    got = ref.distortion_loss(w, ts, te, rays, info)
+    in_use = torch.arange(w.shape[0]) < n_used
+    want = _brute_distortion(
+        w[in_use].tolist(), ts[in_use].tolist(), te[in_use].tolist(), rays[in_use].tolist(), info.shape[0]
+    )
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-9, atol=1e-12)
+    assert (got[info[:, 1] == 0] == 0).all()
+    up = torch.rand(info.shape[0], generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    (got * up).sum().backward()
+    assert (w.grad[~in_use] == 0).all()  # padding: no gradient, whatever its weight
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_distortion_loss_gradient_has_the_kernels_closed_form(seed: int) -> None:
+    """The CUDA kernel differentiates by a closed form; here it is held to the reference's autograd
+    (CPU, float64), so that the GPU test only has to find kernel bugs, not formula ones."""
+    w, ts, te, rays, info, _ = _random_fixed_layout(seed, n_rays=25, pad=7)
+    w = w.requires_grad_()
+    got = ref.distortion_loss(w, ts, te, rays, info)
+    up = torch.rand(info.shape[0], generator=torch.Generator().manual_seed(seed), dtype=torch.float64) - 0.3
+    (got * up).sum().backward()
+    loss, grad = _closed_form_distortion(w.detach(), ts, te, info, up)
+    torch.testing.assert_close(got.detach(), loss, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(w.grad, grad, rtol=1e-10, atol=1e-12)
+
+
+def test_distortion_loss_float32_rounds_the_float64_sum_once() -> None:
+    w, ts, te, rays, info, _ = _random_fixed_layout(5)
+    got = ref.distortion_loss(w.float(), ts.float(), te.float(), rays, info)
+    assert got.dtype == torch.float32
+    want = ref.distortion_loss(w.float().double(), ts.float(), te.float(), rays, info)
+    assert torch.equal(got, want.float())

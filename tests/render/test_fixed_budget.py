@@ -124,3 +124,25 @@ def test_budget_step_adds_the_distortion_loss_of_the_valid_rays() -> None:
     dist = ray_distortion(fixed)
     assert float(dist[valid].mean()) > 0
     torch.testing.assert_close(regularized, plain + 0.5 * dist[valid].mean(), rtol=1e-5, atol=1e-7)
+
+
+def test_distortion_runs_through_the_renderers_ops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step calls ``distortion_loss`` of ``renderer.ops`` (the CUDA kernel on a GPU), never a
+    reference function bound at import time."""
+    from nerf_lightning.ops import reference as ref
+
+    calls = []
+    real = ref.distortion_loss
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ref, "distortion_loss", counted)  # renderer.ops is the reference module here
+    field, renderer, o, d, bg = _setup()
+    target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
+    kw = dict(sample_budget=300, march_budget=1200, n_rays_init=24, min_rays=2, jitter=False)
+    FixedBudgetStep(field, renderer, "mse", distortion_weight=0.5, **kw)(o, d, target, bg)
+    assert calls == [(300,)]
+    FixedBudgetStep(field, renderer, "mse", **kw)(o, d, target, bg)
+    assert len(calls) == 1  # weight 0: not run

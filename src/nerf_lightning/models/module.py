@@ -217,7 +217,7 @@ class NeRFModule(L.LightningModule):
         per_ray = per_ray_loss(out["rgb"], batch["rgb"], self.hparams.loss, self.hparams.huber_delta)
         loss = per_ray.mean()
         if self.hparams.distortion_weight > 0:
-            dist = ray_distortion(out)
+            dist = ray_distortion(out, self.renderer.ops)
             loss = loss + self.hparams.distortion_weight * dist.mean()
         sampler = getattr(self.trainer.datamodule, "sampler", None)
         if sampler is not None:

@@ -39,8 +39,8 @@ class FixedBudgetStep(nn.Module):
         min_rays: lower bound of the adapted ray count.
         adapt_momentum: weight of the previous estimate when ``n_active`` is re-estimated.
         jitter: randomize each ray's first sample (training; off only for exact comparisons).
-        distortion_weight: weight of mip-NeRF 360's distortion loss (``ops.reference.distortion_loss``,
-            mean over the valid rays) added to the loss; 0 leaves it out of the step.
+        distortion_weight: weight of mip-NeRF 360's distortion loss (``ops.distortion_loss`` of the
+            renderer's ops, mean over the valid rays) added to the loss; 0 leaves it out of the step.
 
     Returns of ``forward``:
         loss: mean per-ray loss over the valid rays (scalar, differentiable);
@@ -122,7 +122,7 @@ class FixedBudgetStep(nn.Module):
         valid = out["ray_valid"]
         loss, per_ray, aux = ops.masked_ray_loss(out["rgb"], target, valid, self.loss, self.huber_delta)
         if self.distortion_weight > 0:
-            dist = ray_distortion(out)
+            dist = ray_distortion(out, ops)
             # mean over the valid rays (the others have no samples in the fixed layout: 0)
             loss = loss + self.distortion_weight * dist.sum() / aux[0].clamp_min(1.0).float()
         # The marching kernel clamps n_active to the ray slots itself; the update keeps it there.

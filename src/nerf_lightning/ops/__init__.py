@@ -45,6 +45,7 @@ OP_NAMES = (
     "volume_render",
     "sample_points",
     "normalize_to_box",
+    "distortion_loss",
     "masked_ray_loss",
     "adapt_ray_count",
     "density_activation",

@@ -28,6 +28,10 @@ call. Differences from the reference, all within float rounding:
 - ``fused_mlp``: one tensor-core kernel per network and direction; products accumulate in float32 in
   another order than the reference's matmul, and the backward pass rounds the output gradient to
   the half type as well (``ops/csrc/mlp.cu``).
+- ``distortion_loss``: one warp per ray, within-ray float64 warp scans of the prefix sums (the
+  reference subtracts global float64 cumsums and gathers them per sample, whose backward serializes
+  the fixed layout's padding, all of ray 0, on one warp); gradient by the closed form below. It reads
+  only the samples inside each ray's ``packed_info`` range, so padding has no loss and gradient 0.
 
 Kernel shapes: marching and compositing run one warp per ray (32 candidates / samples per step,
 warp ballots and float64 warp scans), the hash encoding one thread per (point, level).
@@ -76,6 +80,7 @@ __all__ = [
     "volume_render",
     "sample_points",
     "normalize_to_box",
+    "distortion_loss",
     "masked_ray_loss",
     "adapt_ray_count",
     "density_activation",
@@ -463,6 +468,59 @@ def volume_render(
     if background is not None and fused_bg is None:
         rgb = rgb + (1.0 - opacity) * background.to(rgb.dtype)
     return {"rgb": rgb, "opacity": opacity, "depth": depth, "weights": weights}
+
+
+# --------------------------------------------------------------------------------------------------
+# Regularizers on packed samples
+# --------------------------------------------------------------------------------------------------
+class _DistortionLoss(torch.autograd.Function):
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
+    def forward(ctx: Any, weights: Tensor, t_starts: Tensor, t_ends: Tensor, packed_info: Tensor) -> Tensor:
+        w, ts, te = weights.contiguous(), t_starts.contiguous(), t_ends.contiguous()
+        info = packed_info.contiguous()
+        loss = _ext().distortion_loss_fwd(w, ts, te, info)
+        ctx.save_for_backward(w, ts, te, info)
+        ctx.set_materialize_grads(False)
+        return loss
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx: Any, g_loss: Tensor | None) -> tuple:
+        if g_loss is None:
+            return None, None, None, None
+        w, ts, te, info = ctx.saved_tensors
+        # contiguous(): the gradient of a sum arrives expanded (stride 0)
+        g_w = _ext().distortion_loss_bwd(g_loss.float().contiguous(), w, ts, te, info)
+        return g_w, None, None, None
+
+
+def distortion_loss(
+    weights: Tensor, t_starts: Tensor, t_ends: Tensor, ray_indices: Tensor, packed_info: Tensor
+) -> Tensor:
+    """See :func:`nerf_lightning.ops.reference.distortion_loss` (-> float32 [R], differentiable w.r.t.
+    ``weights``): one kernel each way, no host sync (CUDA-graph capturable).
+
+    One warp per ray over the samples of its ``packed_info`` range (``ray_indices`` is not read: in
+    every layout the ranges say which samples a ray has, and padding lies outside all of them).
+    Gradient (closed form of the reference's, per ray, ``W_k``/``M_k`` the exclusive prefix sums and
+    ``W``/``M`` the ray's totals of ``w`` and ``w m``):
+    ``dL/dw_k = g_r (2 (m_k (2 W_k - W) + M - 2 M_k) + 2 w_k (t_end_k - t_start_k) / 3)``.
+    """
+    n = weights.shape[0]
+    if not (weights.shape == t_starts.shape == t_ends.shape == ray_indices.shape == (n,)):
+        raise ValueError(
+            "distortion_loss: weights, t_starts, t_ends, ray_indices must all be [S], got "
+            f"{tuple(weights.shape)}, {tuple(t_starts.shape)}, {tuple(t_ends.shape)}, "
+            f"{tuple(ray_indices.shape)}"
+        )
+    if packed_info.dim() != 2 or packed_info.shape[1] != 2:
+        raise ValueError(f"distortion_loss: packed_info must be [R, 2], got {tuple(packed_info.shape)}")
+    ok_dtype = weights.dtype in (torch.float32, torch.float16, torch.bfloat16)
+    ok_t = t_starts.dtype == torch.float32 and t_ends.dtype == torch.float32
+    if not (ok_dtype and ok_t) or not _on_cuda(weights, t_starts, t_ends, packed_info):
+        return _ref.distortion_loss(weights, t_starts, t_ends, ray_indices, packed_info)
+    return _DistortionLoss.apply(weights.float(), t_starts, t_ends, packed_info.long())
 
 
 # --------------------------------------------------------------------------------------------------

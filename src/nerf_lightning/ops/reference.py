@@ -580,7 +580,8 @@ def distortion_loss(
     interval; large for weight spread along the ray (floaters in front of a surface). Computed in
     O(S) from within-ray exclusive prefix sums (the samples of a ray are sorted by t):
     ``sum_{i,j} w_i w_j |m_i - m_j| = 2 sum_i w_i (m_i W_i - M_i)``, ``W_i = sum_{j<i} w_j``,
-    ``M_i = sum_{j<i} w_j m_j``, accumulated in float64.
+    ``M_i = sum_{j<i} w_j m_j``, accumulated in float64. Samples outside their ray's ``packed_info``
+    range (:func:`samples_in_use`: the fixed layout's padding) add no loss and get gradient 0.
 
     Args:
         weights: float [S], differentiable; t_starts, t_ends: float [S]; ray_indices: int [S];
@@ -599,12 +600,16 @@ def distortion_loss(
     ray = ray_indices.long()
     excl_w = torch.cumsum(w, 0) - w  # global exclusive prefix sums ...
     excl_wm = torch.cumsum(w * mid, 0) - w * mid
-    first = packed_info[:, 0].clamp(0, n - 1)[ray]  # ... minus their value at the ray's first sample
+    # fixed-layout padding lies outside every ray's range: no loss, no gradient
+    in_use = samples_in_use(PackedSamples(ray_indices, t_starts, t_ends, packed_info))
+    # ... minus their value at the ray's first sample. Padding reads its own slot (its loss is masked
+    # below): all of it is "ray 0", and one long run of equal gather indices is serialized on a GPU
+    # by the gathers' backward (index_put_ with accumulate).
+    own = torch.arange(n, device=weights.device)
+    first = torch.where(in_use, packed_info[:, 0].clamp(0, n - 1)[ray], own)
     before_w = excl_w - excl_w[first]
     before_wm = excl_wm - excl_wm[first]
     per_sample = 2.0 * w * (mid * before_w - before_wm) + w * w * (t_ends - t_starts).double() / 3.0
-    # fixed-layout padding lies outside every ray's range: no loss, no gradient
-    in_use = samples_in_use(PackedSamples(ray_indices, t_starts, t_ends, packed_info))
     loss = out.index_add(0, ray, torch.where(in_use, per_sample, 0.0))
     return loss.to(torch.promote_types(weights.dtype, torch.float32))
 

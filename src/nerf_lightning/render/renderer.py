@@ -17,7 +17,6 @@ import torch
 from torch import Tensor, nn
 
 from ..ops import get_ops
-from ..ops.reference import distortion_loss
 from .occupancy import OccupancyGrid
 
 __all__ = ["Renderer", "fixed_render_counts", "ray_distortion"]
@@ -341,10 +340,17 @@ class Renderer(nn.Module):
         return {**{k: torch.cat(v) for k, v in parts.items()}, "n_samples": n_samples}
 
 
-def ray_distortion(out: dict[str, Tensor]) -> Tensor:
+def ray_distortion(out: dict[str, Tensor], ops: Any | None = None) -> Tensor:
     """Distortion loss [R] of a :meth:`Renderer.render_rays` / ``render_rays_fixed`` result
-    (``ops.reference.distortion_loss`` over its packed samples), differentiable."""
-    return distortion_loss(
+    (``ops.distortion_loss`` over its packed samples), differentiable.
+
+    Args:
+        out: the render result.
+        ops: the ops namespace to run it with, the renderer's (``Renderer.ops``) in training, so
+            that CUDA tensors get the kernel (``ops.cuda.distortion_loss``); None: ``get_ops("auto")``.
+    """
+    ops = get_ops("auto") if ops is None else ops
+    return ops.distortion_loss(
         out["weights"], out["t_starts"], out["t_ends"], out["ray_indices"], out["packed_info"]
     )
 

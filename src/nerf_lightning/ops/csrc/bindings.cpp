@@ -40,6 +40,10 @@ std::vector<torch::Tensor> volume_render_bwd(torch::Tensor g_rgb, c10::optional<
                                              torch::Tensor sigmas, torch::Tensor rgbs, torch::Tensor t_starts,
                                              torch::Tensor t_ends, torch::Tensor packed_info, torch::Tensor w,
                                              double eps, c10::optional<torch::Tensor> background);
+torch::Tensor distortion_loss_fwd(torch::Tensor weights, torch::Tensor t_starts, torch::Tensor t_ends,
+                                  torch::Tensor packed_info);
+torch::Tensor distortion_loss_bwd(torch::Tensor g_loss, torch::Tensor weights, torch::Tensor t_starts,
+                                  torch::Tensor t_ends, torch::Tensor packed_info);
 std::vector<torch::Tensor> masked_ray_loss_fwd(torch::Tensor pred, torch::Tensor target, torch::Tensor valid,
                                                bool huber_loss, double delta);
 torch::Tensor masked_ray_loss_bwd(torch::Tensor g_loss, torch::Tensor pred, torch::Tensor target,
@@ -84,6 +88,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("render_weights_bwd", &nl::render_weights_bwd);
   m.def("volume_render_fwd", &nl::volume_render_fwd);
   m.def("volume_render_bwd", &nl::volume_render_bwd);
+  m.def("distortion_loss_fwd", &nl::distortion_loss_fwd);
+  m.def("distortion_loss_bwd", &nl::distortion_loss_bwd);
   m.def("masked_ray_loss_fwd", &nl::masked_ray_loss_fwd);
   m.def("masked_ray_loss_bwd", &nl::masked_ray_loss_bwd);
   m.def("adapt_ray_count", &nl::adapt_ray_count);
