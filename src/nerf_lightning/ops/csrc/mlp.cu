@@ -22,7 +22,13 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -368,6 +374,22 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_bwd_kernel(const float* __res
       }
       pack_a<T>(acc, dy, false);
       stage_a<T>(dy, d.n_pad[L - 1] / 16, grads + strip, ld, g, q);
+      // the output layer's bias gradient from the fp32 output gradient (column sums over the
+      // warp's 16 rows: the lanes of one q hold the same two columns)
+#pragma unroll
+      for (int j = 0; j < kMaxWidth / 8; ++j) {
+        if (j >= out_tiles) break;
+        float s0 = acc[j][0] + acc[j][2], s1 = acc[j][1] + acc[j][3];
+#pragma unroll
+        for (int m = 4; m < 32; m *= 2) {
+          s0 += __shfl_xor_sync(0xffffffffu, s0, m);
+          s1 += __shfl_xor_sync(0xffffffffu, s1, m);
+        }
+        if (g == 0) {
+          atomicAdd(gb_s + s.gb_off[L - 1] + 8 * j + 2 * q, s0);
+          atomicAdd(gb_s + s.gb_off[L - 1] + 8 * j + 2 * q + 1, s1);
+        }
+      }
     }
     int cur = 0;
     // one layer, from the last to the first; l is a compile-time constant so that x[l] stays in registers
@@ -395,8 +417,8 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_bwd_kernel(const float* __res
         }
         wmma::store_matrix_sync(gw + nt * 16 * k_pad + kt * 16, acc, k_pad, wmma::mem_row_major);
       }
-      // 3b. bias gradient: column sums of gy (one thread per column)
-      for (int c = threadIdx.x; c < n_pad; c += blockDim.x) {
+      // 3b. bias gradient of a hidden layer: column sums of gy (one thread per column)
+      for (int c = threadIdx.x; l + 1 < L && c < n_pad; c += blockDim.x) {
         float sum = 0.0f;
         for (int r = 0; r < kTileRows; ++r) sum += HalfOps<T>::to_float(gy[r * ld + c]);
         gb_s[s.gb_off[l] + c] += sum;
@@ -511,18 +533,33 @@ void check_inputs(const torch::Tensor& in0, const c10::optional<torch::Tensor>& 
   }
 }
 
-// Blocks for n rows: enough to fill the GPU at the kernel's occupancy, never more than tiles.
+// Blocks for n rows: enough to fill the GPU at the kernel's occupancy, never more than tiles. The
+// attribute and occupancy queries run once per (kernel, shared memory, device): later calls, such as
+// those inside a CUDA-graph capture, make no CUDA API call here.
 template <typename Kernel>
 unsigned int mlp_grid(Kernel kernel, size_t smem, int64_t n) {
-  int device = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  int sms = 0, per_sm = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMlpThreads, smem));
-  TORCH_CHECK(per_sm > 0, "fused_mlp: ", smem, " bytes of shared memory per block do not fit this GPU");
+  static std::mutex mutex;
+  // (kernel, shared memory, device) -> blocks that fit on the GPU at once
+  static std::map<std::tuple<const void*, size_t, int>, int64_t> resident;
+  const int device = c10::cuda::current_device();
+  int64_t blocks = 0;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), smem, device);
+    auto it = resident.find(key);
+    if (it == resident.end()) {
+      int sms = 0, per_sm = 0;
+      C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      C10_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMlpThreads, smem));
+      TORCH_CHECK(per_sm > 0, "fused_mlp: ", smem, " bytes of shared memory per block do not fit this GPU");
+      it = resident.emplace(key, static_cast<int64_t>(sms) * per_sm).first;
+    }
+    blocks = it->second;
+  }
   const int64_t tiles = (n + kTileRows - 1) / kTileRows;
-  return static_cast<unsigned int>(std::max<int64_t>(1, std::min<int64_t>(tiles, static_cast<int64_t>(sms) * per_sm)));
+  return static_cast<unsigned int>(std::max<int64_t>(1, std::min<int64_t>(tiles, blocks)));
 }
 
 }  // namespace
