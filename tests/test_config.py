@@ -18,7 +18,13 @@ def test_default_config_resolves(compose_cfg) -> None:
     container = OmegaConf.to_container(cfg, resolve=True)
     assert container["data"]["path"] is None
     assert container["model"]["field"]["encoding"]["n_levels"] == 16
-    assert container["trainer"]["precision"] == "32-true"
+    # precision=auto, resolved per machine: 32-true without an Ampere+ GPU (utils/precision.py)
+    expected = (
+        "bf16-mixed"
+        if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
+        else "32-true"
+    )
+    assert container["trainer"]["precision"] == expected
     assert cfg.optimized_metric == "val/psnr"
 
 
@@ -102,3 +108,19 @@ def test_cpu_preset_composes(compose_cfg) -> None:
     assert cfg.accelerator == "cpu"
     assert cfg.data.downscale == 8 and cfg.trainer.max_steps == 200  # user overrides win over the preset
     assert cfg.model.ops_backend == "torch"
+
+
+def test_auto_precision_is_bf16_mixed_on_ampere_and_later_gpus_only(monkeypatch) -> None:
+    from nerf_lightning.utils.precision import resolve_precision
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_precision("auto") == "32-true"  # a CPU machine keeps the CPU preset's numbers
+    assert resolve_precision("16-mixed") == "16-mixed"  # an explicit choice is kept
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert resolve_precision("auto") == "bf16-mixed"
+    assert resolve_precision("auto", "gpu") == "bf16-mixed"
+    assert resolve_precision("auto", "cpu") == "32-true"  # accelerator=cpu on a GPU machine
+    assert resolve_precision("32-true") == "32-true"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    assert resolve_precision("auto") == "32-true"  # no m16n8k16 MMA before Ampere

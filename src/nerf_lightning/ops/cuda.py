@@ -45,6 +45,7 @@ params as they are and returns float32.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -659,6 +660,11 @@ class _FusedMLP(torch.autograd.Function):
         return (g_in0 if need_in0 else None), None, None, *grads
 
 
+@functools.cache
+def _compute_capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
+
+
 def _fused_mlp_supported(
     in0: Tensor, in1: Tensor | None, weights: Sequence[Tensor], biases: Sequence[Tensor]
 ) -> bool:
@@ -691,7 +697,11 @@ def fused_mlp(
     if half_dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"fused_mlp: half_dtype must be float16 or bfloat16, got {half_dtype}")
     tensors = [in0, *weights, *biases] + ([] if in1 is None else [in1])
-    if not _fused_mlp_supported(in0, in1, weights, biases) or not _on_cuda(*tensors):
+    if (
+        not _fused_mlp_supported(in0, in1, weights, biases)
+        or not _on_cuda(*tensors)
+        or _compute_capability(in0.device)[0] < 8  # m16n8k16 MMA: Ampere and later
+    ):
         return _ref.fused_mlp(in0, in1, weights, biases, half_dtype)
     params = [t for pair in zip(weights, biases, strict=True) for t in pair]
     x1 = None if in1 is None else in1.detach().float().contiguous()

@@ -78,12 +78,19 @@ def rank_suffix() -> str:
     return "" if tag is None else f"_{tag}"
 
 
+def _auto_precision(accelerator: str = "auto") -> str:
+    from nerf_lightning.utils.precision import resolve_precision
+
+    return resolve_precision("auto", str(accelerator))
+
+
 def register_resolvers() -> None:
     """Register the ``nerf_lightning.*`` resolvers the config uses (idempotent)."""
     for name, fn in (
         ("nerf_lightning.run_id", run_id),
         ("nerf_lightning.rank_zero_only", rank_zero_only),
         ("nerf_lightning.rank_suffix", rank_suffix),
+        ("nerf_lightning.auto_precision", _auto_precision),
     ):
         if not OmegaConf.has_resolver(name):
             # cached: every interpolation of one config sees the same value

@@ -122,11 +122,15 @@ struct HalfOps<__half> {
   static __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
   static __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
   static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();  // never launched below sm_80 (ops/cuda.py checks the device)
+#endif
   }
 };
 template <>
@@ -141,11 +145,15 @@ struct HalfOps<__nv_bfloat16> {
   static __device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
   static __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
   static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();  // never launched below sm_80 (ops/cuda.py checks the device)
+#endif
   }
 };
 
@@ -287,6 +295,7 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_fwd_kernel(const float* __res
                                                               const __grid_constant__ MlpDims d,
                                                               const __grid_constant__ SmemLayout s,
                                                               float* __restrict__ out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // m16n8k16 MMA and bf16 WMMA: Ampere and later
   extern __shared__ __align__(128) unsigned char smem[];
   T* w_s = reinterpret_cast<T*>(smem);
   float* b_s = reinterpret_cast<float*>(w_s + s.n_w);
@@ -317,6 +326,7 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_fwd_kernel(const float* __res
       }
     }
   }
+#endif
 }
 
 template <typename T, int NH>
@@ -327,6 +337,7 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_bwd_kernel(const float* __res
                                                               const float* __restrict__ g_out,
                                                               float* __restrict__ g_in0, float* __restrict__ g_w,
                                                               float* __restrict__ g_b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // m16n8k16 MMA and bf16 WMMA: Ampere and later
   constexpr int L = NH + 1;
   constexpr int KT = kMaxWidth / 16;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -484,6 +495,7 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_bwd_kernel(const float* __res
     gw_global += rows * cols;
     gb_global += rows;
   }
+#endif
 }
 
 MlpDims make_dims(const torch::Tensor& in0, const c10::optional<torch::Tensor>& in1,
