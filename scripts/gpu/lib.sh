@@ -48,3 +48,33 @@ go() {  # go NAME EXPECTED_S TIMEOUT_S OVERRIDES...: `run` unless it would end p
     run "$name" "$to" "$@"
     [ -f "$R/$name/metrics.json" ] || { echo "=== $name"; tail -25 "$R/$name.log"; } >> "$OUT/fails.txt"
 }
+# A fresh build of the extension from this tree (its log's last line and errors -> rows.txt), and
+# the build as $OUT/ext.tgz for the next call's .devdata/ext.tgz.
+build_extension() {
+    rm -rf .torch_extensions
+    timeout -k 5 240 python3 -m nerf_lightning.ops._ext > "$R/build.log" 2>&1
+    tail -1 "$R/build.log" >> "$OUT/rows.txt"
+    grep -iE "error" "$R/build.log" | head -20 >> "$OUT/rows.txt"
+    tar czf "$OUT/ext.tgz" .torch_extensions
+    el "ext built"
+}
+cuda_tests() {  # cuda_tests NAME TIMEOUT_S PYTEST_ARGS...: rc, summary and failures -> rows.txt
+    local name=$1 to=$2 rc
+    shift 2
+    timeout -k 10 "$to" python3 -m pytest -q "$@" -p no:cacheprovider > "$R/$name.log" 2>&1
+    rc=$?
+    echo "$name rc=$rc: $(tail -1 "$R/$name.log")" >> "$OUT/rows.txt"
+    grep -E "^(FAILED|ERROR|E  )" "$R/$name.log" | head -30 >> "$OUT/rows.txt"
+    el "$name"
+    return $rc
+}
+census() {  # census TIMEOUT_S PRECISION...: scripts/gpu/census.py per precision -> census.txt, rows.txt
+    local to=$1 prec
+    shift
+    for prec in "$@"; do
+        timeout -k 10 "$to" python3 scripts/gpu/census.py "$prec" > "$R/census_$prec.log" 2>&1
+        { echo "== census $prec"; grep -A40 "^census" "$R/census_$prec.log" | head -50; } >> "$OUT/census.txt"
+        grep "^census\|^timeline" "$R/census_$prec.log" | sed "s/^/$prec: /" >> "$OUT/rows.txt"
+        el "census $prec"
+    done
+}

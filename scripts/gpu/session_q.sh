@@ -10,23 +10,12 @@ R=/tmp/rq; mkdir -p $R
 # shellcheck disable=SC1091
 source scripts/gpu/lib.sh
 export NCCL_NVLS_ENABLE=0
-rm -rf .torch_extensions
-timeout -k 5 200 python3 -m nerf_lightning.ops._ext > $R/build.log 2>&1; tail -1 $R/build.log >> $OUT/rows.txt
-tar czf $OUT/ext.tgz .torch_extensions
-el "ext built"
+build_extension
 LEGO="experiment=blender data.path=.devdata/lego logger=csv"
 FRUIT="data.path=.devdata/fruit $C trainer.max_steps=2000"
 ( export CUDA_VISIBLE_DEVICES=1
-  timeout -k 10 150 python3 -m pytest -q -m cuda tests -p no:cacheprovider > $R/cuda_tests.log 2>&1
-  echo "cuda tests rc=$?: $(tail -1 $R/cuda_tests.log)" >> $OUT/rows.txt
-  grep -E "^(FAILED|ERROR)" $R/cuda_tests.log | head -20 >> $OUT/rows.txt
-  el "cuda tests"
-  for prec in 32-true bf16-mixed 16-mixed; do
-    timeout -k 10 80 python3 scripts/gpu/census.py $prec > $R/census_$prec.log 2>&1
-    { echo "== census $prec"; grep -A40 "^census" $R/census_$prec.log | head -50; } >> $OUT/census.txt
-    grep "^census\|^timeline" $R/census_$prec.log | sed "s/^/$prec: /" >> $OUT/rows.txt
-    el "census $prec"
-  done ) &
+  cuda_tests cuda_tests 150 -m cuda tests
+  census 80 32-true bf16-mixed 16-mixed ) &
 ( export CUDA_VISIBLE_DEVICES=0
   go lego_s1 60 80 $LEGO $C trainer.max_steps=5000 seed=1
   go fox_s1 60 80 data.path=.devdata/fox $C trainer.max_steps=5000 seed=1

@@ -9,18 +9,11 @@ set -u
 R=/tmp/rs; mkdir -p $R
 # shellcheck disable=SC1091
 source scripts/gpu/lib.sh
-rm -rf .torch_extensions
-timeout -k 5 240 python3 -m nerf_lightning.ops._ext > $R/build.log 2>&1; tail -1 $R/build.log >> $OUT/rows.txt
-grep -iE "error" $R/build.log | head -20 >> $OUT/rows.txt
-tar czf $OUT/ext.tgz .torch_extensions
-el "ext built"
+build_extension
 LEGO="experiment=blender data.path=.devdata/lego logger=csv"
 FRUIT="data.path=.devdata/fruit $C trainer.max_steps=2000"
-CUDA_VISIBLE_DEVICES=0 timeout -k 10 100 python3 -m pytest -q tests/ops/test_fused_mlp_cuda.py -p no:cacheprovider > $R/mlp_tests.log 2>&1
+CUDA_VISIBLE_DEVICES=0 cuda_tests mlp_tests 100 tests/ops/test_fused_mlp_cuda.py
 MLP_RC=$?
-echo "mlp tests rc=$MLP_RC: $(tail -1 $R/mlp_tests.log)" >> $OUT/rows.txt
-grep -E "^(FAILED|ERROR|E  )" $R/mlp_tests.log | head -30 >> $OUT/rows.txt
-el "mlp tests"
 ( export CUDA_VISIBLE_DEVICES=0
   if [ $MLP_RC = 0 ]; then
     run cal_bf16 60 $LEGO $C trainer.max_steps=3000 seed=1 precision=bf16-mixed
@@ -31,16 +24,8 @@ el "mlp tests"
     el "c300"
   fi ) &
 ( export CUDA_VISIBLE_DEVICES=1
-  for prec in 32-true bf16-mixed 16-mixed; do
-    timeout -k 10 80 python3 scripts/gpu/census.py $prec > $R/census_$prec.log 2>&1
-    { echo "== census $prec"; grep -A40 "^census" $R/census_$prec.log | head -50; } >> $OUT/census.txt
-    grep "^census\|^timeline" $R/census_$prec.log | sed "s/^/$prec: /" >> $OUT/rows.txt
-    el "census $prec"
-  done
-  timeout -k 10 150 python3 -m pytest -q -m cuda tests -p no:cacheprovider > $R/cuda_tests.log 2>&1
-  echo "cuda tests rc=$?: $(tail -1 $R/cuda_tests.log)" >> $OUT/rows.txt
-  grep -E "^(FAILED|ERROR)" $R/cuda_tests.log | head -20 >> $OUT/rows.txt
-  el "cuda tests"
+  census 80 32-true bf16-mixed 16-mixed
+  cuda_tests cuda_tests 150 -m cuda tests
   go fruit_s8_d01 40 60 $FRUIT seed=8 model.distortion_weight=0.01
   go fruit_s6_d01 40 60 $FRUIT seed=6 model.distortion_weight=0.01
   if [ $MLP_RC = 0 ]; then

@@ -9,11 +9,7 @@ set -u
 R=/tmp/rt; mkdir -p $R
 # shellcheck disable=SC1091
 source scripts/gpu/lib.sh
-rm -rf .torch_extensions
-timeout -k 5 240 python3 -m nerf_lightning.ops._ext > $R/build.log 2>&1; tail -1 $R/build.log >> $OUT/rows.txt
-grep -iE "error" $R/build.log | head -20 >> $OUT/rows.txt
-tar czf $OUT/ext.tgz .torch_extensions
-el "ext built"
+build_extension
 LEGO="experiment=blender data.path=.devdata/lego logger=csv"
 ( export CUDA_VISIBLE_DEVICES=0
   run cal_bf16 60 $LEGO $C trainer.max_steps=3000 seed=1 precision=bf16-mixed
@@ -25,20 +21,9 @@ LEGO="experiment=blender data.path=.devdata/lego logger=csv"
     el "c300"
   fi ) &
 ( export CUDA_VISIBLE_DEVICES=1
-  timeout -k 10 60 python3 -m pytest -q tests/ops/test_fused_mlp_cuda.py -p no:cacheprovider > $R/mlp_tests.log 2>&1
-  echo "mlp tests rc=$?: $(tail -1 $R/mlp_tests.log)" >> $OUT/rows.txt
-  grep -E "^(FAILED|ERROR|E  )" $R/mlp_tests.log | head -30 >> $OUT/rows.txt
-  el "mlp tests"
-  timeout -k 10 120 python3 -m pytest -q -m cuda tests -p no:cacheprovider > $R/cuda_tests.log 2>&1
-  echo "cuda tests rc=$?: $(tail -1 $R/cuda_tests.log)" >> $OUT/rows.txt
-  grep -E "^(FAILED|ERROR)" $R/cuda_tests.log | head -20 >> $OUT/rows.txt
-  el "cuda tests"
-  for prec in 32-true bf16-mixed 16-mixed; do
-    timeout -k 10 60 python3 scripts/gpu/census.py $prec > $R/census_$prec.log 2>&1
-    { echo "== census $prec"; grep -A40 "^census" $R/census_$prec.log | head -50; } >> $OUT/census.txt
-    grep "^census\|^timeline" $R/census_$prec.log | sed "s/^/$prec: /" >> $OUT/rows.txt
-    el "census $prec"
-  done
+  cuda_tests mlp_tests 60 tests/ops/test_fused_mlp_cuda.py
+  cuda_tests cuda_tests 120 -m cuda tests
+  census 60 32-true bf16-mixed 16-mixed
   go lego_bf16 40 70 $LEGO $C trainer.max_steps=5000 seed=1 precision=bf16-mixed
   go lego_16 40 70 $LEGO $C trainer.max_steps=5000 seed=1 precision=16-mixed
   go fox_bf16 40 70 data.path=.devdata/fox $C trainer.max_steps=5000 seed=1 precision=bf16-mixed
