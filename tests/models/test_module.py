@@ -94,3 +94,33 @@ def test_to_moves_every_tensor_and_keeps_dtypes() -> None:
                 if isinstance(t, torch.Tensor) and t.device.type != "meta":
                     stale.append(f"{name}.{attr}")
     assert not stale, f"tensors left on the CPU by .to(): {stale}"
+
+
+def test_mlp_weight_decay_pulls_only_the_mlp_matrices() -> None:
+    # With every gradient zero, only coupled L2 moves a parameter: Adam's first step moves each decayed
+    # entry by lr (its normalized gradient wd * p has magnitude 1 after bias correction) towards 0.
+    module = _tiny_module(0)
+    module.hparams.mlp_weight_decay = 1e-6
+    module.optimizer_factory = functools.partial(torch.optim.Adam, lr=1e-2, eps=1e-15)
+    groups = module.parameter_groups()
+    assert [g.get("weight_decay", 0.0) for g in groups] == [0.0, 1e-6]
+    linears = [m for m in module.field.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 5  # density: 2 layers; colour: 3
+    assert {id(p) for p in groups[1]["params"]} == {id(m.weight) for m in linears}
+    before = {name: p.detach().clone() for name, p in module.named_parameters()}
+    optimizer = module.configure_optimizers()["optimizer"]
+    for p in module.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    for name, p in module.named_parameters():
+        moved = (p.detach() - before[name]).abs()
+        if name.endswith("weight") and "mlp" in name:
+            nonzero = before[name] != 0
+            lr_steps = torch.full_like(moved[nonzero], 1e-2)
+            torch.testing.assert_close(moved[nonzero], lr_steps, rtol=1e-3, atol=0)
+            step = p.detach() - before[name]
+            assert (step[nonzero] * before[name][nonzero] < 0).all()  # towards 0
+        else:  # the hash table and every bias
+            assert torch.equal(moved, torch.zeros_like(moved)), name
+    module.hparams.mlp_weight_decay = 0.0
+    assert len(module.parameter_groups()) == 1

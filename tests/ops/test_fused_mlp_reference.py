@@ -47,6 +47,9 @@ def test_hidden_activations_and_weights_are_rounded_to_the_half_type() -> None:
     w_round = [torch.tensor([[1.0 + 2**-9]]), torch.tensor([[1.0 + 2**-7]])]
     assert float(ref.fused_mlp(x, None, w_round, b, torch.bfloat16)) == 3.0 * (1.0 + 2**-7) + 0.5
     assert float(ref.fused_mlp(x, None, w_round, b, torch.float16)) == (3.0 + 3 * 2**-9) * (1.0 + 2**-7) + 0.5
+    w_out = [torch.tensor([[1.0]]), torch.tensor([[1.0 + 2**-9]])]  # the output layer's weight alone
+    assert float(ref.fused_mlp(x, None, w_out, b, torch.bfloat16)) == 3.0 + 0.5
+    assert float(ref.fused_mlp(x, None, w_out, b, torch.float16)) == 3.0 * (1.0 + 2**-9) + 0.5
     w_act = [torch.tensor([[1.0 + 2**-7]]), torch.tensor([[1.0]])]
     assert float(ref.fused_mlp(x, None, w_act, b, torch.bfloat16)) == 3.0 + 2**-5 + 0.5
     assert float(ref.fused_mlp(x, None, w_act, b, torch.float16)) == 3.0 + 3 * 2**-7 + 0.5

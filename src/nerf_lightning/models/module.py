@@ -51,6 +51,9 @@ class NeRFModule(L.LightningModule):
         loss: ``huber`` (instant-ngp's NeRF default, delta 0.1) or ``mse``.
         distortion_weight: weight of mip-NeRF 360's distortion loss (mean over the rays) added to the
             photometric loss; 0 (default) leaves it out.
+        mlp_weight_decay: L2 regularization of the MLPs' weight matrices (Adam's coupled
+            ``weight_decay`` on their parameter group; instant-ngp's ``l2_reg``, 1e-6, acts on its
+            MLP matrices only); the hash table and the biases are never decayed. 0: off.
         sample_budget: samples per training step in the differentiable pass (instant-ngp: 2^18);
             the number of rays adapts to it (at most the batch's ``data.batch_size`` ray slots) and
             every shape of the step is static (``models/train_step.py``). ``None``: a fixed number
@@ -98,6 +101,7 @@ class NeRFModule(L.LightningModule):
         loss: str = "huber",
         huber_delta: float = 0.1,
         distortion_weight: float = 0.0,
+        mlp_weight_decay: float = 0.0,
         sample_budget: int | None = None,
         march_budget: int | None = None,
         n_rays_init: int = 4096,
@@ -407,8 +411,20 @@ class NeRFModule(L.LightningModule):
                 )
 
     # --------------------------------------------------------------------------- optimizer
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        """The optimizer's parameter groups: with ``mlp_weight_decay > 0`` the MLPs' weight matrices
+        form their own group with that ``weight_decay``."""
+        decay = float(self.hparams.get("mlp_weight_decay", 0.0))
+        if decay <= 0:
+            return [{"params": list(self.parameters())}]
+        mlps = [self.field.get_submodule(name) for name in ("density_mlp", "color_mlp")]
+        matrices = [m.weight for mlp in mlps for m in mlp.modules() if isinstance(m, nn.Linear)]
+        decayed = {id(p) for p in matrices}
+        rest = [p for p in self.parameters() if id(p) not in decayed]
+        return [{"params": rest}, {"params": matrices, "weight_decay": decay}]
+
     def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = self.optimizer_factory(params=self.parameters())
+        optimizer = self.optimizer_factory(params=self.parameter_groups())
         if self.scheduler_factory is None:
             return {"optimizer": optimizer}
         total = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 else 10_000
