@@ -94,3 +94,23 @@ def test_the_field_keeps_the_torch_layers_off_cuda_autocast_and_checks_its_backe
         assert field._fused_dtype(x) is None  # only CUDA autocast selects the kernels
     with pytest.raises(ValueError, match="mlp_backend"):
         NGPField(mlp_backend="tcnn")
+
+
+def test_the_fields_fused_path_computes_the_same_networks_as_its_torch_layers(monkeypatch) -> None:
+    # The fused path's wiring (density MLP on the encoding; colour MLP on cat(h, SH) in that order;
+    # every layer's weight and bias) on the CPU: the reference op stands in for the kernels. In
+    # float16 the two paths differ only by rounding.
+    torch.manual_seed(0)
+    field = NGPField(aabb_scale=1, encoding={"log2_hashmap_size": 12, "backend": "torch"})
+    with torch.no_grad():
+        field.encoding.params.uniform_(-0.5, 0.5)
+    pos = torch.rand(2000, 3)
+    dirs = torch.nn.functional.normalize(torch.randn(2000, 3), dim=-1)
+    sigma_t, rgb_t = field(pos, dirs)
+    calls = []
+    monkeypatch.setattr(field, "_fused_dtype", lambda x: calls.append(1) or torch.float16)
+    sigma_f, rgb_f = field(pos, dirs)
+    assert len(calls) == 2  # the density and the colour network
+    torch.testing.assert_close(sigma_f, sigma_t, rtol=0.01, atol=1e-3)
+    torch.testing.assert_close(rgb_f, rgb_t, rtol=0.01, atol=2e-3)
+    assert (rgb_t - rgb_f).abs().max() > 0  # the fused path did run, in half precision
