@@ -94,6 +94,10 @@ def test_the_field_keeps_the_torch_layers_off_cuda_autocast_and_checks_its_backe
         assert field._fused_dtype(x) is None  # only CUDA autocast selects the kernels
     with pytest.raises(ValueError, match="mlp_backend"):
         NGPField(mlp_backend="tcnn")
+    # networks beyond the kernels' shapes keep the torch layers under mixed precision
+    assert field._fusable
+    assert not NGPField(hidden_dim=128)._fusable
+    assert not NGPField(color_hidden_layers=3)._fusable
 
 
 def test_the_fields_fused_path_computes_the_same_networks_as_its_torch_layers(monkeypatch) -> None:

@@ -13,6 +13,7 @@ instant-ngp does ("desired resolution 2048 over the unit cube").
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +27,11 @@ __all__ = ["NGPField"]
 
 # per call: one CUDA kernel for CUDA tensors when the extension is built, else the reference
 _OPS = get_ops("auto")
+
+
+@functools.cache
+def _compute_capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
 
 
 def _mlp(n_in: int, n_hidden: int, n_layers: int, n_out: int) -> nn.Sequential:
@@ -91,14 +97,24 @@ class NGPField(nn.Module):
         self.color_mlp = _mlp(
             1 + geo_feat_dim + self.direction_encoding.n_output_dims, hidden_dim, color_hidden_layers, 3
         )
+        # the fused kernels' shapes (ops/csrc/mlp.cu): 1 or 2 hidden layers 64 wide, inputs and
+        # outputs up to 64; other networks keep the torch layers under mixed precision
+        widths = (self.encoding.n_output_dims, 1 + geo_feat_dim + self.direction_encoding.n_output_dims)
+        self._fusable = (
+            hidden_dim == 64
+            and all(n in (1, 2) for n in (density_hidden_layers, color_hidden_layers))
+            and max(*widths, 1 + geo_feat_dim) <= 64
+        )
 
     def _normalize(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         return _OPS.normalize_to_box(positions, self.aabb_min, self.aabb_size)
 
     def _fused_dtype(self, x: Tensor) -> torch.dtype | None:
         """The half type of the fused MLP kernels for this call, or None for the ``torch.nn`` layers."""
-        if self.mlp_backend != "auto" or not x.is_cuda or not torch.is_autocast_enabled("cuda"):
+        if self.mlp_backend != "auto" or not self._fusable or not x.is_cuda:
             return None
+        if not torch.is_autocast_enabled("cuda") or _compute_capability(x.device)[0] < 8:
+            return None  # the kernels' m16n8k16 MMA needs Ampere or later
         dtype = torch.get_autocast_dtype("cuda")
         return dtype if dtype in (torch.float16, torch.bfloat16) else None
 
