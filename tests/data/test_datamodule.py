@@ -104,6 +104,30 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     assert frac.std(axis=0).min() > 0.2  # spread over the pixel, not through one fixed point
 
 
+def test_pixel_centres_and_the_eval_background_for_training(scene: Path, tmp_path: Path) -> None:
+    """``data.pixel_jitter=false data.train_background=eval`` (nerfacc's lego recipe): training rays
+    through the pixel centres, targets composited over white (the Blender convention's background)."""
+    dm = NeRFDataModule(
+        path=str(scene),
+        batch_size=256,
+        cache_dir=str(tmp_path / "cache"),
+        pixel_jitter=False,
+        train_background="eval",
+    )
+    dm.setup("fit")
+    dm._ensure_device(torch.device("cpu"))
+    b = dm.train_batch(256)
+    np.testing.assert_array_equal(b["background"].numpy(), np.ones((256, 3), dtype=np.float32))
+    rgba = _decoded_pixels(dm, "train", b["view_ids"], b["px"], b["py"])
+    expected = rgba[:, :3] * rgba[:, 3:] + (1 - rgba[:, 3:])
+    np.testing.assert_allclose(b["rgb"].double().numpy(), expected, rtol=0, atol=1e-6)
+    assert (rgba[:, 3] < 1).any()  # background pixels are in the batch
+    frac = _assert_rays_land_in_their_pixels(scene, dm, "train", b)
+    np.testing.assert_allclose(frac, 0.5, rtol=0, atol=TOLERANCE_PX[True])
+    with pytest.raises(ValueError, match="data.train_background must be one of"):
+        NeRFDataModule(path=str(scene), train_background="white")
+
+
 @pytest.mark.parametrize("capture", ["scene", "pinhole_scene"])
 def test_val_batch_is_a_whole_image_over_white(
     capture: str, request: pytest.FixtureRequest, tmp_path: Path

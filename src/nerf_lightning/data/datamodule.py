@@ -48,6 +48,7 @@ VAL_SPLITS = ("val", "test", "auto", "train")
 
 
 BATCH_SCALINGS = ("per_device", "global", "throughput")
+TRAIN_BACKGROUNDS = ("random", "eval")
 
 
 class _StepIndices(IterableDataset):
@@ -254,6 +255,12 @@ class NeRFDataModule(L.LightningDataModule):
             training rays go through ``factor x factor`` pixel blocks with the blocks' mean colour as
             target (see ``data/resolution.py``), e.g. ``[[0.0, 4], [0.1, 2], [0.25, 1]]``.
         image_workers / cache_dir: parallel decoding and the uint8 image cache.
+        pixel_jitter: training rays go through uniformly random points of their pixels (instant-ngp;
+            the targets are area-averaged pixels); ``False``: through the pixel centres, where
+            evaluation renders (nerfacc's lego recipe).
+        train_background: the colour under each training ray: ``random`` (a random colour per ray,
+            as instant-ngp: RGBA targets are composited over it, RGB captures learn to be opaque) or
+            ``eval`` (the evaluation background, white for Blender captures: nerfacc's lego recipe).
         aabb_scale: override the capture's ``aabb_scale`` (outer box and occupancy cascades); ``None``
             keeps the value of the transforms file (or the format's default).
     """
@@ -279,8 +286,17 @@ class NeRFDataModule(L.LightningDataModule):
         cuda_graph: bool | str = "auto",
         aabb_scale: int | None = None,
         resolution_schedule: Any = None,
+        pixel_jitter: bool = True,
+        train_background: str = "random",
     ) -> None:
         super().__init__()
+        if train_background not in TRAIN_BACKGROUNDS:
+            raise ValueError(
+                f"data.train_background must be one of {TRAIN_BACKGROUNDS}, got {train_background!r}"
+            )
+        self.pixel_jitter = bool(pixel_jitter)
+        self.train_background = train_background
+        self._train_bg: Tensor | None = None
         self.resolution_schedule = ResolutionSchedule.parse(resolution_schedule)
         #: the schedule as (start step, factor), resolved at the first training batch (or restored)
         self._schedule_steps: tuple[tuple[int, int], ...] | None = None
@@ -412,6 +428,15 @@ class NeRFDataModule(L.LightningDataModule):
         validation during training)."""
         assert self.capture is not None, "call setup() first"
         return "test" if self.capture.test else "val"
+
+    def _fixed_train_background(self, device: torch.device) -> Tensor:
+        """The evaluation background as a device tensor made once (``data.train_background=eval``): a
+        host-to-device copy cannot run inside the captured batch graph, whose warm-up makes it."""
+        bg = self._train_bg
+        if bg is None or bg.device != device:
+            bg = self.eval_background(device)
+            self._train_bg = bg
+        return bg
 
     def eval_background(self, device: torch.device) -> Tensor:
         assert self.capture is not None
@@ -610,12 +635,18 @@ class NeRFDataModule(L.LightningDataModule):
         view_ids, ix, iy = sampler.sample(n_rays)
         device = ts.pixels.device
         # Random sub-pixel positions: the targets are area-averaged pixels.
-        ux = torch.rand(n_rays, device=device)
-        uy = torch.rand(n_rays, device=device)
+        if self.pixel_jitter:
+            ux = torch.rand(n_rays, device=device)
+            uy = torch.rand(n_rays, device=device)
+        else:
+            ux = uy = torch.full((n_rays,), 0.5, device=device)
         # Random backgrounds for every capture, as instant-ngp: RGBA targets are composited over them,
         # and on opaque RGB targets any leftover transparency is penalized, so the field learns to be
         # opaque and renders the same over whatever background evaluation uses.
-        background = torch.rand(n_rays, 3, device=device)
+        if self.train_background == "random":
+            background = torch.rand(n_rays, 3, device=device)
+        else:
+            background = self._fixed_train_background(device).expand(n_rays, 3).contiguous()
         if factor == 1:
             return ts.train_rays(view_ids, ix, iy, ux, uy, background)
         # The sampler draws a full-resolution pixel (its per-view statistics and error map stay in

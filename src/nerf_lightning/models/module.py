@@ -45,6 +45,8 @@ class NeRFModule(L.LightningModule):
             background), else 0.
         max_samples_per_ray: per-ray cap on kept samples.
         near_plane: samples start this far (NGP units) from the ray origin (0: at the camera).
+        gradient_scaling_distance: scale the gradients of samples closer than this to the camera
+            by ``(t / distance)^2`` ("Floaters No More"; ``render/gradient_scaling.py``); None: off.
         early_stop_eps: transmittance below which a ray stops contributing.
         compact_samples: drop samples behind the early-termination point before the differentiable
             pass (see ``Renderer``).
@@ -96,6 +98,7 @@ class NeRFModule(L.LightningModule):
         large_scene_cone_angle: float = 1.0 / 256,
         max_samples_per_ray: int = 1024,
         near_plane: float = 0.0,
+        gradient_scaling_distance: float | None = None,
         early_stop_eps: float = 1e-4,
         compact_samples: bool = True,
         loss: str = "huber",
@@ -135,6 +138,7 @@ class NeRFModule(L.LightningModule):
             near_plane=near_plane,
             early_stop_eps=early_stop_eps,
             compact_samples=compact_samples,
+            gradient_scaling_distance=gradient_scaling_distance,
             ops_backend=ops_backend,
         )
         if cuda_graph not in (True, False, "auto"):

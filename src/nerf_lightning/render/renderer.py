@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from ..ops import get_ops
+from .gradient_scaling import scale_near_gradients
 from .occupancy import OccupancyGrid
 
 __all__ = ["Renderer", "fixed_render_counts", "ray_distortion"]
@@ -39,6 +40,8 @@ class Renderer(nn.Module):
             samples behind the early-termination point (transmittance < ``early_stop_eps``; their
             weight is exactly 0) and run the differentiable pass on the rest only, as instant-ngp's
             training kernels do. Same outputs and gradients; far less work behind opaque surfaces.
+        gradient_scaling_distance: when gradients are on, scale each sample's density and colour
+            gradient by ``min(1, (t / distance)^2)`` (``render/gradient_scaling.py``); None: off.
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class Renderer(nn.Module):
         early_stop_eps: float = 1e-4,
         ops_backend: str = "auto",
         compact_samples: bool = True,
+        gradient_scaling_distance: float | None = None,
     ) -> None:
         super().__init__()
         self.occupancy = occupancy
@@ -61,6 +65,12 @@ class Renderer(nn.Module):
         self.near_plane = float(near_plane)
         self.early_stop_eps = float(early_stop_eps)
         self.compact_samples = bool(compact_samples)
+        if gradient_scaling_distance is not None and gradient_scaling_distance <= 0:
+            raise ValueError(
+                "model.gradient_scaling_distance must be > 0 (NGP units) or null (off), "
+                f"got {gradient_scaling_distance}"
+            )
+        self.gradient_scaling_distance = gradient_scaling_distance
         # Keep the name, not the namespace: modules cannot be deep-copied/pickled with the renderer.
         self.ops_backend = ops_backend
         get_ops(ops_backend)  # validate the name now
@@ -122,7 +132,7 @@ class Renderer(nn.Module):
         if t_starts.shape[0] > 0:
             positions, dirs = ops.sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
             sigmas, rgbs = field(positions, dirs)
-            sigmas, rgbs = sigmas.reshape(-1), rgbs.reshape(-1, 3)
+            sigmas, rgbs = self._scale_gradients(sigmas.reshape(-1), rgbs.reshape(-1, 3), t_starts, t_ends)
             connect = None
         else:
             # No samples at all: skip the field (empty batches break some encodings), but keep the
@@ -242,7 +252,9 @@ class Renderer(nn.Module):
             packed, valid = ops.repack(marched, keep, sample_capacity, valid)
         positions, dirs = ops.sample_points(rays_o, rays_d, *packed[:3])
         sigmas, rgbs = field(positions, dirs)
-        sigmas, rgbs = sigmas.reshape(-1), rgbs.reshape(-1, 3)
+        sigmas, rgbs = self._scale_gradients(
+            sigmas.reshape(-1), rgbs.reshape(-1, 3), packed.t_starts, packed.t_ends
+        )
         out = ops.volume_render(
             sigmas,
             rgbs,
@@ -264,6 +276,13 @@ class Renderer(nn.Module):
             packed_info=packed.packed_info,
         )
         return out
+
+    def _scale_gradients(
+        self, sigmas: Tensor, rgbs: Tensor, t_starts: Tensor, t_ends: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        if self.gradient_scaling_distance is None or not torch.is_grad_enabled():
+            return sigmas, rgbs
+        return scale_near_gradients(sigmas, rgbs, t_starts, t_ends, self.gradient_scaling_distance)
 
     @torch.no_grad()
     def _drop_terminated(
