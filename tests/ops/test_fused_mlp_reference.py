@@ -100,6 +100,30 @@ def test_the_field_keeps_the_torch_layers_off_cuda_autocast_and_checks_its_backe
     assert not NGPField(color_hidden_layers=3)._fusable
 
 
+@pytest.mark.parametrize(
+    ("in_width", "sizes", "dtype", "ok"),
+    [
+        (32, [64, 16], torch.float32, True),  # the density network
+        (32, [64, 64, 3], torch.float32, True),  # the colour network's shape
+        (64, [64, 64], torch.float32, True),  # widest input and output
+        (65, [64, 16], torch.float32, False),  # input too wide
+        (32, [64, 65], torch.float32, False),  # output too wide
+        (32, [128, 16], torch.float32, False),  # hidden layer not 64 wide
+        (32, [16], torch.float32, False),  # no hidden layer
+        (32, [64, 64, 64, 3], torch.float32, False),  # three hidden layers
+        (32, [64, 16], torch.float16, False),  # half master weights
+    ],
+)
+def test_fused_mlp_shapes(in_width: int, sizes: list[int], dtype: torch.dtype, ok: bool) -> None:
+    from nerf_lightning.ops.fused_mlp_support import fused_mlp_shapes_ok
+
+    widths = [in_width, *sizes]
+    weights = [torch.zeros(o, i, dtype=dtype) for i, o in zip(widths[:-1], widths[1:], strict=True)]
+    biases = [torch.zeros(o, dtype=dtype) for o in sizes]
+    assert fused_mlp_shapes_ok(in_width, weights, biases) is ok
+    assert not fused_mlp_shapes_ok(in_width + 1, weights, biases)  # weights not matching the input
+
+
 def test_the_fields_fused_path_computes_the_same_networks_as_its_torch_layers(monkeypatch) -> None:
     # The fused path's wiring (density MLP on the encoding; colour MLP on cat(h, SH) in that order;
     # every layer's weight and bias) on the CPU: the reference op stands in for the kernels. In

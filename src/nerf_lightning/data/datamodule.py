@@ -296,7 +296,7 @@ class NeRFDataModule(L.LightningDataModule):
             )
         self.pixel_jitter = bool(pixel_jitter)
         self.train_background = train_background
-        self._train_bg: Tensor | None = None
+        self._eval_bg: Tensor | None = None
         self.resolution_schedule = ResolutionSchedule.parse(resolution_schedule)
         #: the schedule as (start step, factor), resolved at the first training batch (or restored)
         self._schedule_steps: tuple[tuple[int, int], ...] | None = None
@@ -368,6 +368,7 @@ class NeRFDataModule(L.LightningDataModule):
         )
         model = self.camera_model_override or _camera_model(capture)
         self.capture = capture
+        self._eval_bg = None  # the capture's, made on first use
         if not capture.train:
             raise CaptureError(f"{path}: no training views ({len(capture.val)} held out, none left to train)")
         train_images = load_images(capture.train, self.downscale, self.image_workers, self.cache_dir)
@@ -429,18 +430,16 @@ class NeRFDataModule(L.LightningDataModule):
         assert self.capture is not None, "call setup() first"
         return "test" if self.capture.test else "val"
 
-    def _fixed_train_background(self, device: torch.device) -> Tensor:
-        """The evaluation background as a device tensor made once (``data.train_background=eval``): a
-        host-to-device copy cannot run inside the captured batch graph, whose warm-up makes it."""
-        bg = self._train_bg
-        if bg is None or bg.device != device:
-            bg = self.eval_background(device)
-            self._train_bg = bg
-        return bg
-
     def eval_background(self, device: torch.device) -> Tensor:
+        """The capture's evaluation background, float32 [3] on ``device``, made once per device (the
+        training batch graph reads it under ``data.train_background=eval``: no host-to-device copy
+        may run inside the capture, whose eager warm-up makes it). Read-only."""
         assert self.capture is not None
-        return torch.tensor(self.capture.eval_background, dtype=torch.float32, device=device)
+        bg = self._eval_bg
+        if bg is None or bg.device != device:
+            bg = torch.tensor(self.capture.eval_background, dtype=torch.float32, device=device)
+            self._eval_bg = bg
+        return bg
 
     # ------------------------------------------------------------------------------- loaders
     def train_dataloader(self) -> DataLoader:
@@ -646,7 +645,7 @@ class NeRFDataModule(L.LightningDataModule):
         if self.train_background == "random":
             background = torch.rand(n_rays, 3, device=device)
         else:
-            background = self._fixed_train_background(device).expand(n_rays, 3).contiguous()
+            background = self.eval_background(device).expand(n_rays, 3).contiguous()
         if factor == 1:
             return ts.train_rays(view_ids, ix, iy, ux, uy, background)
         # The sampler draws a full-resolution pixel (its per-view statistics and error map stay in

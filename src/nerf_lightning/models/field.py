@@ -13,7 +13,6 @@ instant-ngp does ("desired resolution 2048 over the unit cube").
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,16 +21,12 @@ from torch import Tensor, nn
 
 from nerf_lightning.models.encoding import HashEncoding, SHEncoding
 from nerf_lightning.ops import get_ops
+from nerf_lightning.ops.fused_mlp_support import fused_mlp_shapes_ok, has_mma_m16n8k16
 
 __all__ = ["NGPField"]
 
 # per call: one CUDA kernel for CUDA tensors when the extension is built, else the reference
 _OPS = get_ops("auto")
-
-
-@functools.cache
-def _compute_capability(device: torch.device) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device)
 
 
 def _mlp(n_in: int, n_hidden: int, n_layers: int, n_out: int) -> nn.Sequential:
@@ -43,6 +38,11 @@ def _mlp(n_in: int, n_hidden: int, n_layers: int, n_out: int) -> nn.Sequential:
         width = n_hidden
     layers.append(nn.Linear(width, n_out))
     return nn.Sequential(*layers)
+
+
+def _weights_and_biases(mlp: nn.Sequential) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    linears = [m for m in mlp if isinstance(m, nn.Linear)]
+    return [m.weight for m in linears], [m.bias for m in linears]
 
 
 class NGPField(nn.Module):
@@ -97,14 +97,15 @@ class NGPField(nn.Module):
         self.color_mlp = _mlp(
             1 + geo_feat_dim + self.direction_encoding.n_output_dims, hidden_dim, color_hidden_layers, 3
         )
-        # the fused kernels' shapes (ops/csrc/mlp.cu): 1 or 2 hidden layers 64 wide, inputs and
-        # outputs up to 64; other networks keep the torch layers under mixed precision
-        widths = (self.encoding.n_output_dims, 1 + geo_feat_dim + self.direction_encoding.n_output_dims)
-        self._fusable = (
-            hidden_dim == 64
-            and all(n in (1, 2) for n in (density_hidden_layers, color_hidden_layers))
-            and max(*widths, 1 + geo_feat_dim) <= 64
+        # networks of other shapes than the fused kernels' keep the torch layers under mixed precision
+        self._fusable = all(
+            fused_mlp_shapes_ok(mlp[0].in_features, *_weights_and_biases(mlp))
+            for mlp in (self.density_mlp, self.color_mlp)
         )
+
+    def mlp_weight_matrices(self) -> list[nn.Parameter]:
+        """The weight matrices of both MLPs (``nn.Linear.weight``; not the biases, not the encodings)."""
+        return [w for mlp in (self.density_mlp, self.color_mlp) for w in _weights_and_biases(mlp)[0]]
 
     def _normalize(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         return _OPS.normalize_to_box(positions, self.aabb_min, self.aabb_size)
@@ -113,7 +114,7 @@ class NGPField(nn.Module):
         """The half type of the fused MLP kernels for this call, or None for the ``torch.nn`` layers."""
         if self.mlp_backend != "auto" or not self._fusable or not x.is_cuda:
             return None
-        if not torch.is_autocast_enabled("cuda") or _compute_capability(x.device)[0] < 8:
+        if not torch.is_autocast_enabled("cuda") or not has_mma_m16n8k16(x.device):
             return None  # the kernels' m16n8k16 MMA needs Ampere or later
         dtype = torch.get_autocast_dtype("cuda")
         return dtype if dtype in (torch.float16, torch.bfloat16) else None
@@ -123,8 +124,7 @@ class NGPField(nn.Module):
         dtype = self._fused_dtype(x)
         if dtype is None:
             return mlp(x if extra is None else torch.cat([x, extra.to(x.dtype)], dim=-1))
-        linears = [m for m in mlp if isinstance(m, nn.Linear)]
-        return _OPS.fused_mlp(x, extra, [m.weight for m in linears], [m.bias for m in linears], dtype)
+        return _OPS.fused_mlp(x, extra, *_weights_and_biases(mlp), dtype)
 
     def _geometry(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         x, inside = self._normalize(positions)

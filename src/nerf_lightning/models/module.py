@@ -421,8 +421,7 @@ class NeRFModule(L.LightningModule):
         decay = float(self.hparams.get("mlp_weight_decay", 0.0))
         if decay <= 0:
             return [{"params": list(self.parameters())}]
-        mlps = [self.field.get_submodule(name) for name in ("density_mlp", "color_mlp")]
-        matrices = [m.weight for mlp in mlps for m in mlp.modules() if isinstance(m, nn.Linear)]
+        matrices = self.field.mlp_weight_matrices()
         decayed = {id(p) for p in matrices}
         rest = [p for p in self.parameters() if id(p) not in decayed]
         return [{"params": rest}, {"params": matrices, "weight_decay": decay}]

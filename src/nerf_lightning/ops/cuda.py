@@ -45,7 +45,6 @@ params as they are and returns float32.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,6 +54,7 @@ from torch import Tensor
 from . import reference as _ref
 from ._ext import load as _load
 from .encoding_reference import hash_encode_torch, sh_encode_torch
+from .fused_mlp_support import fused_mlp_shapes_ok, has_mma_m16n8k16
 from .types import PackedSamples
 
 SQRT3 = _ref.SQRT3
@@ -660,28 +660,10 @@ class _FusedMLP(torch.autograd.Function):
         return (g_in0 if need_in0 else None), None, None, *grads
 
 
-@functools.cache
-def _compute_capability(device: torch.device) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device)
-
-
-def _fused_mlp_supported(
-    in0: Tensor, in1: Tensor | None, weights: Sequence[Tensor], biases: Sequence[Tensor]
-) -> bool:
-    """The kernels' shapes: 1 or 2 hidden layers 64 wide, input and output up to 64, fp32 params."""
-    width = in0.shape[-1] + (0 if in1 is None else in1.shape[-1])
-    if in0.dim() != 2 or len(weights) not in (2, 3) or len(biases) != len(weights):
+def _fused_mlp_inputs_ok(in0: Tensor, in1: Tensor | None) -> bool:
+    if in0.dim() != 2:
         return False
-    if in1 is not None and (in1.dim() != 2 or in1.shape[0] != in0.shape[0]):
-        return False
-    for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
-        if w.dtype != torch.float32 or b.dtype != torch.float32 or w.dim() != 2 or w.shape[1] != width:
-            return False
-        hidden = i + 1 < len(weights)
-        if width > 64 or (w.shape[0] != 64 if hidden else w.shape[0] > 64) or b.shape != (w.shape[0],):
-            return False
-        width = w.shape[0]
-    return True
+    return in1 is None or (in1.dim() == 2 and in1.shape[0] == in0.shape[0])
 
 
 def fused_mlp(
@@ -697,10 +679,12 @@ def fused_mlp(
     if half_dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"fused_mlp: half_dtype must be float16 or bfloat16, got {half_dtype}")
     tensors = [in0, *weights, *biases] + ([] if in1 is None else [in1])
+    in_width = in0.shape[-1] + (0 if in1 is None else in1.shape[-1])
     if (
-        not _fused_mlp_supported(in0, in1, weights, biases)
+        not _fused_mlp_inputs_ok(in0, in1)
+        or not fused_mlp_shapes_ok(in_width, weights, biases)
         or not _on_cuda(*tensors)
-        or _compute_capability(in0.device)[0] < 8  # m16n8k16 MMA: Ampere and later
+        or not has_mma_m16n8k16(in0.device)
     ):
         return _ref.fused_mlp(in0, in1, weights, biases, half_dtype)
     params = [t for pair in zip(weights, biases, strict=True) for t in pair]
