@@ -128,6 +128,43 @@ def test_pixel_centres_and_the_eval_background_for_training(scene: Path, tmp_pat
         NeRFDataModule(path=str(scene), train_background="white")
 
 
+def _batch_with_seed(path: Path, tmp_path: Path, **recipe) -> tuple[NeRFDataModule, dict]:
+    dm = NeRFDataModule(path=str(path), batch_size=128, cache_dir=str(tmp_path / "cache"), **recipe)
+    dm.setup("fit")
+    dm._ensure_device(torch.device("cpu"))
+    torch.manual_seed(7)
+    return dm, dm.train_batch(128)
+
+
+@pytest.mark.parametrize(
+    ("capture", "expected"),
+    [("scene", dict(pixel_jitter=True, train_background="random")),
+     ("blender_capture", dict(pixel_jitter=False, train_background="eval"))],
+)
+def test_auto_recipe_follows_the_capture_format(
+    capture: str, expected: dict, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """``auto`` (the default): Blender renders train through the pixel centres over the evaluation
+    background, photographs (instant-ngp captures) through random points over random colours. The
+    batch equals the one drawn with the recipe spelled out, and differs from the other recipe's."""
+    path = request.getfixturevalue(capture)
+    dm, auto = _batch_with_seed(path, tmp_path)
+    assert (dm.pixel_jitter, dm.train_background) == tuple(expected.values())
+    _, spelled = _batch_with_seed(path, tmp_path, **expected)
+    other = dict(pixel_jitter=not expected["pixel_jitter"],
+                 train_background="eval" if expected["train_background"] == "random" else "random")
+    _, flipped = _batch_with_seed(path, tmp_path, **other)
+    for key in ("rays_o", "rays_d", "rgb", "background"):
+        torch.testing.assert_close(auto[key], spelled[key], rtol=0, atol=0)
+    assert not torch.equal(auto["rays_d"], flipped["rays_d"])
+    assert not torch.equal(auto["background"], flipped["background"])
+    # an explicit value wins over the format's
+    dm, _ = _batch_with_seed(path, tmp_path, pixel_jitter=other["pixel_jitter"])
+    assert (dm.pixel_jitter, dm.train_background) == (other["pixel_jitter"], expected["train_background"])
+    with pytest.raises(ValueError, match="data.pixel_jitter must be true, false or auto"):
+        NeRFDataModule(path=str(path), pixel_jitter="sometimes")
+
+
 @pytest.mark.parametrize("capture", ["scene", "pinhole_scene"])
 def test_val_batch_is_a_whole_image_over_white(
     capture: str, request: pytest.FixtureRequest, tmp_path: Path

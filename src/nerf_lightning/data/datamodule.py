@@ -4,7 +4,8 @@ Batches (what ``on_after_batch_transfer`` hands the LightningModule):
 
 training ``dict``:
     ``rays_o`` [R, 3] f32, ``rays_d`` [R, 3] f32 unit (NGP space), ``rgb`` [R, 3] f32 target (RGBA
-    captures: composited over ``background``), ``background`` [R, 3] random colours for every capture,
+    captures: composited over ``background``), ``background`` [R, 3] (``data.train_background``: random
+    colours for photographs, the evaluation background for renders),
     ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler: the full-resolution pixel
     the ray goes through, also while ``resolution_schedule`` trains at a coarser resolution).
 validation / test ``dict`` (one whole held-out view):
@@ -48,7 +49,12 @@ VAL_SPLITS = ("val", "test", "auto", "train")
 
 
 BATCH_SCALINGS = ("per_device", "global", "throughput")
-TRAIN_BACKGROUNDS = ("random", "eval")
+TRAIN_BACKGROUNDS = ("random", "eval", "auto")
+#: Capture formats holding renders (NeRF-synthetic) rather than photographs: ``auto`` trains them
+#: through the pixel centres over the evaluation background (nerfacc's lego recipe). On lego that is
+#: +0.6 dB at 20k steps at each of 3 seeds; on fox, a photograph, pixel centres cost 0.6-1.0 dB
+#: (BENCHMARKS.md, 2026-12-01, seventh device session).
+RENDER_FORMATS = ("blender",)
 
 
 class _StepIndices(IterableDataset):
@@ -255,12 +261,14 @@ class NeRFDataModule(L.LightningDataModule):
             training rays go through ``factor x factor`` pixel blocks with the blocks' mean colour as
             target (see ``data/resolution.py``), e.g. ``[[0.0, 4], [0.1, 2], [0.25, 1]]``.
         image_workers / cache_dir: parallel decoding and the uint8 image cache.
-        pixel_jitter: training rays go through uniformly random points of their pixels (instant-ngp;
-            the targets are area-averaged pixels); ``False``: through the pixel centres, where
-            evaluation renders (nerfacc's lego recipe).
+        pixel_jitter: ``True``: training rays go through uniformly random points of their pixels
+            (instant-ngp; the targets are area-averaged pixels); ``False``: through the pixel
+            centres, where evaluation renders (nerfacc's lego recipe); ``auto``: ``False`` for
+            renders (:data:`RENDER_FORMATS`), ``True`` for photographs.
         train_background: the colour under each training ray: ``random`` (a random colour per ray,
-            as instant-ngp: RGBA targets are composited over it, RGB captures learn to be opaque) or
-            ``eval`` (the evaluation background, white for Blender captures: nerfacc's lego recipe).
+            as instant-ngp: RGBA targets are composited over it, RGB captures learn to be opaque),
+            ``eval`` (the evaluation background, white for Blender captures: nerfacc's lego recipe)
+            or ``auto`` (``eval`` for renders, ``random`` for photographs).
         aabb_scale: override the capture's ``aabb_scale`` (outer box and occupancy cascades); ``None``
             keeps the value of the transforms file (or the format's default).
     """
@@ -286,16 +294,21 @@ class NeRFDataModule(L.LightningDataModule):
         cuda_graph: bool | str = "auto",
         aabb_scale: int | None = None,
         resolution_schedule: Any = None,
-        pixel_jitter: bool = True,
-        train_background: str = "random",
+        pixel_jitter: bool | str = "auto",
+        train_background: str = "auto",
     ) -> None:
         super().__init__()
         if train_background not in TRAIN_BACKGROUNDS:
             raise ValueError(
                 f"data.train_background must be one of {TRAIN_BACKGROUNDS}, got {train_background!r}"
             )
-        self.pixel_jitter = bool(pixel_jitter)
-        self.train_background = train_background
+        if pixel_jitter not in (True, False, "auto"):
+            raise ValueError(f"data.pixel_jitter must be true, false or auto, got {pixel_jitter!r}")
+        self._pixel_jitter_cfg = pixel_jitter
+        self._train_background_cfg = train_background
+        #: resolved in setup() from the capture's format (``auto``); photographs' recipe until then
+        self.pixel_jitter = pixel_jitter is not False
+        self.train_background = "random" if train_background == "auto" else train_background
         self._eval_bg: Tensor | None = None
         self.resolution_schedule = ResolutionSchedule.parse(resolution_schedule)
         #: the schedule as (start step, factor), resolved at the first training batch (or restored)
@@ -368,6 +381,7 @@ class NeRFDataModule(L.LightningDataModule):
         )
         model = self.camera_model_override or _camera_model(capture)
         self.capture = capture
+        self._resolve_recipe(capture)
         self._eval_bg = None  # the capture's, made on first use
         if not capture.train:
             raise CaptureError(f"{path}: no training views ({len(capture.val)} held out, none left to train)")
@@ -411,6 +425,22 @@ class NeRFDataModule(L.LightningDataModule):
             int(train_images.heights[0]),
             self.downscale,
             capture.aabb_scale,
+        )
+
+    def _resolve_recipe(self, capture: Capture) -> None:
+        """``data.pixel_jitter`` / ``data.train_background`` = ``auto``: renders (:data:`RENDER_FORMATS`)
+        train through the pixel centres over the evaluation background, photographs through random
+        points of their pixels over random colours."""
+        renders = capture.format in RENDER_FORMATS
+        if self._pixel_jitter_cfg == "auto":
+            self.pixel_jitter = not renders
+        if self._train_background_cfg == "auto":
+            self.train_background = "eval" if renders else "random"
+        log.info(
+            "training rays: %s, over %s backgrounds (%s capture)",
+            "random points of their pixels" if self.pixel_jitter else "pixel centres",
+            "random" if self.train_background == "random" else "the evaluation",
+            capture.format,
         )
 
     @property
@@ -633,15 +663,17 @@ class NeRFDataModule(L.LightningDataModule):
         assert ts is not None and sampler is not None
         view_ids, ix, iy = sampler.sample(n_rays)
         device = ts.pixels.device
-        # Random sub-pixel positions: the targets are area-averaged pixels.
+        # Photographs: random sub-pixel positions (a pixel integrates light over its area). Renders: the
+        # pixel centres, where evaluation renders (data.pixel_jitter=auto).
         if self.pixel_jitter:
             ux = torch.rand(n_rays, device=device)
             uy = torch.rand(n_rays, device=device)
         else:
             ux = uy = torch.full((n_rays,), 0.5, device=device)
-        # Random backgrounds for every capture, as instant-ngp: RGBA targets are composited over them,
-        # and on opaque RGB targets any leftover transparency is penalized, so the field learns to be
-        # opaque and renders the same over whatever background evaluation uses.
+        # Random backgrounds (photographs, as instant-ngp): on opaque RGB targets any leftover
+        # transparency is penalized, so the field learns to be opaque and renders the same over
+        # whatever background evaluation uses. Renders (data.train_background=auto) train over the
+        # evaluation background, as nerfacc.
         if self.train_background == "random":
             background = torch.rand(n_rays, 3, device=device)
         else:
