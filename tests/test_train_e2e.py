@@ -94,16 +94,39 @@ def test_budgeted_training_learns_and_adapts_its_ray_count(tiny_scene: Path, com
     budget = ["model.sample_budget=3072", "model.march_budget=8192", "model.n_rays_init=128"]
     untrained = train(compose_cfg(f"data.path={scene}", "trainer.max_steps=0", *TINY, *budget))
     rays = _RayCount()
-    metrics = train(compose_cfg(f"data.path={scene}", "trainer.max_steps=80", *TINY, *budget), [rays])
+    metrics = train(
+        compose_cfg(f"data.path={scene}", "trainer.max_steps=80", *TINY, *budget), [rays, _GraphedLikeStep()]
+    )
     assert metrics["steps"] == 80
     assert metrics["val/psnr"] > untrained["val/psnr"] + 3.0, (untrained["val/psnr"], metrics["val/psnr"])
     # the ray count grew as the occupancy grid emptied (at most the 1024 ray slots), and the steps
     # filled the sample budget (3072 rendered samples, at least as many marched) within the marching
     # budget (8192)
     assert rays.counts[0] < 128 < rays.counts[-1] <= 1024, rays.counts
+    # the throughput counters are plain sums: no autograd history kept alive from step to step
+    assert not any(rays.counters_with_history), rays.counters_with_history.index(True)
     steps_s = metrics["time/train_s"] / 80
     marched_per_step = metrics["train/samples_per_s"] * steps_s
     assert 0.8 * 3072 < marched_per_step <= 8192, marched_per_step
+
+
+class _GraphedLikeStep(L.Callback):
+    """Makes the CPU step return what the CUDA-graphed one returns on a GPU: ``make_graphed_callables``
+    hands back every float output as requiring grad, the statistics too."""
+
+    class _Wrapped:
+        def __init__(self, fn) -> None:
+            self.fn = fn
+
+        def __getattr__(self, name: str):
+            return getattr(self.fn, name)
+
+        def __call__(self, *args):
+            loss, per_ray, valid, stats = self.fn(*args)
+            return loss, per_ray + 0.0 * loss, valid, stats + 0.0 * loss
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        object.__setattr__(pl_module, "train_step_fn", self._Wrapped(pl_module.train_step_fn))
 
 
 class _RayCount(L.Callback):
@@ -111,6 +134,9 @@ class _RayCount(L.Callback):
 
     def __init__(self) -> None:
         self.counts: list[int] = []
+        self.counters_with_history: list[bool] = []
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
         self.counts.append(int(pl_module.train_step_fn.n_active))
+        counters = (pl_module.rays_seen, pl_module.samples_seen)
+        self.counters_with_history.append(any(c.requires_grad or c.grad_fn is not None for c in counters))

@@ -251,6 +251,9 @@ class NeRFModule(L.LightningModule):
             self._graphed = True
         with autocast_for(self.trainer.precision) if self._graphed else nullcontext():
             loss, per_ray, valid, stats = step(*args)
+        # The graphed step returns every float output as requiring grad. Summed into the run's
+        # counters as they are, each step's autograd graph would stay alive from step to step.
+        per_ray, stats = per_ray.detach(), stats.detach()
         sampler = getattr(self.trainer.datamodule, "sampler", None)
         if sampler is not None:
             sampler.update(batch["view_ids"], batch["px"], batch["py"], per_ray, valid=valid)
