@@ -23,7 +23,7 @@ def test_curve_runs_each_checkpoint_and_writes_json_and_plot(tmp_path: Path) -> 
         "model.grid_resolution=16", "model.field.encoding.n_levels=4",
         "model.field.encoding.max_resolution=64",
         "model.step_size=0.03", "model.max_samples_per_ray=32", "model.grid_warmup_steps=4",
-        "callbacks.progress_bar=null",
+        "callbacks.progress_bar=null", "trainer.log_every_n_steps=2",
     ]  # fmt: skip
     # an earlier curve to compare with
     old = tmp_path / "old.json"
@@ -40,6 +40,42 @@ def test_curve_runs_each_checkpoint_and_writes_json_and_plot(tmp_path: Path) -> 
     assert points[1]["steps"] == max(5, round(points[0]["steps"] / points[0]["train_s"] * 2.0))
     for p in points:
         assert p["psnr"] > 5.0 and p["rays_per_s"] > 0 and p["train_s"] > 0
+        # the timeline: the monitor's 2-step windows merged into bins of max_steps // 30 steps (at least
+        # 1), in step order, together no more steps than the run made, at rates within the run's range
+        bins = p["timeline"]
+        assert bins and [b["end_step"] for b in bins] == sorted({b["end_step"] for b in bins})
+        assert all(b["steps"] >= max(1, p["steps"] // 30) for b in bins[:-1])
+        assert 0 < sum(b["steps"] for b in bins) <= p["steps"] and bins[-1]["end_step"] <= p["steps"]
+        assert p["bin_steps_per_s_min"] == min(b["steps_per_s"] for b in bins) > 0
+        binned_s = sum(b["steps"] / b["steps_per_s"] for b in bins)
+        assert 0.5 < sum(b["steps"] for b in bins) / binned_s / p["steps_per_s"] < 2.0
     assert result["overrides"] == overrides and result["device"]
     png = out / "curve.png"
     assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rate_timeline_merges_the_monitor_windows_into_bins() -> None:
+    """Windows of 10 steps at 100 steps/s (90 % busy), then at 50 steps/s (45 %), in bins of 20 steps."""
+    from types import SimpleNamespace
+
+    from nerf_lightning.bench.curve import _RateTimeline
+    from nerf_lightning.callbacks.throughput import ThroughputMonitor
+
+    mon = ThroughputMonitor()
+    timeline = _RateTimeline(n_bins=5)
+    trainer = SimpleNamespace(callbacks=[mon], max_steps=100)
+    timeline.on_train_start(trainer, None)
+    windows = [(10, 0.1, 90.0)] * 4 + [(10, 0.2, 45.0)] * 4 + [(5, 0.05, -1.0)]
+    step = 0
+    for steps, seconds, util in windows:
+        step += steps
+        mon.latest_step = step
+        mon.latest_local = {"steps": float(steps), "seconds": seconds, "gpu_util": util}
+        timeline.on_train_batch_end(trainer, None)
+        timeline.on_train_batch_end(trainer, None)  # the same window again: counted once
+    timeline.on_train_end(trainer, None)
+    got = [
+        (b["end_step"], b["steps"], round(b["steps_per_s"], 6), b["gpu_utilization"]) for b in timeline.bins
+    ]
+    assert got == [(20, 20, 100.0, 90.0), (40, 20, 100.0, 90.0), (60, 20, 50.0, 45.0), (80, 20, 50.0, 45.0),
+                   (85, 5, 100.0, None)]  # fmt: skip

@@ -11,7 +11,9 @@ time each run actually took. Training time is the training loop only (``time/tra
 and the CUDA extension build excluded; the CUDA-graph capture included).
 
 Per run: held-out PSNR/SSIM (the module's validation metrics), steps, steps/s, rays/s, samples/s,
-GPU utilization (NVML, mean of the monitor's readings) and peak allocator memory. With
+GPU utilization (NVML, mean of the monitor's readings), peak allocator memory, and a timeline:
+steps/s and GPU utilization in about 30 bins of equal step count (``timeline``; the slowest and
+fastest bin as ``bin_steps_per_s_min``/``_max``), which shows where a long run slowed down. With
 ``--profile-steps N`` the first run also times N steps late in training without the profiler and
 then N steps under ``torch.profiler``: wall time per step against the summed kernel time, split
 into encoding, MLP, marching, compositing, optimizer and other kernels.
@@ -59,6 +61,55 @@ KERNEL_GROUPS = (
 )
 #: CUDA runtime calls that make the host wait for the device.
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+
+
+class _RateTimeline(L.Callback):
+    """Where in a run the step rate went: the throughput monitor's windows (this rank's steps,
+    seconds and GPU utilization, read at its own host syncs) merged into about ``n_bins`` bins of
+    equal step count. No reading of its own: it adds no sync."""
+
+    def __init__(self, n_bins: int = 30) -> None:
+        self.n_bins = n_bins
+        self.bins: list[dict[str, float]] = []
+        self._monitor: Any = None
+        self._seen = -1
+        self._bin_steps = 1
+        self._acc = [0.0, 0.0, 0.0, 0.0]  # steps, seconds, seconds with a GPU reading, busy-seconds
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from nerf_lightning.callbacks.throughput import ThroughputMonitor
+
+        self._monitor = next((c for c in trainer.callbacks if isinstance(c, ThroughputMonitor)), None)
+        self._bin_steps = max(1, int(trainer.max_steps or 0) // self.n_bins)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        mon = self._monitor
+        if mon is None or mon.latest_step < 0 or mon.latest_step == self._seen:
+            return
+        self._seen = mon.latest_step
+        w = mon.latest_local
+        acc = self._acc
+        acc[0] += w["steps"]
+        acc[1] += w["seconds"]
+        if w["gpu_util"] >= 0:
+            acc[2] += w["seconds"]
+            acc[3] += w["gpu_util"] * w["seconds"]
+        if acc[0] >= self._bin_steps:
+            self._close(mon.latest_step)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._acc[0] > 0:
+            self._close(self._seen)
+
+    def _close(self, step: int) -> None:
+        steps, seconds, gpu_s, busy = self._acc
+        self.bins.append({
+            "end_step": int(step),
+            "steps": int(steps),
+            "steps_per_s": steps / max(seconds, 1e-9),
+            "gpu_utilization": busy / gpu_s if gpu_s > 0 else None,
+        })  # fmt: skip
+        self._acc = [0.0, 0.0, 0.0, 0.0]
 
 
 class _StepProfile(L.Callback):
@@ -145,9 +196,11 @@ def run_once(overrides: list[str], out_dir: Path, max_steps: int, profile_steps:
 
     cfg = compose_train_config([*overrides, *BENCH_OVERRIDES, f"trainer.max_steps={max_steps}"], out_dir)
     profiler = _StepProfile(profile_steps) if profile_steps > 0 and torch.cuda.is_available() else None
-    metrics = train(cfg, extra_callbacks=[profiler] if profiler is not None else None)
+    timeline = _RateTimeline()
+    metrics = train(cfg, extra_callbacks=[timeline] + ([profiler] if profiler is not None else []))
     if profiler is not None:
         metrics["profile"] = profiler.result
+    metrics["timeline"] = timeline.bins
     return metrics
 
 
@@ -183,10 +236,15 @@ def curve(
             "gpu_utilization": m.get("gpu/utilization_mean"),
             "mem_peak_gb": m.get("gpu/mem_peak_gb"),
         }
+        rates = [b["steps_per_s"] for b in m.get("timeline", [])]
+        if rates:  # a long run that slows down part-way shows it here (the bins are in "timeline")
+            point["bin_steps_per_s_min"], point["bin_steps_per_s_max"] = min(rates), max(rates)
+        point["timeline"] = m.get("timeline", [])
         if "profile" in m:
             point["profile"] = m["profile"]
         points.append(point)
-        print(f"[curve] {json.dumps({k: v for k, v in point.items() if k != 'profile'})}", flush=True)
+        shown = {k: v for k, v in point.items() if k not in ("profile", "timeline")}
+        print(f"[curve] {json.dumps(shown)}", flush=True)
     return points
 
 
@@ -265,6 +323,10 @@ def main(argv: list[str] | None = None) -> int:
             pt["gpu_utilization"],
         )
         print(" ".join(f"{float('nan') if v is None else v:>8.2f}" for v in row))
+    for pt in points:
+        if "bin_steps_per_s_min" in pt:
+            print(f"{pt['checkpoint_s']:>8.2f} s run: steps/s over {len(pt['timeline'])} bins "
+                  f"{pt['bin_steps_per_s_min']:.1f}-{pt['bin_steps_per_s_max']:.1f}")  # fmt: skip
     prof = next((pt["profile"] for pt in points if pt.get("profile")), None)
     if prof and "kernel_ms_per_step" in prof:
         groups = " ".join(f"{k} {v:.3f}" for k, v in prof["groups_ms_per_step"].items())
