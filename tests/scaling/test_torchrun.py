@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from nerf_lightning.utils.checkpoint_io import read_checkpoint
+
 from .conftest import TINY_RUN, clean_env, free_port
 
 pytestmark = [
@@ -169,6 +171,9 @@ def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path:
         # the loss-weighted sampler's statistics are all-reduced too; compare inside the run
         "data.sampler=loss_weighted", "data.samplers.loss_weighted.warmup_steps=4",
         "data.samplers.loss_weighted.update_every=4", "+callbacks.rank_state.check_every_n_steps=4",
+        # last.ckpt's time trigger: rank 0's clock decides for both ranks at every 4th step (a
+        # broadcast each time: a rank that skipped it would hang the other)
+        "callbacks.last_checkpoint.every_n_seconds=0", "callbacks.last_checkpoint.check_every_n_steps=4",
     ]  # fmt: skip
     nodes = [_agent(n, port, "job42", tmp_path, tmp_path / f"node{n}.log", *args) for n in range(2)]
     try:
@@ -187,6 +192,7 @@ def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path:
     ]
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["steps"] == STEPS and metrics["train/rays_per_s"] > 0
+    assert int(read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"]) == STEPS
     # only rank 0 wrote the Hydra config; rank 1 logged to its own file in the same directory
     assert [p.name for p in run.glob(".hydra*")] == [".hydra"]
     assert (run / "train.log").is_file() and (run / "train_rank1.log").is_file()
