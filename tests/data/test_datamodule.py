@@ -104,19 +104,18 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     assert frac.std(axis=0).min() > 0.2  # spread over the pixel, not through one fixed point
 
 
+def _batch_with_seed(path: Path, tmp_path: Path, n: int = 128, **recipe) -> tuple[NeRFDataModule, dict]:
+    dm = NeRFDataModule(path=str(path), batch_size=n, cache_dir=str(tmp_path / "cache"), **recipe)
+    dm.setup("fit")
+    dm._ensure_device(torch.device("cpu"))
+    torch.manual_seed(7)
+    return dm, dm.train_batch(n)
+
+
 def test_pixel_centres_and_the_eval_background_for_training(scene: Path, tmp_path: Path) -> None:
     """``data.pixel_jitter=false data.train_background=eval`` (nerfacc's lego recipe): training rays
     through the pixel centres, targets composited over white (the Blender convention's background)."""
-    dm = NeRFDataModule(
-        path=str(scene),
-        batch_size=256,
-        cache_dir=str(tmp_path / "cache"),
-        pixel_jitter=False,
-        train_background="eval",
-    )
-    dm.setup("fit")
-    dm._ensure_device(torch.device("cpu"))
-    b = dm.train_batch(256)
+    dm, b = _batch_with_seed(scene, tmp_path, n=256, pixel_jitter=False, train_background="eval")
     np.testing.assert_array_equal(b["background"].numpy(), np.ones((256, 3), dtype=np.float32))
     rgba = _decoded_pixels(dm, "train", b["view_ids"], b["px"], b["py"])
     expected = rgba[:, :3] * rgba[:, 3:] + (1 - rgba[:, 3:])
@@ -126,14 +125,6 @@ def test_pixel_centres_and_the_eval_background_for_training(scene: Path, tmp_pat
     np.testing.assert_allclose(frac, 0.5, rtol=0, atol=TOLERANCE_PX[True])
     with pytest.raises(ValueError, match="data.train_background must be one of"):
         NeRFDataModule(path=str(scene), train_background="white")
-
-
-def _batch_with_seed(path: Path, tmp_path: Path, **recipe) -> tuple[NeRFDataModule, dict]:
-    dm = NeRFDataModule(path=str(path), batch_size=128, cache_dir=str(tmp_path / "cache"), **recipe)
-    dm.setup("fit")
-    dm._ensure_device(torch.device("cpu"))
-    torch.manual_seed(7)
-    return dm, dm.train_batch(128)
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from nerf_lightning.callbacks.throughput import ThroughputMonitor
 from nerf_lightning.utils.config import compose_train_config
 
 #: Overrides of every benchmark run: one validation at the end, no best-by-PSNR checkpoints. The rest
@@ -77,8 +78,6 @@ class _RateTimeline(L.Callback):
         self._acc = [0.0, 0.0, 0.0, 0.0]  # steps, seconds, seconds with a GPU reading, busy-seconds
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        from nerf_lightning.callbacks.throughput import ThroughputMonitor
-
         self._monitor = next((c for c in trainer.callbacks if isinstance(c, ThroughputMonitor)), None)
         self._bin_steps = max(1, int(trainer.max_steps or 0) // self.n_bins)
 
@@ -236,10 +235,10 @@ def curve(
             "gpu_utilization": m.get("gpu/utilization_mean"),
             "mem_peak_gb": m.get("gpu/mem_peak_gb"),
         }
-        rates = [b["steps_per_s"] for b in m.get("timeline", [])]
+        point["timeline"] = m["timeline"]
+        rates = [b["steps_per_s"] for b in point["timeline"]]
         if rates:  # a long run that slows down part-way shows it here (the bins are in "timeline")
             point["bin_steps_per_s_min"], point["bin_steps_per_s_max"] = min(rates), max(rates)
-        point["timeline"] = m.get("timeline", [])
         if "profile" in m:
             point["profile"] = m["profile"]
         points.append(point)

@@ -102,7 +102,7 @@ class LastCheckpoint(ModelCheckpoint):
         self.every_n_seconds = None if steps > 0 else every_n_seconds
         self.check_every_n_steps = int(check_every_n_steps)
         #: monotonic() of the last write (or of the start of training)
-        self._last_write: float | None = None
+        self._last_write = 0.0
         #: global step of the last write made inside on_train_batch_end (before the module's hooks)
         self._mid_batch_step: int | None = None
 
@@ -125,8 +125,7 @@ class LastCheckpoint(ModelCheckpoint):
             return False
         if self._should_skip_saving_checkpoint(trainer):  # the same answer on every rank
             return False
-        last = self._last_write if self._last_write is not None else monotonic()
-        due = monotonic() - last >= self.every_n_seconds
+        due = monotonic() - self._last_write >= self.every_n_seconds
         if trainer.world_size > 1:
             due = bool(trainer.strategy.broadcast(due))
         return due

@@ -306,9 +306,9 @@ class NeRFDataModule(L.LightningDataModule):
             raise ValueError(f"data.pixel_jitter must be true, false or auto, got {pixel_jitter!r}")
         self._pixel_jitter_cfg = pixel_jitter
         self._train_background_cfg = train_background
-        #: resolved in setup() from the capture's format (``auto``); photographs' recipe until then
-        self.pixel_jitter = pixel_jitter is not False
-        self.train_background = "random" if train_background == "auto" else train_background
+        #: the training recipe, resolved by setup() (``auto``: from the capture's format)
+        self.pixel_jitter: bool | None = None
+        self.train_background: str | None = None
         self._eval_bg: Tensor | None = None
         self.resolution_schedule = ResolutionSchedule.parse(resolution_schedule)
         #: the schedule as (start step, factor), resolved at the first training batch (or restored)
@@ -382,7 +382,6 @@ class NeRFDataModule(L.LightningDataModule):
         model = self.camera_model_override or _camera_model(capture)
         self.capture = capture
         self._resolve_recipe(capture)
-        self._eval_bg = None  # the capture's, made on first use
         if not capture.train:
             raise CaptureError(f"{path}: no training views ({len(capture.val)} held out, none left to train)")
         train_images = load_images(capture.train, self.downscale, self.image_workers, self.cache_dir)
@@ -428,14 +427,13 @@ class NeRFDataModule(L.LightningDataModule):
         )
 
     def _resolve_recipe(self, capture: Capture) -> None:
-        """``data.pixel_jitter`` / ``data.train_background`` = ``auto``: renders (:data:`RENDER_FORMATS`)
-        train through the pixel centres over the evaluation background, photographs through random
-        points of their pixels over random colours."""
+        """``data.pixel_jitter`` / ``data.train_background`` as configured; ``auto``: renders
+        (:data:`RENDER_FORMATS`) train through the pixel centres over the evaluation background,
+        photographs through random points of their pixels over random colours."""
         renders = capture.format in RENDER_FORMATS
-        if self._pixel_jitter_cfg == "auto":
-            self.pixel_jitter = not renders
-        if self._train_background_cfg == "auto":
-            self.train_background = "eval" if renders else "random"
+        jitter, background = self._pixel_jitter_cfg, self._train_background_cfg
+        self.pixel_jitter = (not renders) if jitter == "auto" else bool(jitter)
+        self.train_background = ("eval" if renders else "random") if background == "auto" else background
         log.info(
             "training rays: %s, over %s backgrounds (%s capture)",
             "random points of their pixels" if self.pixel_jitter else "pixel centres",
