@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2086,SC2030,SC2031
-# Prepared in the seventh session (2026-12-01) for the next device session; not run yet.
+# Prepared in the seventh session (2026-12-01); run in the eighth as call AB (BENCHMARKS.md).
 # nvidia-h200, one GPU. The CUDA tests alone first (they cover nothing new since call Y, but the
 # training runs below are the first GPU runs of: the step statistics detached before the counters,
 # last.ckpt on a 60 s cadence, data.pixel_jitter/train_background=auto), then issue 9's last A/B in
