@@ -17,7 +17,7 @@ MAX_STEPS = 20
 
 
 class _Clock:
-    """A fake ``monotonic``: one second passes in every training step."""
+    """A fake ``monotonic`` that stands still until moved (``_Tiny`` moves it one second per step)."""
 
     def __init__(self) -> None:
         self.now = 1000.0
