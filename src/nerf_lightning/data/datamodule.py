@@ -10,7 +10,8 @@ training ``dict``:
     the ray goes through, also while ``resolution_schedule`` trains at a coarser resolution).
 validation / test ``dict`` (one whole held-out view):
     same keys for all ``H * W`` pixels in row-major order plus ``height``, ``width`` (ints), ``view`` (int,
-    index into that split's frames).
+    index into that split's frames) and ``train_view`` (int: the frame's index among the training views
+    when it is one, e.g. under ``val_split=train``, else -1; its learned pose and exposure apply).
 
 Splits: ``val`` is what validation during training renders (the capture's val split, else its test
 split, at most ``max_val_views`` of them); ``test`` is the final evaluation (``trainer.test``): the
@@ -354,6 +355,8 @@ class NeRFDataModule(L.LightningDataModule):
         self.test_set: _ViewSet | None = None
         self.sampler: RaySampler | None = None
         self._device: torch.device | None = None
+        #: image path -> index among the training views (``train_view`` of the evaluation batches)
+        self._train_index: dict[Path, int] = {}
 
     # ----------------------------------------------------------------------------------- setup
     def resolve_path(self) -> Path:
@@ -386,6 +389,7 @@ class NeRFDataModule(L.LightningDataModule):
             raise CaptureError(f"{path}: no training views ({len(capture.val)} held out, none left to train)")
         train_images = load_images(capture.train, self.downscale, self.image_workers, self.cache_dir)
         self.train_set = _ViewSet(capture.train, train_images, model)
+        self._train_index = {Path(f.image_path): i for i, f in enumerate(capture.train)}
         val_frames = _split_frames(capture, self.val_split, path)
         if not val_frames:
             raise CaptureError(_no_heldout_message(path, capture, self.test_every))
@@ -445,6 +449,24 @@ class NeRFDataModule(L.LightningDataModule):
     def aabb_scale(self) -> int:
         assert self.capture is not None, "call setup() first"
         return self.capture.aabb_scale
+
+    @property
+    def is_photograph(self) -> bool:
+        """Whether the capture is photographs rather than renders (the per-view components'
+        ``enabled=auto``): the same rule as the training recipe, not a :data:`RENDER_FORMATS` format."""
+        assert self.capture is not None, "call setup() first"
+        return self.capture.format not in RENDER_FORMATS
+
+    @property
+    def n_train_views(self) -> int:
+        assert self.train_set is not None, "call setup() first"
+        return len(self.train_set.frames)
+
+    @property
+    def train_poses(self) -> Tensor:
+        """The training views' given camera-to-world matrices, NGP space, float32 [V, 3, 4] (a copy)."""
+        assert self.train_set is not None, "call setup() first"
+        return self.train_set.poses.detach().cpu().clone()
 
     @property
     def has_alpha(self) -> bool:
@@ -705,7 +727,8 @@ class NeRFDataModule(L.LightningDataModule):
         view_ids = torch.full_like(ix, view)
         background = self.eval_background(device).expand(ix.shape[0], 3)
         batch = vs.batch(view_ids, ix, iy, ix.float() + 0.5, iy.float() + 0.5, background)
-        return {**batch, "height": h, "width": w, "view": view}
+        train_view = self._train_index.get(Path(vs.frames[view].image_path), -1)
+        return {**batch, "height": h, "width": w, "view": view, "train_view": train_view}
 
     # ------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

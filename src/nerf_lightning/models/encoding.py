@@ -5,8 +5,9 @@ so that parameters and outputs can move between our backends and tcnn's.
 
 Backends of :class:`HashEncoding` (``backend=``):
 
-- ``"torch"``: the reference, vectorized PyTorch on any device; uint32 hash arithmetic is emulated in
-  int64 masked to 32 bits. Differentiable w.r.t. ``params`` and ``x``.
+- ``"torch"``: vectorized PyTorch on any device (``ops/hashgrid_torch.py``, equal to the readable oracle
+  ``ops/encoding_reference.py``); uint32 hash arithmetic is emulated in int64 masked to 32 bits.
+  Differentiable w.r.t. ``params`` and ``x``.
 - ``"cuda"``: our own extension (``nerf_lightning.ops.cuda``): one thread per (point, level), gradient
   by atomic scatter into the table; fp32 and fp16 ``params``. Differentiable w.r.t. ``params`` only
   (positions of a NeRF field never need gradients; ``x.requires_grad`` falls back to ``"torch"``).
@@ -34,6 +35,8 @@ from torch import nn
 
 from nerf_lightning.ops.encoding_reference import hash_encode_torch, sh_encode_torch
 from nerf_lightning.ops.hashgrid_torch import LevelTables, hash_encode_fused
+
+__all__ = ["HASH_BACKENDS", "HashEncoding", "SHEncoding", "hash_encode_torch", "sh_encode_torch"]
 
 log = logging.getLogger(__name__)
 
@@ -202,10 +205,8 @@ class HashEncoding(nn.Module):
             return cuda_ops.hash_encode(x, self.params, self.scales, self.resolutions, self.offsets)
         if backend == "tcnn":
             return self._forward_tcnn(x)
-        if not x.requires_grad:
-            # Same numbers as the oracle below, several times faster (one gather, one scatter).
-            return hash_encode_fused(x, self.params, self._level_tables)
-        return hash_encode_torch(x, self.params, self.scales, self.resolutions, self.offsets)
+        # Same numbers and gradients as the oracle (hash_encode_torch), several times faster.
+        return hash_encode_fused(x, self.params, self._level_tables)
 
     # ------------------------------------------------------------------ tcnn (untested here)
     def _forward_tcnn(self, x: torch.Tensor) -> torch.Tensor:

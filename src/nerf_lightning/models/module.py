@@ -14,8 +14,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.models.appearance import PerViewExposure
+from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.metrics import ViewMetrics
+from nerf_lightning.models.schedules import with_group_lambdas
 from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
 from nerf_lightning.ops.reference import per_ray_loss
 from nerf_lightning.render.occupancy import OccupancyGrid
@@ -75,6 +78,15 @@ class NeRFModule(L.LightningModule):
         save_val_images: write ``val/view{v}_step{s}.png`` (GT | prediction | depth | error).
         lpips: LPIPS in the evaluation metrics: ``null`` (VGG, as nerfacc, when its weights are local),
             ``false``, or a torchmetrics net name (``vgg``, ``alex``, ``squeeze``).
+        camera_opt: factory of the learned camera-pose corrections (``models/camera_opt.py``), called
+            with ``n_views``, ``poses`` and ``photograph``; kept only when it is enabled. None: off.
+        appearance: factory of the learned per-view exposure (``models/appearance.py``), called with
+            ``n_views`` and ``photograph``; kept only when it is enabled. None: off.
+        n_train_views: training views of the capture (``train`` passes it; the per-view components'
+            sizes).
+        train_poses: float [V, 3, 4] NGP-space given poses of the training views (``train`` passes
+            them; the camera corrections' gauge). None when the state is loaded from a checkpoint next.
+        photograph: whether the capture is photographs (the components' ``enabled=auto``).
 
     Evaluation (``validation_step`` / ``test_step``, one whole held-out image per batch): PSNR, SSIM
     (and LPIPS) per image, logged at the end of the pass as their means over the views
@@ -115,11 +127,18 @@ class NeRFModule(L.LightningModule):
         ops_backend: str = "auto",
         save_val_images: bool = True,
         lpips: bool | str | None = None,
+        camera_opt: Callable[..., CameraOptimizer] | None = None,
+        appearance: Callable[..., PerViewExposure] | None = None,
+        n_train_views: int = 0,
+        train_poses: Tensor | None = None,
+        photograph: bool = False,
     ) -> None:
         super().__init__()
         # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
         # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
-        self.save_hyperparameters(logger=False, ignore=["field", "optimizer", "scheduler"])
+        self.save_hyperparameters(
+            logger=False, ignore=["field", "optimizer", "scheduler", "camera_opt", "appearance", "train_poses"]
+        )
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
@@ -143,6 +162,13 @@ class NeRFModule(L.LightningModule):
         )
         if cuda_graph not in (True, False, "auto"):
             raise ValueError(f"model.cuda_graph must be true, false or auto, got {cuda_graph!r}")
+        # Learned per-training-view state: submodules (state dict, parameters, DDP) only when enabled.
+        self.camera_opt: CameraOptimizer | None = _if_enabled(
+            camera_opt, n_views=n_train_views, poses=train_poses, photograph=photograph
+        )
+        self.appearance: PerViewExposure | None = _if_enabled(
+            appearance, n_views=n_train_views, photograph=photograph
+        )
         step = None
         if sample_budget is not None:
             step = FixedBudgetStep(
@@ -155,6 +181,8 @@ class NeRFModule(L.LightningModule):
                 n_rays_init=n_rays_init,
                 jitter=jitter,
                 distortion_weight=distortion_weight,
+                camera_opt=self.camera_opt,
+                appearance=self.appearance,
             )
         # Not a registered submodule: it shares the field and renderer, which must appear once in
         # the state dict and the parameter list.
@@ -219,9 +247,14 @@ class NeRFModule(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         if self.train_step_fn is not None:
             return self._budgeted_training_step(batch)
+        rays_o, rays_d, view_ids = batch["rays_o"], batch["rays_d"], batch["view_ids"]
+        if self.camera_opt is not None:
+            rays_o, rays_d = self.camera_opt(view_ids, rays_o, rays_d)
         out = self.renderer.render_rays(
-            self.field, batch["rays_o"], batch["rays_d"], batch["background"], jitter=self.hparams.jitter
+            self.field, rays_o, rays_d, batch["background"], jitter=self.hparams.jitter
         )
+        if self.appearance is not None:
+            out["rgb"] = self.appearance(view_ids, out["rgb"], out["opacity"], batch["background"])
         per_ray = per_ray_loss(out["rgb"], batch["rgb"], self.hparams.loss, self.hparams.huber_delta)
         loss = per_ray.mean()
         if self.hparams.distortion_weight > 0:
@@ -240,6 +273,8 @@ class NeRFModule(L.LightningModule):
 
     def _budgeted_training_step(self, batch: dict[str, Any]) -> Tensor:
         args = (batch["rays_o"], batch["rays_d"], batch["rgb"], batch["background"])
+        if self.view_components:  # a static [R] input of the captured step, read by the corrections
+            args = (*args, batch["view_ids"])
         step = self.train_step_fn
         if not self._graphed and self._use_cuda_graph():
             # share_inputs: the batch graph's output buffers become the step graph's inputs (no
@@ -332,6 +367,10 @@ class NeRFModule(L.LightningModule):
     def render_view(self, batch: dict[str, Any]) -> dict[str, Tensor]:
         """Render one whole held-out view batch (``NeRFDataModule.val_batch`` layout).
 
+        Held-out and novel views are rendered with their given poses and the neutral exposure (nothing
+        applied, see ``models/appearance.py``); a training view (``batch["train_view"]`` >= 0, e.g.
+        under ``data.val_split=train``) with its own learned pose correction and exposure.
+
         Returns:
             ``rgb`` prediction [H, W, 3] in [0, 1] over the batch's background, ``gt`` ground truth
             [H, W, 3], ``depth`` [H, W] (weighted sample distance, not normalized by opacity) and
@@ -339,9 +378,14 @@ class NeRFModule(L.LightningModule):
         """
         h, w = batch["height"], batch["width"]
         field = self._eval_field if self._eval_field is not None else self.field
-        out = self.renderer.render_image(
-            field, batch["rays_o"], batch["rays_d"], batch["background"], chunk=self.hparams.val_chunk
-        )
+        rays_o, rays_d, background = batch["rays_o"], batch["rays_d"], batch["background"]
+        train_view = int(batch.get("train_view", -1))
+        view_ids = torch.full((rays_o.shape[0],), max(train_view, 0), dtype=torch.long, device=rays_o.device)
+        if train_view >= 0 and self.camera_opt is not None:
+            rays_o, rays_d = self.camera_opt(view_ids, rays_o, rays_d)
+        out = self.renderer.render_image(field, rays_o, rays_d, background, chunk=self.hparams.val_chunk)
+        if train_view >= 0 and self.appearance is not None:
+            out["rgb"] = self.appearance(view_ids, out["rgb"], out["opacity"], background)
         return {
             "rgb": out["rgb"].reshape(h, w, 3).clamp(0, 1),
             "gt": batch["rgb"].reshape(h, w, 3),
@@ -418,24 +462,55 @@ class NeRFModule(L.LightningModule):
                 )
 
     # --------------------------------------------------------------------------- optimizer
-    def parameter_groups(self) -> list[dict[str, Any]]:
-        """The optimizer's parameter groups: with ``mlp_weight_decay > 0`` the MLPs' weight matrices
-        form their own group with that ``weight_decay``."""
+    @property
+    def view_components(self) -> list[CameraOptimizer | PerViewExposure]:
+        """The enabled per-training-view components (camera corrections, exposure), in group order."""
+        return [c for c in (self.camera_opt, self.appearance) if c is not None]
+
+    def view_summary(self) -> dict[str, float]:
+        """Sizes of the learned corrections and exposures (``metrics.json``)."""
+        return {k: v for c in self.view_components for k, v in c.summary().items()}
+
+    def parameter_groups(self, total_steps: int = 10_000) -> list[dict[str, Any]]:
+        """The optimizer's parameter groups: the field's (with ``mlp_weight_decay > 0`` the MLPs'
+        weight matrices form their own group with that ``weight_decay``), then one group per enabled
+        per-view component (its own learning rate and L2)."""
+        views = [c.parameter_group(total_steps).as_dict() for c in self.view_components]
+        own = {id(p) for g in views for p in g["params"]}
+        params = [p for p in self.parameters() if id(p) not in own]
         decay = float(self.hparams.get("mlp_weight_decay", 0.0))
         if decay <= 0:
-            return [{"params": list(self.parameters())}]
+            return [{"params": params}, *views]
         matrices = self.field.mlp_weight_matrices()
         decayed = {id(p) for p in matrices}
-        rest = [p for p in self.parameters() if id(p) not in decayed]
-        return [{"params": rest}, {"params": matrices, "weight_decay": decay}]
+        rest = [p for p in params if id(p) not in decayed]
+        return [{"params": rest}, {"params": matrices, "weight_decay": decay}, *views]
 
     def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = self.optimizer_factory(params=self.parameter_groups())
-        if self.scheduler_factory is None:
-            return {"optimizer": optimizer}
         total = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 else 10_000
-        scheduler = self.scheduler_factory(optimizer=optimizer, total_steps=total)
+        groups = self.parameter_groups(total)
+        optimizer = self.optimizer_factory(params=groups)
+        # the per-view groups come last; those with a schedule of their own replace the main factor
+        first = len(groups) - len(self.view_components)
+        factors = [c.parameter_group(total).lr_lambda for c in self.view_components]
+        own = {first + i: f for i, f in enumerate(factors) if f is not None}
+        if self.scheduler_factory is None and not own:
+            return {"optimizer": optimizer}
+        if self.scheduler_factory is None:
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        else:
+            scheduler = self.scheduler_factory(optimizer=optimizer, total_steps=total)
+        if own:
+            scheduler = with_group_lambdas(scheduler, own)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _if_enabled(factory: Callable[..., nn.Module] | None, **kwargs: Any) -> Any:
+    """The component ``factory(**kwargs)`` builds when it is enabled, else None."""
+    if factory is None:
+        return None
+    component = factory(**kwargs)
+    return component if component.enabled else None
 
 
 def _all_reduce_max(tensor: Tensor) -> None:

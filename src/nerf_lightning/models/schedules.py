@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LambdaLR
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
 
 def ngp_exponential_decay(
@@ -31,3 +33,44 @@ def ngp_exponential_decay(
         return ramp * decay_base ** (int((step - start) // interval) + 1)
 
     return LambdaLR(optimizer, factor)
+
+
+def steps_of(value: float, total_steps: int) -> float:
+    """A schedule length: a fraction of ``total_steps`` when <= 1, else a step count (the convention
+    of :func:`ngp_exponential_decay`)."""
+    return value * max(int(total_steps), 1) if value <= 1 else float(value)
+
+
+def exponential_lr_factor(
+    lr: float, lr_final: float, decay_steps: float, total_steps: int
+) -> Callable[[int], float]:
+    """Factor of ``lr`` at each step: log-linear from 1 to ``lr_final / lr`` over ``decay_steps``
+    (:func:`steps_of`), then constant (nerfstudio's ``ExponentialDecayScheduler``, which its camera
+    optimizer uses)."""
+    if lr <= 0 or lr_final <= 0:
+        raise ValueError(f"learning rates must be > 0, got lr={lr}, lr_final={lr_final}")
+    length = max(steps_of(decay_steps, total_steps), 1.0)
+    ratio = float(lr_final) / float(lr)
+
+    def factor(step: int) -> float:
+        return ratio ** min(1.0, step / length)
+
+    return factor
+
+
+def with_group_lambdas(scheduler: LRScheduler, lambdas: dict[int, Callable[[int], float]]) -> LambdaLR:
+    """The ``LambdaLR`` ``scheduler`` with its factor replaced for the parameter groups in ``lambdas``
+    (group index -> factor per step); the other groups keep theirs.
+
+    The per-view components (camera corrections) have their own schedule in the same optimizer; one
+    ``LambdaLR`` with a factor per group keeps a single scheduler (state dict, Lightning's stepping).
+    """
+    if not isinstance(scheduler, LambdaLR):
+        raise ValueError(
+            "model.scheduler: the per-view parameter groups (model.camera_opt) need a LambdaLR schedule "
+            f"(models/schedules.py) to add their own learning-rate factor to, got {type(scheduler).__name__}"
+        )
+    factors = [lambdas.get(i, fn) for i, fn in enumerate(scheduler.lr_lambdas)]
+    # A fresh LambdaLR on the same optimizer: it keeps each group's ``initial_lr`` (set by the first
+    # one) and sets the groups' learning rates to initial_lr * factor(0).
+    return LambdaLR(scheduler.optimizer, factors)
