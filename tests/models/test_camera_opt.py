@@ -74,7 +74,11 @@ def test_gauge_removes_a_global_similarity_and_keeps_a_single_view_correction() 
     centres = poses[:, :, 3].double()
     cam = CameraOptimizer(12, poses, enabled=True)
     w_g = torch.tensor([0.01, -0.02, 0.015], dtype=torch.float64)
-    pivot, tau, s = torch.tensor([0.2, 0.9, 0.4], dtype=torch.float64), torch.tensor([1e-3, 2e-3, -1e-3]), 0.01
+    pivot, tau, s = (
+        torch.tensor([0.2, 0.9, 0.4], dtype=torch.float64),
+        torch.tensor([1e-3, 2e-3, -1e-3]),
+        0.01,
+    )
     t = torch.linalg.cross(w_g.expand(12, 3), centres - pivot) + tau + s * (centres - pivot)
     global_move = torch.cat([w_g.expand(12, 3), t], dim=-1)
     with torch.no_grad():
@@ -125,7 +129,9 @@ def test_state_loads_into_a_module_built_without_poses() -> None:
 
 
 def test_group_learning_rate_decays_log_linearly_after_a_warmup() -> None:
-    cam = CameraOptimizer(2, _poses(2), enabled=True, lr=1e-3, lr_final=1e-5, decay_steps=0.5, warmup_steps=10)
+    cam = CameraOptimizer(
+        2, _poses(2), enabled=True, lr=1e-3, lr_final=1e-5, decay_steps=0.5, warmup_steps=10
+    )
     group = cam.parameter_group(total_steps=400)
     assert group.as_dict()["lr"] == 1e-3 and group.as_dict()["weight_decay"] == 1e-4
     f = group.lr_lambda

@@ -85,7 +85,11 @@ def so3_exp(w: Tensor) -> Tensor:
     wx, wy, wz = w.unbind(-1)
     zero = torch.zeros_like(wx)
     skew = torch.stack(
-        [torch.stack([zero, -wz, wy], -1), torch.stack([wz, zero, -wx], -1), torch.stack([-wy, wx, zero], -1)],
+        [
+            torch.stack([zero, -wz, wy], -1),
+            torch.stack([wz, zero, -wx], -1),
+            torch.stack([-wy, wx, zero], -1),
+        ],
         dim=-2,
     )
     eye = torch.eye(3, dtype=w.dtype, device=w.device)
@@ -254,7 +258,9 @@ class CameraOptimizer(nn.Module):
         return factor
 
     def parameter_group(self, total_steps: int) -> ViewGroup:
-        return ViewGroup("camera_opt", [self.adjustment], self.lr, self.weight_decay, self.lr_factor(total_steps))
+        return ViewGroup(
+            "camera_opt", [self.adjustment], self.lr, self.weight_decay, self.lr_factor(total_steps)
+        )
 
     def extra_repr(self) -> str:
         return f"n_views={self.n_views}, mode={self.mode}, gauge={self.gauge_mode}"

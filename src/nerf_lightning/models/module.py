@@ -136,9 +136,8 @@ class NeRFModule(L.LightningModule):
         super().__init__()
         # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
         # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
-        self.save_hyperparameters(
-            logger=False, ignore=["field", "optimizer", "scheduler", "camera_opt", "appearance", "train_poses"]
-        )
+        factories = ["field", "optimizer", "scheduler", "camera_opt", "appearance"]
+        self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses"])
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
@@ -223,6 +222,24 @@ class NeRFModule(L.LightningModule):
                 ts.widths.to(self.device),
                 ts.heights.to(self.device),
             )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # The budgeted step's adapted ray count is state of the run (the step is not a registered
+        # submodule, so the state dict does not hold it): a resumed run continues with it.
+        if self.train_step_fn is not None:
+            checkpoint["train_step"] = {k: v.detach().cpu().clone() for k, v in self._step_buffers().items()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        saved = checkpoint.get("train_step")
+        if saved and self.train_step_fn is not None:
+            with torch.no_grad():
+                for name, buffer in self._step_buffers().items():
+                    if name in saved:
+                        buffer.copy_(saved[name].to(buffer.device))
+
+    def _step_buffers(self) -> dict[str, Tensor]:
+        step = self.train_step_fn
+        return {name: getattr(step, name) for name in ("n_active", "n_active_f") if hasattr(step, name)}
 
     def _scale_budget_to_ranks(self) -> None:
         """Per-rank sample budget for ``data.batch_scaling`` (before the step is captured)."""
@@ -487,7 +504,9 @@ class NeRFModule(L.LightningModule):
         return [{"params": rest}, {"params": matrices, "weight_decay": decay}, *views]
 
     def configure_optimizers(self) -> dict[str, Any]:
-        total = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 else 10_000
+        trainer = self._trainer
+        max_steps = trainer.max_steps if trainer is not None else None
+        total = max_steps if max_steps and max_steps > 0 else 10_000
         groups = self.parameter_groups(total)
         optimizer = self.optimizer_factory(params=groups)
         # the per-view groups come last; those with a schedule of their own replace the main factor

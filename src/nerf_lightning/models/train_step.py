@@ -26,7 +26,7 @@ __all__ = ["FixedBudgetStep", "capture", "autocast_for"]
 
 
 class FixedBudgetStep(nn.Module):
-    """``forward(rays_o, rays_d, target_rgb, background[, view_ids]) -> (loss, per_ray_loss, ray_valid, stats)``.
+    """``forward(rays_o, rays_d, target, background[, view_ids]) -> (loss, per_ray_loss, ray_valid, stats)``.
 
     Args:
         field: the radiance field (``models/field.py``), shared with the LightningModule.
