@@ -16,7 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 from runs import TINY, TRAINED_STEPS
 
-from nerf_lightning.utils.config import CONF_DIR, compose_app_config, compose_train_config
+from nerf_lightning.run.config import CONF_DIR, compose_app_config, compose_train_config
 
 __all__ = ["CONF_DIR", "compose_app_config", "compose_train_config"]
 REPO_ROOT = Path(__file__).resolve().parents[1]

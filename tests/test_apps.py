@@ -19,8 +19,8 @@ from nerf_lightning.export import export
 from nerf_lightning.render.camera_path import camera_rays, orbit_path, read_nerfstudio_path
 from nerf_lightning.render.video import turbo
 from nerf_lightning.render_app import render_video
-from nerf_lightning.utils.config import compose_app_config
-from nerf_lightning.utils.restore import load_run
+from nerf_lightning.run.config import compose_app_config
+from nerf_lightning.run.restore import load_run
 
 pytestmark = pytest.mark.slow
 

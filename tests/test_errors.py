@@ -16,8 +16,8 @@ import torch.multiprocessing as mp
 from runs import TINY_TRAIN, fork_app
 
 from nerf_lightning.errors import EXIT_USER_ERROR, user_errors
+from nerf_lightning.run.config import compose_train_config
 from nerf_lightning.train import train
-from nerf_lightning.utils.config import compose_train_config
 
 
 def _user_error_line(capsys: pytest.CaptureFixture, fn) -> str:

@@ -16,7 +16,7 @@ import hydra
 import torch
 
 from nerf_lightning.models.train_step import autocast_for, capture
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.run.config import compose_train_config
 
 torch.set_float32_matmul_precision("high")
 prec = sys.argv[1] if len(sys.argv) > 1 else "32-true"

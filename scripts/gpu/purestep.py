@@ -1,6 +1,6 @@
 """Step time outside Lightning: datamodule batch + graphed budget step + fused Adam (lego)."""
 import sys, time, torch
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.run.config import compose_train_config
 import hydra
 torch.set_float32_matmul_precision("high")
 prec = sys.argv[1] if len(sys.argv) > 1 else "32-true"

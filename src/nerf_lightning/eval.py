@@ -27,11 +27,11 @@ import torch
 from omegaconf import DictConfig
 
 from nerf_lightning.errors import UserError, user_errors
+from nerf_lightning.run.config import CONF_DIR
+from nerf_lightning.run.restore import load_run
+from nerf_lightning.run.run_dir import register_resolvers
 from nerf_lightning.utils.apps import nested_overrides, normalize_app_argv
-from nerf_lightning.utils.config import CONF_DIR
 from nerf_lightning.utils.io import atomic_write_json
-from nerf_lightning.utils.restore import load_run
-from nerf_lightning.utils.run_dir import register_resolvers
 
 log = logging.getLogger("nerf_lightning.eval")
 register_resolvers()  # the run-directory resolvers of conf/hydra/default.yaml

@@ -29,11 +29,11 @@ from nerf_lightning.data.cameras import intrinsics_tensor, pixel_rays, poses_ten
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.errors import UserError, user_errors
 from nerf_lightning.render.geometry import extract_mesh, render_point_cloud
+from nerf_lightning.run.config import CONF_DIR
+from nerf_lightning.run.restore import RestoredRun, load_run
+from nerf_lightning.run.run_dir import register_resolvers
 from nerf_lightning.utils.apps import device_of, nested_overrides, normalize_app_argv
-from nerf_lightning.utils.config import CONF_DIR
 from nerf_lightning.utils.io import atomic_write_bytes, atomic_write_json
-from nerf_lightning.utils.restore import RestoredRun, load_run
-from nerf_lightning.utils.run_dir import register_resolvers
 
 log = logging.getLogger("nerf_lightning.export")
 register_resolvers()  # the run-directory resolvers of conf/hydra/default.yaml

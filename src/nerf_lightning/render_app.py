@@ -31,11 +31,11 @@ from nerf_lightning.data.types import Capture
 from nerf_lightning.errors import UserError, user_errors
 from nerf_lightning.render.camera_path import PathCamera, camera_rays, orbit_path, read_nerfstudio_path
 from nerf_lightning.render.video import VideoWriter, turbo
+from nerf_lightning.run.config import CONF_DIR
+from nerf_lightning.run.restore import load_run
+from nerf_lightning.run.run_dir import register_resolvers
 from nerf_lightning.utils.apps import device_of, nested_overrides, normalize_app_argv
-from nerf_lightning.utils.config import CONF_DIR
 from nerf_lightning.utils.io import atomic_write_json
-from nerf_lightning.utils.restore import load_run
-from nerf_lightning.utils.run_dir import register_resolvers
 
 log = logging.getLogger("nerf_lightning.render")
 register_resolvers()  # the run-directory resolvers of conf/hydra/default.yaml

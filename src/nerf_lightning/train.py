@@ -25,15 +25,15 @@ import torch
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig, OmegaConf
 
-from nerf_lightning.callbacks.checkpointing import RunState
 from nerf_lightning.errors import UserError, user_errors
 from nerf_lightning.models.metrics import final_evaluation
-from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO
-from nerf_lightning.utils.config import CONF_DIR
+from nerf_lightning.run.checkpoint_callbacks import RunState
+from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO
+from nerf_lightning.run.config import CONF_DIR
+from nerf_lightning.run.resume import resolve_ckpt_path, select_run_dir
+from nerf_lightning.run.run_dir import register_resolvers
 from nerf_lightning.utils.distributed import unshard_fsdp_root
 from nerf_lightning.utils.io import atomic_write_json
-from nerf_lightning.utils.resume import resolve_ckpt_path, select_run_dir
-from nerf_lightning.utils.run_dir import register_resolvers
 from nerf_lightning.utils.tracking import finish_loggers
 
 log = logging.getLogger("nerf_lightning.train")
@@ -219,7 +219,7 @@ _MULTIRUN_FLAGS = ("-m", "--multirun")
 
 def with_resume_dir(argv: list[str]) -> list[str]:
     """``resume=auto`` on a single run whose folder Hydra would choose: point ``hydra.run.dir`` at the
-    newest earlier run with the same overrides (see ``utils/resume.py``), so it continues there."""
+    newest earlier run with the same overrides (see ``run/resume.py``), so it continues there."""
     if "resume=auto" not in argv or any(a in _MULTIRUN_FLAGS for a in argv):
         return argv
     if any(a.lstrip("+~").startswith(("hydra.run.dir=", "hydra.mode=", "hparams_search=")) for a in argv):

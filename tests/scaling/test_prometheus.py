@@ -20,8 +20,8 @@ from omegaconf import open_dict
 
 from nerf_lightning.callbacks.prometheus import PrometheusExporter
 from nerf_lightning.callbacks.throughput import ThroughputMonitor
+from nerf_lightning.run.config import compose_train_config
 from nerf_lightning.train import train
-from nerf_lightning.utils.config import compose_train_config
 
 from .conftest import REPO_ROOT, TINY_RUN, free_port
 

@@ -40,7 +40,7 @@ import lightning as L
 import torch
 
 from nerf_lightning.callbacks.throughput import ThroughputMonitor
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.run.config import compose_train_config
 
 #: Overrides of every benchmark run: one validation at the end, no best-by-PSNR checkpoints. The rest
 #: (last.ckpt on its default cadence, progress bar, loggers, monitors) stays as configured: their cost

@@ -1,7 +1,7 @@
 """Rebuild a trained run from its checkpoint alone: config, model, data (eval / render / export).
 
 A checkpoint written by ``nerf_lightning.train`` carries the run's resolved config as plain data
-(``checkpoint["nerf_lightning"]["config"]``, see ``callbacks/checkpointing.py``). The model and the
+(``checkpoint["nerf_lightning"]["config"]``, see ``run/checkpoint_callbacks.py``). The model and the
 DataModule are rebuilt from it with ``hydra.utils.instantiate`` — the same path ``train`` takes — and
 the weights (hash grid, MLPs, occupancy grid) loaded from ``state_dict``. Nothing needs the original
 Python objects, so the file loads with ``torch.load(weights_only=True)``; checkpoints written under
@@ -11,7 +11,7 @@ rebuild the same way on one device.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,10 +20,10 @@ import hydra
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
-from nerf_lightning.callbacks.checkpointing import CHECKPOINT_KEY
 from nerf_lightning.data.types import Capture
 from nerf_lightning.errors import UserError
-from nerf_lightning.utils.checkpoint_io import read_checkpoint
+from nerf_lightning.run.checkpoint_callbacks import CHECKPOINT_KEY
+from nerf_lightning.run.checkpoint_io import read_checkpoint
 
 __all__ = ["RestoredRun", "load_run", "resolve_ckpt_file"]
 
@@ -120,11 +120,3 @@ def load_run(ckpt: str | Path | None) -> RestoredRun:
         instantiate_kwargs=dict(section.get("instantiate_kwargs") or {}),
     )
 
-
-def dotlist_to_nested(items: Sequence[str] | Mapping[str, Any] | None) -> dict[str, Any]:
-    """``{"a.b": 1}`` or ``["a.b=1"]`` -> ``{"a": {"b": 1}}`` (for config overrides)."""
-    if not items:
-        return {}
-    if isinstance(items, Mapping):
-        return OmegaConf.to_container(OmegaConf.create(dict(items)), resolve=True)  # type: ignore[return-value]
-    return OmegaConf.to_container(OmegaConf.from_dotlist(list(items)), resolve=True)  # type: ignore[return-value]
