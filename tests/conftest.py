@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from runs import TINY, TRAINED_STEPS
 
@@ -30,6 +31,7 @@ def compose_cfg(tmp_path: Path):
 
     yield _compose
     GlobalHydra.instance().clear()
+    HydraConfig.instance().cfg = None  # a composed multirun config would make later tests "in a sweep"
 
 
 @pytest.fixture(scope="session")

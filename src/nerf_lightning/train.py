@@ -32,9 +32,9 @@ from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO
 from nerf_lightning.run.config import CONF_DIR
 from nerf_lightning.run.resume import resolve_ckpt_path, select_run_dir
 from nerf_lightning.run.run_dir import register_resolvers
+from nerf_lightning.tracking.wandb_logger import finish_loggers
 from nerf_lightning.utils.distributed import unshard_fsdp_root
 from nerf_lightning.utils.io import atomic_write_json
-from nerf_lightning.utils.tracking import finish_loggers
 
 log = logging.getLogger("nerf_lightning.train")
 register_resolvers()  # before Hydra resolves hydra.run.dir (one run directory for all ranks)

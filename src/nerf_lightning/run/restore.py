@@ -7,6 +7,9 @@ the weights (hash grid, MLPs, occupancy grid) loaded from ``state_dict``. Nothin
 Python objects, so the file loads with ``torch.load(weights_only=True)``; checkpoints written under
 DDP, FSDP (``state_dict_type: full``) or any precision hold full-precision, unwrapped weights and
 rebuild the same way on one device.
+
+The stored config names classes by their import path (``_target_``) at the time of writing; paths that
+have moved since are mapped to their new place when the file is read (:data:`MOVED_TARGETS`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,32 @@ from nerf_lightning.errors import UserError
 from nerf_lightning.run.checkpoint_callbacks import CHECKPOINT_KEY
 from nerf_lightning.run.checkpoint_io import read_checkpoint
 
-__all__ = ["RestoredRun", "load_run", "resolve_ckpt_file"]
+__all__ = ["MOVED_TARGETS", "RestoredRun", "load_run", "resolve_ckpt_file", "upgrade_targets"]
+
+#: ``_target_`` paths a checkpoint's stored config may hold that have moved: old -> new.
+MOVED_TARGETS: dict[str, str] = {
+    "nerf_lightning.callbacks.checkpointing.LastCheckpoint": (
+        "nerf_lightning.run.checkpoint_callbacks.LastCheckpoint"
+    ),
+    "nerf_lightning.callbacks.prometheus.PrometheusExporter": (
+        "nerf_lightning.tracking.prometheus.PrometheusExporter"
+    ),
+    "nerf_lightning.utils.tracking.CSVLogger": "nerf_lightning.tracking.loggers.CSVLogger",
+    "nerf_lightning.utils.tracking.TensorBoardLogger": "nerf_lightning.tracking.loggers.TensorBoardLogger",
+    "nerf_lightning.utils.tracking.WandbLogger": "nerf_lightning.tracking.wandb_logger.WandbLogger",
+}
+
+
+def upgrade_targets(node: Any) -> Any:
+    """``node`` (plain config data) with every ``_target_`` of :data:`MOVED_TARGETS` at its new path."""
+    if isinstance(node, Mapping):
+        return {
+            k: MOVED_TARGETS.get(v, v) if k == "_target_" and isinstance(v, str) else upgrade_targets(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [upgrade_targets(v) for v in node]
+    return node
 
 
 def resolve_ckpt_file(ckpt: str | Path | None) -> Path:
@@ -116,7 +144,7 @@ def load_run(ckpt: str | Path | None) -> RestoredRun:
     return RestoredRun(
         path=path,
         checkpoint=checkpoint,
-        config=OmegaConf.create(section["config"]),
+        config=OmegaConf.create(upgrade_targets(section["config"])),
         instantiate_kwargs=dict(section.get("instantiate_kwargs") or {}),
     )
 
