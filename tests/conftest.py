@@ -48,7 +48,7 @@ def trained_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> t
     """(run folder, final metrics) of one short training (shared by the e2e and the entry-point tests)."""
     import torch
 
-    from nerf_lightning.train import train
+    from nerf_lightning.apps.train import train
 
     torch.set_num_threads(2)
     run_dir = tmp_path_factory.mktemp("trained_run")

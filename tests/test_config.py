@@ -12,8 +12,6 @@ from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, SingleDevice
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
-from nerf_lightning.train import normalize_overrides
-
 STRATEGIES = {"single": SingleDeviceStrategy, "ddp": DDPStrategy, "fsdp": FSDPStrategy}
 PRECISIONS = {"32": "32-true", "16-mixed": "16-mixed", "bf16-mixed": "bf16-mixed"}
 
@@ -79,14 +77,6 @@ def test_fsdp_mixed_precision_keeps_float32_parameters(compose_cfg, precision: s
     assert (config.param_dtype, config.reduce_dtype, config.buffer_dtype) == (torch.float32,) * 3
 
 
-def test_numeric_precision_override_is_accepted() -> None:
-    """`precision=32` on the command line selects the group option "32" (Hydra alone parses it as an int)."""
-    assert normalize_overrides(["precision=32", "devices=2", "precision=bf16-mixed"]) == [
-        "precision='32'",
-        "devices=2",
-        "precision=bf16-mixed",
-    ]
-
 
 @pytest.mark.parametrize("logger", ["csv", "tensorboard", "wandb", "none"])
 def test_logger_group(compose_cfg, logger: str, monkeypatch) -> None:
@@ -95,15 +85,6 @@ def test_logger_group(compose_cfg, logger: str, monkeypatch) -> None:
     built = [hydra.utils.instantiate(node) for node in (cfg.logger or {}).values()]
     assert len(built) == (0 if logger == "none" else 1)
 
-
-def test_cpu_preset_is_added_only_without_gpu_and_without_an_explicit_choice() -> None:
-    from nerf_lightning.train import with_device_preset
-
-    assert with_device_preset(["data.downscale=8"], has_cuda=False) == ["data.downscale=8", "experiment=cpu"]
-    assert with_device_preset(["-m", "seed=1,2"], has_cuda=False) == ["-m", "seed=1,2", "experiment=cpu"]
-    assert with_device_preset(["data.downscale=8"], has_cuda=True) == ["data.downscale=8"]
-    assert with_device_preset(["experiment=fox"], has_cuda=False) == ["experiment=fox"]
-    assert with_device_preset(["experiment=null"], has_cuda=False) == ["experiment=null"]
 
 
 def test_cpu_preset_composes(compose_cfg) -> None:
@@ -128,12 +109,6 @@ def test_auto_precision_is_bf16_mixed_on_ampere_and_later_gpus_only(monkeypatch)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
     assert resolve_precision("auto") == "32-true"  # no m16n8k16 MMA before Ampere
 
-
-def test_encoding_alias() -> None:
-    assert normalize_overrides(["model.encoding.log2_hashmap_size=15,17,19", "+model.encoding.x=1",
-                                "model.field.encoding.n_levels=8", "precision=32"]) == [
-        "model.field.encoding.log2_hashmap_size=15,17,19", "+model.field.encoding.x=1",
-        "model.field.encoding.n_levels=8", "precision='32'"]
 
 
 def test_experiment_presets(compose_cfg, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
