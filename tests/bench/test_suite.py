@@ -147,6 +147,8 @@ def test_failures_timeouts_and_skips_never_stop_the_other_jobs(tmp_path: Path) -
         command("no_results", *_py("pass"), read=readers.metrics_json, gpus=0, expected_s=0.1),
         command("gpu", *_py("pass"), gpus=1, expected_s=0.1),
         command("too_long", *_py("pass"), gpus=0, expected_s=1e6, timeout_s=2e6),
+        command("bad_reader", *_py("pass"), read=lambda run_dir, log: [{"psnr": 1 / 0}], gpus=0,
+                expected_s=0.1),
         command("fine", *_py("print('ok')"), gpus=0, expected_s=0.1),
     ))  # fmt: skip
     suite = Suite(tmp_path / "out", tmp_path / "work", tmp_path / "data", limit=600)
@@ -164,6 +166,7 @@ def test_failures_timeouts_and_skips_never_stop_the_other_jobs(tmp_path: Path) -
     assert rows["no_results"]["status"] == "failed" and "no metrics.json" in rows["no_results"]["note"]
     assert rows["gpu"]["status"] == "skipped" and "needs 1 GPU" in rows["gpu"]["note"]
     assert rows["too_long"]["status"] == "skipped" and rows["too_long"]["note"].startswith("time:")
+    assert rows["bad_reader"]["status"] == "failed" and "ZeroDivisionError" in rows["bad_reader"]["note"]
     assert rows["fine"]["status"] == "ok" and rows["fine"]["rc"] == 0
 
 

@@ -213,7 +213,7 @@ class Suite:
         try:
             results = job.read(run_dir, log) or [{}]
             read_error = None
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except Exception as err:  # noqa: BLE001 - a reader's failure is this job's, not the run's
             results, read_error = [{}], f"{type(err).__name__}: {err}"
         ok = rc == 0 and read_error is None
         status = "timeout" if timed_out else "ok" if ok else "failed"
@@ -270,20 +270,31 @@ class Suite:
         self.say(f"== {exp.name}: {exp.summary} ({len(jobs)} jobs, about {exp.expected_s():.0f} s)")
         for block in phases(jobs):
             if block[0].lane is None:
-                self.run_job(exp, block[0])
+                self.run_lane(exp, block)
                 continue
             lanes: dict[int, list[Job]] = {}
             for job in block:
                 lanes.setdefault(int(job.lane), []).append(job)  # type: ignore[arg-type]
             threads = [
-                threading.Thread(target=lambda q=q: [self.run_job(exp, j) for j in q], daemon=True)
-                for q in lanes.values()
+                threading.Thread(target=self.run_lane, args=(exp, q), daemon=True) for q in lanes.values()
             ]
             for t in threads:
                 t.start()
             for t in threads:
                 while t.is_alive():
                     t.join(timeout=0.5)
+
+    def run_lane(self, exp: Experiment, jobs: list[Job]) -> None:
+        """One lane's jobs in order; an error of the runner itself fails that job's row, not the lane."""
+        for job in jobs:
+            try:
+                self.run_job(exp, job)
+            except Exception as err:  # noqa: BLE001 - recorded in the row, the other jobs go on
+                argv, _ = self.command(exp, job)
+                row = self.base_row(exp, job, argv)
+                row.update(status="failed", note=f"runner error: {type(err).__name__}: {err}")
+                self.add([row])
+                self.say(f"{row['id']} failed in the runner: {type(err).__name__}: {err}")
 
     def prepare_extension(self, cache: Path | None, rebuild: bool, pack: bool) -> None:
         """The CUDA extension before the first GPU job: unpacked from ``cache`` or built (time-boxed)."""
@@ -297,7 +308,9 @@ class Suite:
         setup = Experiment("setup", "the CUDA extension", (
             module("extension", "nerf_lightning.ops._ext", expected_s=5, timeout_s=300),
         ))  # fmt: skip
-        self.run_job(setup, setup.jobs[0])
+        (row,) = self.run_job(setup, setup.jobs[0])
+        if row["status"] != "ok":
+            self.say("the CUDA extension did not load: GPU jobs run on the PyTorch reference (slow)")
         if pack and ext.is_dir():
             with tarfile.open(self.out / "ext.tgz", "w:gz") as tar:
                 tar.add(ext, arcname=ext.name)
