@@ -9,8 +9,9 @@ Backends of :class:`HashEncoding` (``backend=``):
   ``ops/encoding_reference.py``); uint32 hash arithmetic is emulated in int64 masked to 32 bits.
   Differentiable w.r.t. ``params`` and ``x``.
 - ``"cuda"``: our own extension (``nerf_lightning.ops.cuda``): one thread per (point, level), gradient
-  by atomic scatter into the table; fp32 and fp16 ``params``. Differentiable w.r.t. ``params`` only
-  (positions of a NeRF field never need gradients; ``x.requires_grad`` falls back to ``"torch"``).
+  by atomic scatter into the table; fp32 and fp16 ``params``. Differentiable w.r.t. ``params`` and,
+  when ``x.requires_grad`` (learned camera poses move the sample positions), ``x`` (a second backward
+  kernel that runs only then).
 - ``"tcnn"``: ``tinycudann.Encoding`` with ``{"otype": "HashGrid", ...}``; our ``params`` table is
   handed to it, so checkpoints are shared. Written against tcnn's documented Python API; UNTESTED here
   (tcnn cannot be installed on our machines).
@@ -179,7 +180,7 @@ class HashEncoding(nn.Module):
             return "torch"
         if self.backend == "cuda":
             if on_cuda and _cuda_ext_available():
-                return "cuda" if not x.requires_grad else "torch"
+                return "cuda"
             _warn_once(
                 "cuda",
                 "model.encoding.backend=cuda: the CUDA extension is unavailable or the "
@@ -191,7 +192,7 @@ class HashEncoding(nn.Module):
             return "torch"
         if _tcnn_available():
             return "tcnn"
-        if _cuda_ext_available() and not x.requires_grad:
+        if _cuda_ext_available():
             return "cuda"
         return "torch"
 
@@ -262,7 +263,7 @@ class SHEncoding(nn.Module):
     def forward(self, d: torch.Tensor) -> torch.Tensor:
         if d.ndim != 2 or d.shape[-1] != 3:
             raise ValueError(f"SHEncoding expects directions of shape [N, 3], got {tuple(d.shape)}")
-        if d.is_cuda and not d.requires_grad and d.dtype == torch.float32 and _cuda_ext_available():
+        if d.is_cuda and d.dtype == torch.float32 and _cuda_ext_available():
             from nerf_lightning.ops import cuda as cuda_ops
 
             if hasattr(cuda_ops, "sh_encode"):

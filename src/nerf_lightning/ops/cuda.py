@@ -527,18 +527,46 @@ def distortion_loss(
 # --------------------------------------------------------------------------------------------------
 # Sample positions, the fixed-budget step's loss and ray count (one kernel each)
 # --------------------------------------------------------------------------------------------------
+class _SamplePoints(torch.autograd.Function):
+    """The kernel forward; the rays' gradient (learned camera poses) scattered back per ray."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, rays_o: Tensor, rays_d: Tensor, ray_indices: Tensor, t_starts: Tensor, t_ends: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        ctx.save_for_backward(ray_indices, t_starts, t_ends)
+        ctx.n_rays = rays_o.shape[0]
+        positions, dirs = _ext().sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
+        return positions, dirs
+
+    @staticmethod
+    def backward(ctx: Any, g_pos: Tensor | None, g_dir: Tensor | None) -> tuple:
+        ray_indices, t_starts, t_ends = ctx.saved_tensors
+        shape = (ctx.n_rays, 3)
+        g_pos = torch.zeros(t_starts.shape[0], 3, device=t_starts.device) if g_pos is None else g_pos.float()
+        g_o = torch.zeros(shape, device=t_starts.device).index_add_(0, ray_indices, g_pos)
+        g_d_samples = g_pos * ((t_starts + t_ends) * 0.5)[:, None]
+        if g_dir is not None:
+            g_d_samples = g_d_samples + g_dir.float()
+        g_d = torch.zeros(shape, device=t_starts.device).index_add_(0, ray_indices, g_d_samples)
+        return g_o, g_d, None, None, None
+
+
 def sample_points(
     rays_o: Tensor, rays_d: Tensor, ray_indices: Tensor, t_starts: Tensor, t_ends: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """See :func:`nerf_lightning.ops.reference.sample_points` (same float32 sequence: bit-equal)."""
+    """See :func:`nerf_lightning.ops.reference.sample_points` (same float32 sequence: bit-equal).
+    Differentiable w.r.t. the rays when they require it (learned camera poses)."""
     tensors = (rays_o, rays_d, t_starts, t_ends)
     if any(t.dtype != torch.float32 for t in tensors) or not _on_cuda(*tensors, ray_indices):
         return _ref.sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
-    positions, dirs = _ext().sample_points(
+    args = (
         rays_o.contiguous(), rays_d.contiguous(), ray_indices.long().contiguous(), t_starts.contiguous(),
         t_ends.contiguous(),
     )  # fmt: skip
-    return positions, dirs
+    if rays_o.requires_grad or rays_d.requires_grad:
+        return _SamplePoints.apply(*args)
+    return _ext().sample_points(*args)
 
 
 def normalize_to_box(positions: Tensor, box_min: Tensor, box_size: Tensor) -> tuple[Tensor, Tensor]:
@@ -648,8 +676,11 @@ class _FusedMLP(torch.autograd.Function):
         in0, in1, *params = ctx.saved_tensors
         weights, biases = params[: ctx.n_layers], params[ctx.n_layers :]
         need_in0 = bool(ctx.needs_input_grad[0])
-        g_in0, g_w, g_b = _ext().fused_mlp_bwd(
-            g.float().contiguous(), in0, in1, weights, biases, ctx.bf16, need_in0
+        # in1 (the colour network's view-direction encoding) needs a gradient only when the
+        # directions do (learned camera poses); the kernel then writes those columns too
+        need_in1 = in1 is not None and bool(ctx.needs_input_grad[1])
+        g_in0, g_w, g_b, *g_in1 = _ext().fused_mlp_bwd(
+            g.float().contiguous(), in0, in1, weights, biases, ctx.bf16, need_in0, need_in1
         )
         grads: list[Tensor] = []
         w_at = b_at = 0
@@ -657,7 +688,7 @@ class _FusedMLP(torch.autograd.Function):
             grads.append(g_w[w_at : w_at + w.numel()].view_as(w))
             grads.append(g_b[b_at : b_at + b.numel()].view_as(b))
             w_at, b_at = w_at + w.numel(), b_at + b.numel()
-        return (g_in0 if need_in0 else None), None, None, *grads
+        return (g_in0 if need_in0 else None), (g_in1[0] if need_in1 else None), None, *grads
 
 
 def _fused_mlp_inputs_ok(in0: Tensor, in1: Tensor | None) -> bool:
@@ -688,7 +719,7 @@ def fused_mlp(
     ):
         return _ref.fused_mlp(in0, in1, weights, biases, half_dtype)
     params = [t for pair in zip(weights, biases, strict=True) for t in pair]
-    x1 = None if in1 is None else in1.detach().float().contiguous()
+    x1 = None if in1 is None else in1.float().contiguous()
     return _FusedMLP.apply(
         in0.float().contiguous(), x1, half_dtype == torch.bfloat16, *[p.contiguous() for p in params]
     )
@@ -781,24 +812,26 @@ class _HashEncode(torch.autograd.Function):
         ctx: Any, x: Tensor, params: Tensor, scales: list[float], resolutions: list[int], offsets: list[int]
     ) -> Tensor:
         xf = x.detach().float().contiguous()
-        out = _ext().hash_encode_fwd(xf, params.detach().contiguous(), scales, resolutions, offsets)
-        ctx.save_for_backward(xf)
+        table = params.detach().contiguous()
+        out = _ext().hash_encode_fwd(xf, table, scales, resolutions, offsets)
+        ctx.save_for_backward(xf, table if ctx.needs_input_grad[0] else None)
         ctx.meta = (scales, resolutions, offsets, params.shape[0], params.shape[1], params.dtype)
         return out
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx: Any, grad_out: Tensor) -> tuple:
-        (xf,) = ctx.saved_tensors
+        xf, table = ctx.saved_tensors
         scales, resolutions, offsets, rows, feats, pdtype = ctx.meta
-        grad = None
+        g = grad_out.float().contiguous()
+        grad = grad_x = None
         if ctx.needs_input_grad[1]:
-            grad = _ext().hash_encode_bwd(
-                xf, grad_out.float().contiguous(), rows, feats, scales, resolutions, offsets
-            )
+            grad = _ext().hash_encode_bwd(xf, g, rows, feats, scales, resolutions, offsets)
             if grad.dtype != pdtype:
                 grad = grad.to(pdtype)  # fp16 tables: scatter in fp32, round once
-        return None, grad, None, None, None
+        if ctx.needs_input_grad[0]:  # positions moved by learned camera poses
+            grad_x = _ext().hash_encode_bwd_input(xf, table, g, scales, resolutions, offsets)
+        return grad_x, grad, None, None, None
 
 
 def hash_encode(
@@ -807,28 +840,45 @@ def hash_encode(
     """Multiresolution hash encoding on the GPU (contract: ``ops/encoding_reference.py::hash_encode_torch``).
 
     Args:
-        x: float [N, 3] in [0, 1]^3 on CUDA (cast to float32; no gradient w.r.t. x).
+        x: float [N, 3] in [0, 1]^3 on CUDA (cast to float32); its gradient (the trilinear weights'
+            derivative, one thread per point) is computed only when it requires one.
         params: float32 or float16 [sum_l T_l, F] table, F in {1, 2, 4, 8}.
         scales, resolutions: per level; offsets: [L + 1] cumulative rows.
 
     Returns:
         float32 [N, L * F], differentiable w.r.t. ``params`` (atomic scatter; fp16 tables accumulate
-        in float32 and are rounded once).
+        in float32 and are rounded once) and ``x``.
     """
     if params.dtype == torch.bfloat16 and _on_cuda(x, params):
         # the kernels read fp32 / fp16 tables; a bf16 one (cast by a framework) goes through fp32, its
         # gradient back through the cast, rather than to the PyTorch reference (tens of times slower)
         params = params.float()
     unsupported = params.dtype not in (torch.float32, torch.float16) or params.shape[1] not in (1, 2, 4, 8)
-    if unsupported or x.requires_grad or not _on_cuda(x, params):
+    if unsupported or not _on_cuda(x, params):
         return hash_encode_torch(x, params, scales, resolutions, offsets)
     return _HashEncode.apply(
         x, params, [float(s) for s in scales], [int(r) for r in resolutions], [int(o) for o in offsets]
     )
 
 
+class _SHEncode(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, dirs: Tensor, degree: int) -> Tensor:
+        ctx.save_for_backward(dirs)
+        ctx.degree = degree
+        return _ext().sh_encode_fwd(dirs, degree)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple:
+        (dirs,) = ctx.saved_tensors
+        return _ext().sh_encode_bwd(dirs, g.float().contiguous(), ctx.degree), None
+
+
 def sh_encode(dirs: Tensor, degree: int = 4) -> Tensor:
-    """Real SH of unit directions float32 [N, 3] -> [N, degree^2] (forward only; tcnn order)."""
-    if dirs.requires_grad or dirs.dtype != torch.float32 or not _on_cuda(dirs):
+    """Real SH of unit directions float32 [N, 3] -> [N, degree^2] (tcnn order); differentiable w.r.t.
+    the directions when they require it (learned camera poses turn them)."""
+    if dirs.dtype != torch.float32 or not _on_cuda(dirs):
         return sh_encode_torch(dirs, degree)
+    if dirs.requires_grad:
+        return _SHEncode.apply(dirs.contiguous(), int(degree))
     return _ext().sh_encode_fwd(dirs.contiguous(), int(degree))
