@@ -114,3 +114,20 @@ def test_the_app_defaults_pass(tmp_path: Path) -> None:
         from nerf_lightning.apps.render import render_video
 
         render_video(_app_cfg("render", tmp_path))
+
+
+def test_a_bad_aabb_scale_is_the_capture_file_s_not_the_model_config(
+    tiny_scene: Path, compose_cfg, tmp_path: Path
+) -> None:
+    import json
+    import shutil
+
+    capture = tmp_path / "capture"
+    shutil.copytree(tiny_scene, capture)
+    doc = json.loads((capture / "transforms.json").read_text())
+    doc["aabb_scale"] = 1000
+    (capture / "transforms.json").write_text(json.dumps(doc))
+    with pytest.raises(UserError) as err:
+        train(compose_cfg(f"data.path={capture}", "logger=none", "accelerator=cpu"))
+    assert str(err.value).startswith(f"{capture / 'transforms.json'}: key 'aabb_scale' is 1000: expected")
+    assert "config `model`" not in str(err.value)
