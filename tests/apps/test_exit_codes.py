@@ -318,3 +318,37 @@ def test_a_read_only_run_folder_is_one_line(tmp_path: Path) -> None:
 
 def test_sigterm_numbers() -> None:
     assert EXIT_INTERRUPTED == 128 + signal.SIGTERM and EXIT_DIVERGED == 3 and EXIT_USER_ERROR == 2
+
+
+@pytest.mark.cuda
+def test_sigterm_and_divergence_under_the_cuda_graphed_step(tiny_scene: Path, compose_cfg) -> None:
+    """The GPU path: budgeted step captured as CUDA graphs, default precision (bf16-mixed on Ampere+)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    from faults import SignalAt
+
+    from nerf_lightning.errors import Interrupted
+
+    gpu = [
+        f"data.path={tiny_scene}", "accelerator=gpu", "logger=none", "callbacks.progress_bar=null",
+        "model.sample_budget=4096", "model.march_budget=16384", "model.n_rays_init=256",
+        "data.batch_size=2048", "model.grid_resolution=32", "trainer.max_steps=60",
+        "trainer.log_every_n_steps=10", "trainer.check_val_every_n_epoch=1000",
+        "trainer.enable_model_summary=false",
+    ]  # fmt: skip
+    cfg = compose_cfg(*gpu, "model.optimizer.lr=1e30")
+    with pytest.raises(Diverged, match=r"^training diverged: the loss was NaN at step (\d); lower the"):
+        train(cfg)
+    assert not (Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt").exists()
+
+    cfg = compose_cfg(*gpu, "callbacks.last_checkpoint.every_n_train_steps=10")
+    with pytest.raises(Diverged, match="at step 26 "):
+        train(cfg, extra_callbacks=[PoisonWeights(step=25)])
+    ckpt = read_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")
+    assert ckpt["global_step"] == 20
+    assert all(torch.isfinite(t).all() for t in ckpt["state_dict"].values() if t.is_floating_point())
+
+    cfg = compose_cfg(*gpu)
+    with pytest.raises(Interrupted, match="stopped by SIGTERM at step 22 of 60"):
+        train(cfg, extra_callbacks=[SignalAt(step=21)])
+    assert read_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")["global_step"] == 22
