@@ -14,11 +14,12 @@ when the test file's ``aabb_scale`` differs from the training file's).
 Images (``images=``):
 
 ``png`` (default)
-    Each image decoded as the loader decodes it (``images.decode_image``) and written losslessly as
-    ``out/images/<stem>.png``: another program reads exactly the pixels this project trains on
-    (no second JPEG decoder, no WebP reader needed).
+    Each image decoded as the loader decodes it (``images.decode_image``) and written losslessly at its
+    path relative to the capture folder with ``.png`` (``out/images/0001.png`` for fox's
+    ``images/0001.jpg``): another program reads exactly the pixels this project trains on (no second
+    JPEG decoder, no WebP reader needed).
 ``link``
-    ``out/images/<name>`` symbolic links to the original files.
+    Symbolic links to the original files at the same relative paths.
 
 Uses: the side-by-side runs with instant-ngp on the same views (``bench/peers.py``), and a real capture
 in the Blender layout that COLMAP-to-NeRF converters write (opaque photographs with ``fl_x``/``cx``/
@@ -108,7 +109,7 @@ def write_split_files(
 
     test = rows(capture.val)
     splits = {"train": (header, rows(capture.train)), "test": (header, test), "val": (header, test)}
-    return _write(Path(out), splits, images, workers)
+    return _write(json_path.parent, Path(out), splits, images, workers)
 
 
 def copy_split_files(
@@ -131,10 +132,11 @@ def copy_split_files(
         header = {k: v for k, v in doc.items() if k != "frames"}
         splits[split] = (header, [(f, p) for p, f in by_image.items()])
     splits.setdefault("val", splits["test"])
-    return _write(Path(out), splits, images, workers)
+    return _write(src, Path(out), splits, images, workers)
 
 
 def _write(
+    src_root: Path,
     out: Path,
     splits: dict[str, tuple[dict[str, Any], list[tuple[dict[str, Any], Path]]]],
     images: str,
@@ -144,9 +146,10 @@ def _write(
     ``file_path``, every other key kept)."""
     if images not in IMAGE_MODES:
         raise ValueError(f"images must be one of {IMAGE_MODES}, got {images!r}")
-    (out / "images").mkdir(parents=True, exist_ok=True)
     paths = list(dict.fromkeys(p for _, frames in splits.values() for _, p in frames))
-    names = _output_names(paths, images)
+    names = _output_names(paths, src_root, images)
+    for name in set(names.values()):
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
     jobs = [(p, out / names[p], images) for p in paths]
     with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
         list(pool.map(_write_image, jobs))
@@ -171,16 +174,21 @@ def _frames_by_image(root: Path, frames: list[dict[str, Any]]) -> dict[Path, dic
     return out
 
 
-def _output_names(paths: list[Path], images: str) -> dict[Path, str]:
-    """``images/<stem>.png`` (or the original name for links), numbered when two would collide."""
+def _output_names(paths: list[Path], root: Path, images: str) -> dict[Path, str]:
+    """Each image's path relative to the capture folder (``images/<name>`` for one outside it), with
+    ``.png`` for re-encoded images; a name taken twice (``a.jpg`` and ``a.png``) gets its index."""
     names: dict[Path, str] = {}
     taken: set[str] = set()
     for i, p in enumerate(paths):
-        name = f"{p.stem}.png" if images == "png" else p.name
-        if name in taken:
-            name = f"{i:04d}_{name}"
-        taken.add(name)
-        names[p] = f"images/{name}"
+        try:
+            rel = p.resolve().relative_to(root.resolve())
+        except ValueError:
+            rel = Path("images") / p.name
+        rel = rel.with_suffix(".png") if images == "png" else rel
+        if rel.as_posix() in taken:
+            rel = rel.with_name(f"{i:04d}_{rel.name}")
+        taken.add(rel.as_posix())
+        names[p] = rel.as_posix()
     return names
 
 
