@@ -59,6 +59,7 @@ def test_the_loader_and_the_datamodule_see_the_same_capture(make_ngp, tmp_path: 
         original = load_capture(src, format="ngp")
     copy = load_capture(split.root)
     assert copy.format == "blender" and (copy.aabb_scale, original.aabb_scale) == (2, 2)
+    assert not copy.has_alpha  # RGB photographs in the Blender layout
     assert [f.image_path.stem for f in copy.train] == [f.image_path.stem for f in original.train]
     assert [f.image_path.stem for f in copy.test] == [f.image_path.stem for f in original.val]
     for a, b in zip(copy.train + copy.test, original.train + original.val, strict=True):
