@@ -140,6 +140,16 @@ def test_blender_layout_runs_both_programs_on_the_split_files(capture: Path, tmp
     cmd = peers.ours_command(plan, [60], rate=100)
     assert f"data.path={plan.split.root}" in cmd and "data.val_split=test" in cmd
     assert "data.format=ngp" not in cmd
+    # the split files are the ngp layout's: instant-ngp's runs of <scene> serve both tables
+    assert plan.split.root == tmp_path / "out" / "ngp" / "split" and plan.ngp_work == tmp_path / "out" / "ngp"
+    ngp_row = {"tag": "t", "seconds_target": 60, "psnr_black": 20}
+    plan.ngp_work.joinpath("ngp.jsonl").write_text(json.dumps(ngp_row))
+    (plan.work / "ours").mkdir(parents=True)
+    (plan.work / "ours" / "curve.json").write_text(json.dumps({"points": [{"checkpoint_s": 60, "psnr": 25}]}))
+    rows = peers.results(plan.work, plan.ngp_work)
+    assert [(r["program"], r["psnr_ngp"], r["psnr"]) for r in rows] == [
+        ("instant-ngp", 20, None), ("nerf_lightning", None, 25)
+    ]
 
 
 def test_driver_scores_each_view_as_instant_ngp_does(capture: Path, fake_ngp_root: Path, tmp_path: Path):

@@ -17,8 +17,10 @@ For one capture (``--scene``: ``lego``, ``fox``, ``fruit`` looked up under ``--d
    ``--ngp-train-extrinsics``), or with ``--ngp-runner kit`` the kit's own ``run_scene.sh`` (means only).
 3. **nerf_lightning** (``--programs`` has ``ours``): ``bench.curve`` at the same time points, on the
    original capture with ``data.format=ngp`` (captures without split files) or on the capture's split
-   files with ``data.val_split=test``; ``--layout blender`` trains and tests both programs on the
-   written split files instead (a real capture in the Blender layout that COLMAP converters write).
+   files with ``data.val_split=test``; ``--layout blender`` trains this project on the written split
+   files instead (a real capture in the Blender layout that COLMAP converters write; results and
+   table in ``<out>/<scene>-blender``) beside instant-ngp's runs of ``<out>/<scene>``, which trained
+   on the same files.
 4. **One table** (printed, and ``<out>/<scene>/peers.md`` + ``peers.json``): per time point and
    program the steps, steps/s, PSNR in sRGB over white (the project's headline metric) and instant-ngp's
    own (``psnr_black``; ``val/psnr_ngp`` for this project, ``models/metrics.py``), the worst view, and
@@ -85,7 +87,9 @@ class Plan:
     Attributes:
         scene: the scene's name (a folder name for a path).
         capture: the capture folder.
-        work: this scene's output folder (``<out>/<scene>[-blender]``).
+        work: this project's results and the table (``<out>/<scene>``, ``<out>/<scene>-blender``).
+        ngp_work: instant-ngp's results (``<out>/<scene>``: the Blender layout of a capture without
+            split files has the same split files, so instant-ngp's runs serve both).
         split: the split files both programs share.
         ours_path, ours_overrides: ``data.path`` and the data overrides of this project's runs.
     """
@@ -93,6 +97,7 @@ class Plan:
     scene: str
     capture: Path
     work: Path
+    ngp_work: Path
     split: SplitFiles
     ours_path: Path
     ours_overrides: list[str] = field(default_factory=list)
@@ -118,14 +123,16 @@ def make_plan(
     capture, out = capture.resolve(), out.resolve()
     name = scene or capture.name
     has_split = (capture / "transforms_train.json").is_file() and (capture / "transforms_test.json").is_file()
-    work = out / (f"{name}-blender" if layout == "blender" and not has_split else name)
+    work = out / name
     if has_split:
         split = copy_split_files(capture, work / "split")
-        return Plan(name, capture, work, split, capture, ["data.val_split=test"])
+        return Plan(name, capture, work, work, split, capture, ["data.val_split=test"])
     split = write_split_files(capture, work / "split", test_every=test_every)
     if layout == "blender":  # both programs on the written split files: the Blender-layout real capture
-        return Plan(name, capture, work, split, split.root, ["data.val_split=test"])
-    return Plan(name, capture, work, split, capture, ["data.format=ngp", f"data.test_every={test_every}"])
+        return Plan(name, capture, out / f"{name}-blender", work, split, split.root, ["data.val_split=test"])
+    return Plan(
+        name, capture, work, work, split, capture, ["data.format=ngp", f"data.test_every={test_every}"]
+    )
 
 
 # ---------------------------------------------------------------------------------------- instant-ngp
@@ -189,7 +196,7 @@ def ngp_commands(
 ) -> list[tuple[str, list[str], int]]:
     """One ``(tag, command, timeout_s)`` per time point: a fresh instant-ngp run each."""
     driver = Path(__file__).with_name("ngp_driver.py")
-    out = ngp_jsonl(plan.work, train_extrinsics)
+    out = ngp_jsonl(plan.ngp_work, train_extrinsics)
     runs = []
     for t in times:
         tag = f"{plan.scene}_{t:g}s" + ("_extrinsics" if train_extrinsics else "")
@@ -209,7 +216,7 @@ def kit_command(
     """The kit's ``run_scene.sh`` on the split files (``JIT=default``), results in ``<work>/ngp_kit``."""
     env = {
         "JIT": "default", "TIMES": " ".join(f"{t:g}" for t in times), "NGP_ROOT": str(root.resolve()),
-        "OUT": str((plan.work / "ngp_kit").resolve()), "NAME": plan.scene,
+        "OUT": str((plan.ngp_work / "ngp_kit").resolve()), "NAME": plan.scene,
     }  # fmt: skip
     return ["bash", str(peers / "run_scene.sh"), str(plan.split.root)], env
 
@@ -254,15 +261,17 @@ def _stem(name: str) -> str:
     return Path(str(name)).stem
 
 
-def results(work: Path) -> list[dict[str, Any]]:
+def results(work: Path, ngp_work: Path | None = None) -> list[dict[str, Any]]:
     """Every program's points found in ``work``: ``{program, checkpoint_s, train_s, steps, steps_per_s,
     psnr, psnr_ngp, per_view: {image stem: (psnr, psnr_ngp)}, worst: (stem, pair) | None}``, where
-    ``psnr`` is sRGB over white and ``psnr_ngp`` instant-ngp's run.py metric; instant-ngp first."""
+    ``psnr`` is sRGB over white and ``psnr_ngp`` instant-ngp's run.py metric; instant-ngp's (from
+    ``ngp_work``, default ``work``) first."""
+    ngp_work = work if ngp_work is None else ngp_work
     rows: list[dict[str, Any]] = []
     ngp_sources = [
-        ("instant-ngp", work / "ngp.jsonl"),
-        ("instant-ngp, train extrinsics", work / "ngp_extrinsics.jsonl"),
-        ("instant-ngp (kit)", work / "ngp_kit" / "ngp_eval.jsonl"),
+        ("instant-ngp", ngp_work / "ngp.jsonl"),
+        ("instant-ngp, train extrinsics", ngp_work / "ngp_extrinsics.jsonl"),
+        ("instant-ngp (kit)", ngp_work / "ngp_kit" / "ngp_eval.jsonl"),
     ]
     for program, path in ngp_sources:
         for r in _last_by_tag(path).values():
@@ -435,7 +444,7 @@ def _main(argv: list[str]) -> int:
             else:
                 budget = int(sum(times)) + NGP_SLACK_S * len(times)
                 env = {**os.environ, **kit_env}
-                if _run(cmd, budget, plan.work / "logs" / "ngp_kit.log", env) != 0:
+                if _run(cmd, budget, plan.ngp_work / "logs" / "ngp_kit.log", env) != 0:
                     failed.append("ngp_kit")
         else:
             env = ngp_env()
@@ -444,7 +453,7 @@ def _main(argv: list[str]) -> int:
             ):
                 if args.dry_run:
                     print(f"[peers] LD_LIBRARY_PATH={shlex.quote(env['LD_LIBRARY_PATH'])} {shlex.join(cmd)}")
-                elif _run(cmd, timeout_s, plan.work / "logs" / f"{tag}.log", env) != 0:
+                elif _run(cmd, timeout_s, plan.ngp_work / "logs" / f"{tag}.log", env) != 0:
                     failed.append(tag)
     if "ours" in programs:
         rate = args.rate or SCENES.get(plan.scene, {}).get("rate", DEFAULT_RATE)
@@ -457,7 +466,7 @@ def _main(argv: list[str]) -> int:
                 failed.append(ours_dir(plan, args.label).name)
     if args.dry_run:
         return 0
-    rows = results(plan.work)
+    rows = results(plan.work, plan.ngp_work)
     text = table(rows, plan.scene)
     atomic_write_bytes(plan.work / "peers.md", text.encode())
     atomic_write_json(
