@@ -25,7 +25,7 @@ except Exception as e:
     print(f"{name:18s} no metrics.json ({type(e).__name__})"); sys.exit()
 g = lambda k, s=1.0, f="%.2f": (f % (m[k] / s)) if isinstance(m.get(k), (int, float)) else "-"
 sps = "%.1f" % (m["steps"] / m["time/train_s"]) if m.get("time/train_s") else "-"
-print(f"{name:18s} steps {g('steps', f='%d'):>6s} train_s {g('time/train_s'):>7s} it/s {sps:>6s} psnr {g('val/psnr', f='%.3f'):>7s} "
+print(f"{name:18s} steps {g('steps', f='%d'):>6s} train_s {g('time/train_s'):>7s} it/s {sps:>6s} psnr {g('val/psnr', f='%.3f'):>7s} ngp {g('val/psnr_ngp', f='%.3f'):>7s} "
       f"ssim {g('val/ssim', f='%.4f')} test {g('test/psnr', f='%.3f')} Mrays/s {g('train/rays_per_s', 1e6)} Msmp/s {g('train/samples_per_s', 1e6, '%.1f')} "
       f"memGB {g('gpu/mem_peak_gb', f='%.3f')} gpu% {g('gpu/utilization_mean', f='%.0f')} imb {g('perf/forward_imbalance')} wall_s {g('time/wall_s', f='%.0f')}")
 PY
