@@ -276,13 +276,16 @@ def plot(result: dict[str, Any], path: Path, compare: dict[str, Any] | None) -> 
     return True
 
 
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``[own arguments] -- [train overrides]`` -> (own arguments, overrides)."""
+    if "--" not in argv:
+        return argv, []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1 :]
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--" in argv:
-        i = argv.index("--")
-        argv, overrides = argv[:i], argv[i + 1 :]
-    else:
-        overrides = []
+    argv, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoints", default="5,15,60,300", help="seconds of training, comma-separated")
     p.add_argument("--out", default="outputs/bench/curve", type=Path)

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nerf_lightning.bench.curve import split_overrides
 from nerf_lightning.data.split_files import SplitFiles, copy_split_files, write_split_files
 from nerf_lightning.errors import UserError, user_errors
 from nerf_lightning.utils.io import atomic_write_bytes, atomic_write_json
@@ -388,11 +389,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    if "--" in argv:
-        i = argv.index("--")
-        argv, overrides = argv[:i], argv[i + 1 :]
-    else:
-        overrides = []
+    argv, overrides = split_overrides(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scene", required=True, help="lego | fox | fruit (under --data) or a capture folder")
     p.add_argument("--times", default="15,60", help="seconds of training, comma-separated (e.g. 15,60,300)")
