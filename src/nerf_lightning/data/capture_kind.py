@@ -75,9 +75,6 @@ def classify_pixels(pixels: torch.Tensor) -> CaptureKind:
     fraction = float(torch.count_nonzero(alpha < TRANSPARENT_ALPHA)) / max(1, alpha.numel())
     share = f"{100.0 * fraction:.1f} % of the training pixels have alpha < {TRANSPARENT_ALPHA}"
     if fraction >= MIN_TRANSPARENT_FRACTION:
-        return CaptureKind("render", f"RGBA images over a transparent background ({share})", fraction)
-    return CaptureKind(
-        "photo",
-        f"RGBA images that are opaque ({share}; renders have at least {100 * MIN_TRANSPARENT_FRACTION:g} %)",
-        fraction,
-    )
+        return CaptureKind("render", f"RGBA images over a transparent background: {share}", fraction)
+    least = f"renders have at least {100 * MIN_TRANSPARENT_FRACTION:g} %"
+    return CaptureKind("photo", f"RGBA images that are opaque: {share}, {least}", fraction)

@@ -434,11 +434,11 @@ class NeRFDataModule(L.LightningDataModule):
         auto_background = "eval" if kind.is_render else "random"
         self.train_background = auto_background if background == "auto" else background
         log.info(
-            "capture kind: %s (%s); training rays through %s, over %s backgrounds",
+            "capture kind: %s (%s); training rays through %s, over %s",
             kind.kind,
             kind.reason,
             "random points of their pixels" if self.pixel_jitter else "the pixel centres",
-            "random" if self.train_background == "random" else "the evaluation",
+            "random backgrounds" if self.train_background == "random" else "the evaluation background",
         )
 
     @property
