@@ -21,7 +21,12 @@ views of ``--test`` exactly as instant-ngp's ``scripts/run.py --test_transforms`
 
 ``--train-extrinsics`` turns on instant-ngp's extrinsics optimization during training
 (``testbed.nerf.training.optimize_extrinsics``; off by default in instant-ngp). The test cameras are
-scored as the file gives them, as run.py does.
+scored as the file gives them, as run.py means to: loading the test file resizes the per-view pose
+offsets (``std::vector::resize`` in ``load_nerf_post``), which keeps the offsets learned for the first
+training views and applies them to the test views of the same index. run.py scores those shifted
+cameras; this driver first sets every training view's camera to its refined pose
+(``set_camera_extrinsics(i, get_camera_extrinsics(i))``, which zeroes its offset and exposure state),
+so the test views start from zero offsets.
 
 Output: one JSON line appended to ``--out``: tag, seconds/steps trained, steps/s, both means and
 minima, and ``per_view`` (image path and both PSNRs of every test view, in the dataset's order).
@@ -119,7 +124,16 @@ def train(testbed, a, res):
     res["loss"] = float(testbed.loss)
 
 
+def clear_view_offsets(testbed):
+    """Bake each training view's learned pose offset into its pose and zero the offset (see above)."""
+    training = testbed.nerf.training
+    for i in range(training.dataset.n_images):
+        training.set_camera_extrinsics(i, training.get_camera_extrinsics(i), True)
+
+
 def evaluate(testbed, a, res):
+    if a.train_extrinsics:
+        clear_view_offsets(testbed)
     train_aabb = int(testbed.nerf.training.dataset.aabb_scale)
     testbed.background_color = [0.0, 0.0, 0.0, 1.0]
     testbed.snap_to_pixel_centers = True
