@@ -25,7 +25,7 @@ from nerf_lightning.utils.config import compose_train_config
 
 
 def _timed(fn, device: torch.device, iters: int) -> float:
-    """Mean seconds per call of ``fn`` over ``iters`` calls (device-synchronized)."""
+    """Mean seconds per run of ``fn`` over ``iters`` runs (device-synchronized)."""
     for _ in range(3):
         fn()
     if device.type == "cuda":
