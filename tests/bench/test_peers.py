@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from nerf_lightning.bench import peers
+from nerf_lightning.bench import peers, readers
 from nerf_lightning.data.synthetic import orbit_poses
 
 DRIVER = Path(peers.__file__).with_name("ngp_driver.py")
@@ -257,3 +257,32 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, capsys) -> None:
         peers.main(["--scene", "no-such-scene", "--data", str(tmp_path), "--dry-run"])
     assert exc.value.code == 2
     assert capsys.readouterr().err.startswith("error: --scene no-such-scene: no capture folder")
+
+
+def test_the_suite_reads_the_rows_of_its_own_call(
+    capture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--json``: only the rows of the programs and time points of this call (the folder holds
+    earlier ones too), one suite row each with both metrics; the table keeps everything."""
+    out = tmp_path / "out"
+    with pytest.warns(UserWarning):
+        plan = peers.make_plan(capture, out)
+    earlier = {"tag": "ngp_60s", "seconds_target": 60.0, "psnr_srgb_white": 21.4, "psnr_black": 21.41}
+    plan.ngp_work.joinpath("ngp.jsonl").write_text(json.dumps(earlier) + "\n")
+    (plan.work / "ours").mkdir(parents=True)
+    points = [{"checkpoint_s": t, "psnr": 29.0 + t / 60, "psnr_ngp": 28.9 + t / 60, "steps": 100 * t,
+               "per_view": {"image": ["0000.png", "0009.png"], "psnr": [28.0, 30.0]}} for t in (15.0, 60.0)]
+    (plan.work / "ours" / "curve.json").write_text(json.dumps({"points": points}))
+    ran = []
+    monkeypatch.setattr(peers, "_run", lambda cmd, timeout_s, log, env=None: ran.append(cmd) or 0)
+    run_dir = tmp_path / "run"
+    argv = ["--scene", str(capture), "--out", str(out), "--times", "60", "--programs", "ours",
+            "--json", str(run_dir / "peers.json")]  # fmt: skip
+    with pytest.warns(UserWarning):
+        assert peers.main(argv) == 0
+    assert len(ran) == 1 and "nerf_lightning.bench.curve" in ran[0]
+    assert "| 60 | instant-ngp |" in (plan.work / "peers.md").read_text()  # the table has both programs
+    (row,) = readers.peers_json(run_dir, run_dir / "log")  # the call's rows: ours at 60 s only
+    assert row["part"] == "@nerf_lightning_60s"
+    assert (row["psnr"], row["psnr_ngp"], row["steps"]) == (30.0, 29.9, 6000)
+    assert row["note"] == "nerf_lightning; worst view 0000 28.00 dB"

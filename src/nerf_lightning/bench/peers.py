@@ -264,7 +264,8 @@ def _stem(name: str) -> str:
 
 def results(work: Path, ngp_work: Path | None = None) -> list[dict[str, Any]]:
     """Every program's points found in ``work``: ``{program, checkpoint_s, train_s, steps, steps_per_s,
-    psnr, psnr_ngp, per_view: {image stem: (psnr, psnr_ngp)}, worst: (stem, pair) | None}``, where
+    psnr, psnr_ngp, per_view: {image stem: (psnr, psnr_ngp)}, worst: (stem, pair) | None, source: the
+    results file}``, where
     ``psnr`` is sRGB over white and ``psnr_ngp`` instant-ngp's run.py metric; instant-ngp's (from
     ``ngp_work``, default ``work``) first."""
     ngp_work = work if ngp_work is None else ngp_work
@@ -279,11 +280,8 @@ def results(work: Path, ngp_work: Path | None = None) -> list[dict[str, Any]]:
             views = {
                 _stem(v["image"]): (v["psnr_srgb_white"], v["psnr_black"]) for v in r.get("per_view", [])
             }
-            rows.append(
-                _row(
-                    program, r, r.get("seconds_target"), r.get("psnr_srgb_white"), r.get("psnr_black"), views
-                )
-            )
+            point = (r.get("seconds_target"), r.get("psnr_srgb_white"), r.get("psnr_black"))
+            rows.append(_row(program, path, r, *point, views))
     for curve in sorted(work.glob("ours*/curve.json")):
         label = curve.parent.name[len("ours-") :] if curve.parent.name != "ours" else ""
         for pt in json.loads(curve.read_text()).get("points", []):
@@ -292,16 +290,24 @@ def results(work: Path, ngp_work: Path | None = None) -> list[dict[str, Any]]:
             ngp = per_view.get("psnr_ngp") or [None] * len(names)
             views = {_stem(n): (a, b) for n, a, b in zip(names, per_view.get("psnr", []), ngp, strict=False)}
             program = f"nerf_lightning ({label})" if label else "nerf_lightning"
-            rows.append(_row(program, pt, pt.get("checkpoint_s"), pt.get("psnr"), pt.get("psnr_ngp"), views))
+            point = (pt.get("checkpoint_s"), pt.get("psnr"), pt.get("psnr_ngp"))
+            rows.append(_row(program, curve, pt, *point, views))
     return rows
 
 
 def _row(
-    program: str, r: dict[str, Any], checkpoint_s: Any, psnr: Any, psnr_ngp: Any, views: dict[str, tuple]
+    program: str,
+    source: Path,
+    r: dict[str, Any],
+    checkpoint_s: Any,
+    psnr: Any,
+    psnr_ngp: Any,
+    views: dict[str, tuple],
 ) -> dict[str, Any]:
     scored = {k: v for k, v in views.items() if v[0] is not None}
     return {
         "program": program,
+        "source": str(source),
         "checkpoint_s": checkpoint_s,
         "train_s": r.get("train_s"),
         "steps": r.get("steps"),
@@ -338,7 +344,7 @@ def table(rows: list[dict[str, Any]], scene: str) -> str:
             psnr, psnr_ngp = (_f(r[key]) + _diff(r, ngp, key) for key in ("psnr", "psnr_ngp"))
             worst = f"{r['worst'][0]} {r['worst'][1][0]:.2f}" if r["worst"] else "-"
             lines.append(
-                f"| {t:g} | {r['program']} | {_f(r['train_s'], '{:.1f}')} | {_f(r['steps'], '{:d}')} "
+                f"| {t:g} | {r['program']} | {_f(r['train_s'], '{:.1f}')} | {_f(r['steps'], '{:.0f}')} "
                 f"| {_f(r['steps_per_s'], '{:.1f}')} | {psnr} | {psnr_ngp} | {worst} |"
             )
     with_views = [r for r in rows if r["per_view"]]
@@ -412,6 +418,7 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--ngp-train-extrinsics", action="store_true", help="instant-ngp optimizes training poses")
     p.add_argument("--jit", choices=("default", "on", "off"), default="default")
     p.add_argument("--dry-run", action="store_true", help="write the split files, print the commands")
+    p.add_argument("--json", type=Path, default=None, help="also write this call's rows here (bench.suite)")
     args = p.parse_args(argv)
     times = [float(t) for t in args.times.split(",") if t]
     programs = {x.strip() for x in args.programs.split(",") if x.strip()}
@@ -427,10 +434,12 @@ def _main(argv: list[str]) -> int:
         + " ".join(plan.ours_overrides)
     )
     failed = []
+    written: list[Path] = []  # the results files of this call's programs
     if "ngp" in programs:
         root = find_ngp_root(args.ngp_root, args.peers, extract=not args.dry_run)
         if args.ngp_runner == "kit":
             cmd, kit_env = kit_command(plan, times, root, args.peers)
+            written.append(plan.ngp_work / "ngp_kit" / "ngp_eval.jsonl")
             if args.dry_run:
                 print(
                     "[peers] "
@@ -445,6 +454,7 @@ def _main(argv: list[str]) -> int:
                     failed.append("ngp_kit")
         else:
             env = ngp_env()
+            written.append(ngp_jsonl(plan.ngp_work, args.ngp_train_extrinsics))
             for tag, cmd, timeout_s in ngp_commands(
                 plan, times, root, args.ngp_python, args.jit, args.ngp_train_extrinsics
             ):
@@ -455,6 +465,7 @@ def _main(argv: list[str]) -> int:
     if "ours" in programs:
         rate = args.rate or SCENES.get(plan.scene, {}).get("rate", DEFAULT_RATE)
         cmd = ours_command(plan, times, rate, overrides, args.label)
+        written.append(ours_dir(plan, args.label) / "curve.json")
         if args.dry_run:
             print(f"[peers] {shlex.join(cmd)}")
         else:
@@ -470,6 +481,10 @@ def _main(argv: list[str]) -> int:
         plan.work / "peers.json", {"scene": plan.scene, "capture": str(plan.capture), "rows": rows}
     )
     print("\n" + text)
+    if args.json is not None:
+        sources = {str(p) for p in written}
+        mine = [r for r in rows if r["source"] in sources and float(r["checkpoint_s"] or -1) in times]
+        atomic_write_json(args.json, {"scene": plan.scene, "capture": str(plan.capture), "rows": mine})
     if failed:
         print(f"[peers] failed (see {plan.work / 'logs'}): {', '.join(failed)}")
         return 1
