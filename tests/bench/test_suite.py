@@ -92,8 +92,8 @@ def test_every_training_override_of_the_table_composes(tmp_path: Path) -> None:
     per composition, so a few compositions check them all)."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from nerf_lightning.train import normalize_overrides
-    from nerf_lightning.utils.config import compose_train_config
+    from nerf_lightning.apps.entry import normalize_argv
+    from nerf_lightning.run.config import compose_train_config
 
     values: dict[str, list[str]] = {}
     for exp in EXPERIMENTS.values():
@@ -109,7 +109,7 @@ def test_every_training_override_of_the_table_composes(tmp_path: Path) -> None:
         overrides = [v[i % len(v)] for v in values.values()]
         overrides = [re.sub(r"\{\w+\}", lambda m: fill.get(m.group(0), m.group(0)), o) for o in overrides]
         try:  # as `python -m nerf_lightning.train` reads its command line (precision=32 is a group choice)
-            cfg = compose_train_config(normalize_overrides(overrides), tmp_path / f"c{i}")
+            cfg = compose_train_config(normalize_argv(overrides), tmp_path / f"c{i}")
         finally:
             GlobalHydra.instance().clear()
         assert cfg.model.field.encoding.log2_hashmap_size in (10, 12, 19, 20, 21, 24)

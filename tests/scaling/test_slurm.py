@@ -20,9 +20,9 @@ from hydra.core.global_hydra import GlobalHydra
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from omegaconf import open_dict
 
+from nerf_lightning.apps.train import train
 from nerf_lightning.callbacks.rank_state import tensor_digest
-from nerf_lightning.train import train
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.run.config import compose_train_config
 
 from .conftest import REPO_ROOT, TINY_RUN, clean_env, tool
 

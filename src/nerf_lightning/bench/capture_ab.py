@@ -104,7 +104,7 @@ def run_variant(path: str, overrides: list[str], steps: int, seed: int, out_dir:
     import lightning as L
     import torch
 
-    from nerf_lightning.utils.config import compose_train_config
+    from nerf_lightning.run.config import compose_train_config
 
     cfg = compose_train_config(
         [f"data.path={path}", "logger=none", "callbacks=none", f"seed={seed}", *overrides], out_dir

@@ -40,7 +40,7 @@ def census(path: str, precision: str, overrides: list[str], work: Path) -> dict[
     import hydra
 
     from nerf_lightning.models.train_step import autocast_for, capture
-    from nerf_lightning.utils.config import compose_train_config
+    from nerf_lightning.run.config import compose_train_config
 
     torch.set_float32_matmul_precision("high")  # as `python -m nerf_lightning.train`
     cfg = compose_train_config(["experiment=blender", f"data.path={path}", "logger=csv", *overrides], work)

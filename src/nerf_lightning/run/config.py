@@ -9,7 +9,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from nerf_lightning.utils.run_dir import register_resolvers
+from nerf_lightning.run.run_dir import register_resolvers
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 

@@ -1,17 +1,20 @@
 """Rebuild a trained run from its checkpoint alone: config, model, data (eval / render / export).
 
 A checkpoint written by ``nerf_lightning.train`` carries the run's resolved config as plain data
-(``checkpoint["nerf_lightning"]["config"]``, see ``callbacks/checkpointing.py``). The model and the
+(``checkpoint["nerf_lightning"]["config"]``, see ``run/checkpoint_callbacks.py``). The model and the
 DataModule are rebuilt from it with ``hydra.utils.instantiate`` — the same path ``train`` takes — and
 the weights (hash grid, MLPs, occupancy grid) loaded from ``state_dict``. Nothing needs the original
 Python objects, so the file loads with ``torch.load(weights_only=True)``; checkpoints written under
 DDP, FSDP (``state_dict_type: full``) or any precision hold full-precision, unwrapped weights and
 rebuild the same way on one device.
+
+The stored config names classes by their import path (``_target_``) at the time of writing; paths that
+have moved since are mapped to their new place when the file is read (:data:`MOVED_TARGETS`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,12 +23,37 @@ import hydra
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
-from nerf_lightning.callbacks.checkpointing import CHECKPOINT_KEY
 from nerf_lightning.data.types import Capture
 from nerf_lightning.errors import UserError
-from nerf_lightning.utils.checkpoint_io import read_checkpoint
+from nerf_lightning.run.checkpoint_callbacks import CHECKPOINT_KEY
+from nerf_lightning.run.checkpoint_io import read_checkpoint
 
-__all__ = ["RestoredRun", "load_run", "resolve_ckpt_file"]
+__all__ = ["MOVED_TARGETS", "RestoredRun", "load_run", "resolve_ckpt_file", "upgrade_targets"]
+
+#: ``_target_`` paths a checkpoint's stored config may hold that have moved: old -> new.
+MOVED_TARGETS: dict[str, str] = {
+    "nerf_lightning.callbacks.checkpointing.LastCheckpoint": (
+        "nerf_lightning.run.checkpoint_callbacks.LastCheckpoint"
+    ),
+    "nerf_lightning.callbacks.prometheus.PrometheusExporter": (
+        "nerf_lightning.tracking.prometheus.PrometheusExporter"
+    ),
+    "nerf_lightning.utils.tracking.CSVLogger": "nerf_lightning.tracking.loggers.CSVLogger",
+    "nerf_lightning.utils.tracking.TensorBoardLogger": "nerf_lightning.tracking.loggers.TensorBoardLogger",
+    "nerf_lightning.utils.tracking.WandbLogger": "nerf_lightning.tracking.wandb_logger.WandbLogger",
+}
+
+
+def upgrade_targets(node: Any) -> Any:
+    """``node`` (plain config data) with every ``_target_`` of :data:`MOVED_TARGETS` at its new path."""
+    if isinstance(node, Mapping):
+        return {
+            k: MOVED_TARGETS.get(v, v) if k == "_target_" and isinstance(v, str) else upgrade_targets(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [upgrade_targets(v) for v in node]
+    return node
 
 
 def resolve_ckpt_file(ckpt: str | Path | None) -> Path:
@@ -116,15 +144,7 @@ def load_run(ckpt: str | Path | None) -> RestoredRun:
     return RestoredRun(
         path=path,
         checkpoint=checkpoint,
-        config=OmegaConf.create(section["config"]),
+        config=OmegaConf.create(upgrade_targets(section["config"])),
         instantiate_kwargs=dict(section.get("instantiate_kwargs") or {}),
     )
 
-
-def dotlist_to_nested(items: Sequence[str] | Mapping[str, Any] | None) -> dict[str, Any]:
-    """``{"a.b": 1}`` or ``["a.b=1"]`` -> ``{"a": {"b": 1}}`` (for config overrides)."""
-    if not items:
-        return {}
-    if isinstance(items, Mapping):
-        return OmegaConf.to_container(OmegaConf.create(dict(items)), resolve=True)  # type: ignore[return-value]
-    return OmegaConf.to_container(OmegaConf.from_dotlist(list(items)), resolve=True)  # type: ignore[return-value]

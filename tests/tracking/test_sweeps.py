@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from runs import fork_app
 
 from nerf_lightning.data.synthetic import generate_scene
-from nerf_lightning.utils.tracking import read_offline_run
+from nerf_lightning.tracking.wandb_offline import read_offline_run
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 from runs import TINY
 
-from nerf_lightning.train import train
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.apps.train import train
+from nerf_lightning.run.config import compose_train_config
 
 
 def instant_ngp_lr(step: int, lr: float, total: int, sched) -> float:

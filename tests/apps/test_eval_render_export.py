@@ -12,15 +12,15 @@ import pytest
 import torch
 from hydra.core.global_hydra import GlobalHydra
 
+from nerf_lightning.apps.eval import evaluate
+from nerf_lightning.apps.export import export
+from nerf_lightning.apps.render import render_video
 from nerf_lightning.data.formats import load_capture
 from nerf_lightning.errors import UserError
-from nerf_lightning.eval import evaluate
-from nerf_lightning.export import export
 from nerf_lightning.render.camera_path import camera_rays, orbit_path, read_nerfstudio_path
 from nerf_lightning.render.video import turbo
-from nerf_lightning.render_app import render_video
-from nerf_lightning.utils.config import compose_app_config
-from nerf_lightning.utils.restore import load_run
+from nerf_lightning.run.config import compose_app_config
+from nerf_lightning.run.restore import load_run
 
 pytestmark = pytest.mark.slow
 

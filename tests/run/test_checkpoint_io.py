@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO
+from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO
 from nerf_lightning.utils.io import atomic_write_bytes, atomic_write_json
 
 FORK = mp.get_context("fork")

@@ -19,13 +19,13 @@ import pytest
 import torch
 from runs import TINY_TRAIN, fork_app
 
-from nerf_lightning.utils.checkpoint_io import AtomicCheckpointIO, read_checkpoint
+from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO, read_checkpoint
+from nerf_lightning.run.resume import comparable, find_matching_run, resolve_ckpt_path
 from nerf_lightning.utils.io import remove_stale_temporaries
-from nerf_lightning.utils.resume import comparable, find_matching_run, resolve_ckpt_path
 
 # Checkpoints every 8 steps = one epoch of 8 steps = the occupancy-grid update interval: the killed
 # run resumes from a checkpoint taken at an epoch boundary on a grid-update step, written before the
-# module's end-of-step hooks ran (see callbacks/checkpointing.py); grid updates and weighted sampling
+# module's end-of-step hooks ran (see run/checkpoint_callbacks.py); grid updates and weighted sampling
 # go on after it (warm-up ends at step 16).
 STEPS = 32
 EVERY = 8

@@ -16,29 +16,24 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import hydra
 import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.data.types import Capture
-from nerf_lightning.errors import UserError, user_errors
+from nerf_lightning.errors import UserError
 from nerf_lightning.render.camera_path import PathCamera, camera_rays, orbit_path, read_nerfstudio_path
 from nerf_lightning.render.video import VideoWriter, turbo
-from nerf_lightning.utils.apps import device_of, nested_overrides, normalize_app_argv
-from nerf_lightning.utils.config import CONF_DIR
+from nerf_lightning.run.restore import load_run
 from nerf_lightning.utils.io import atomic_write_json
-from nerf_lightning.utils.restore import load_run
-from nerf_lightning.utils.run_dir import register_resolvers
 
 log = logging.getLogger("nerf_lightning.render")
-register_resolvers()  # the run-directory resolvers of conf/hydra/default.yaml
 
 
 def path_cameras(cfg: DictConfig, capture: Capture) -> tuple[list[PathCamera], float | None]:
@@ -166,19 +161,7 @@ def _depth_range(depth: np.ndarray, opacity: np.ndarray) -> tuple[float, float]:
     return float(max(lo - margin, 0.0)), float(hi + margin)
 
 
-# An absolute config path: Hydra would otherwise look for a `nerf_lightning.conf` Python package
-# whenever this module is not `__main__` (console scripts, `python -m nerf_lightning.render`).
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="render")
-def _hydra_main(cfg: DictConfig) -> None:
-    torch.set_float32_matmul_precision("high")
-    with user_errors():
-        render_video(cfg)
-
-
-def main() -> None:
-    sys.argv = [sys.argv[0], *normalize_app_argv(sys.argv[1:])]
-    _hydra_main()
-
+main = hydra_app("render", render_video)
 
 if __name__ == "__main__":
     main()

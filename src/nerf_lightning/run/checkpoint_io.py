@@ -5,7 +5,7 @@ Writing: ``torch.save`` into memory, then a temporary file in the same folder, `
 write, sees either the complete previous file or the complete new one, never a truncated file.
 
 Reading: always ``torch.load(weights_only=True)`` (checkpoints hold plain data only, see
-``callbacks/checkpointing.py``); a missing, truncated or foreign file raises :class:`UserError`
+``run/checkpoint_callbacks.py``); a missing, truncated or foreign file raises :class:`UserError`
 naming the file.
 """
 

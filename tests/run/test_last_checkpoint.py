@@ -9,9 +9,9 @@ import lightning as L
 import pytest
 import torch
 
-from nerf_lightning.callbacks import checkpointing
-from nerf_lightning.callbacks.checkpointing import LastCheckpoint
-from nerf_lightning.utils.checkpoint_io import read_checkpoint
+from nerf_lightning.run import checkpoint_callbacks
+from nerf_lightning.run.checkpoint_callbacks import LastCheckpoint
+from nerf_lightning.run.checkpoint_io import read_checkpoint
 
 MAX_STEPS = 20
 
@@ -45,7 +45,7 @@ class _Tiny(L.LightningModule):
 
 def _written_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **kwargs) -> list[int]:
     clock = _Clock()
-    monkeypatch.setattr(checkpointing, "monotonic", clock)
+    monkeypatch.setattr(checkpoint_callbacks, "monotonic", clock)
     cb = LastCheckpoint(dirpath=str(tmp_path / "ckpt"), **kwargs)
     steps: list[int] = []
     save = cb._save_checkpoint
@@ -103,7 +103,7 @@ def test_under_ddp_rank_zero_decides_at_the_checks_only(monkeypatch: pytest.Monk
     from lightning.pytorch.trainer.states import TrainerFn
 
     clock = _Clock()
-    monkeypatch.setattr(checkpointing, "monotonic", clock)
+    monkeypatch.setattr(checkpoint_callbacks, "monotonic", clock)
     cb = LastCheckpoint(dirpath="x", every_n_seconds=5, check_every_n_steps=4)
     calls: list[bool] = []
     rank0_says = [False]

@@ -75,8 +75,8 @@ def select_run_dir(argv: Sequence[str], config_name: str = "train") -> tuple[Pat
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from nerf_lightning.utils.config import CONF_DIR
-    from nerf_lightning.utils.run_dir import register_resolvers
+    from nerf_lightning.run.config import CONF_DIR
+    from nerf_lightning.run.run_dir import register_resolvers
 
     register_resolvers()
     overrides = [a for a in argv if not a.startswith("-")]

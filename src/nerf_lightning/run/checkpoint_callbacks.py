@@ -5,7 +5,7 @@ Two callbacks, both added by ``nerf_lightning.train``:
 - :class:`LastCheckpoint` (config ``callbacks.last_checkpoint``): ``<run>/checkpoints/last.ckpt``
   every ``every_n_seconds`` of training (or every ``every_n_train_steps`` optimizer steps), after
   every validation during ``fit`` and at the end of training, always overwritten in place (written
-  atomically by ``utils.checkpoint_io.AtomicCheckpointIO``: a kill during the write leaves the
+  atomically by ``run.checkpoint_io.AtomicCheckpointIO``: a kill during the write leaves the
   previous file). It is a plain file, never a symlink (Lightning's ``save_last="link"`` is not
   used).
 - :class:`RunState` (always on, not a config entry): stores in every checkpoint, under
@@ -13,7 +13,7 @@ Two callbacks, both added by ``nerf_lightning.train``:
   keyword arguments ``train`` added when instantiating (``instantiate_kwargs``, e.g. the capture's
   ``aabb_scale``), and what Lightning does not save but an exact resume needs: the RNG state and
   whether the checkpoint was taken in the middle of a batch's end-of-step hooks. See
-  :func:`nerf_lightning.utils.restore.load_checkpoint` for the reading side.
+  :func:`nerf_lightning.run.restore.load_run` for the reading side.
 
 Why the mid-batch flag: Lightning calls the callbacks' ``on_train_batch_end`` (a step-triggered
 checkpoint is written there) *before* the LightningModule's own ``on_train_batch_end`` (where
