@@ -1,19 +1,9 @@
 """Errors a user can act on, the exit statuses of the apps, and the boundary that prints them in one line.
 
-Exit statuses of every app (``train``, ``eval``, ``render``, ``export``), for schedulers and scripts:
-
-=====  =======================  ==================================================================
-code   name                     meaning
-=====  =======================  ==================================================================
-0                               the run did what was asked (metrics.json / the outputs are written)
-1                               a bug: a Python traceback
-2      ``EXIT_USER_ERROR``      bad input: a capture, a config value, a checkpoint, a run folder,
-                                or a file that cannot be written (disk full, read-only)
-3      ``EXIT_DIVERGED``        training diverged (NaN/inf loss or weights); no NaN checkpoint is
-                                written, ``last.ckpt`` keeps the last finite state
-143    ``EXIT_INTERRUPTED``     stopped by SIGTERM (128 + 15, what ``timeout``, SLURM and
-                                Kubernetes expect); training wrote a fresh ``last.ckpt`` first
-=====  =======================  ==================================================================
+Every app (``train``, ``eval``, ``render``, ``export``) exits with 0 when it did what was asked, 1 on a
+bug (a traceback), and otherwise with the status of the :class:`StopRun` that ended it:
+:data:`EXIT_USER_ERROR` (2), :data:`EXIT_DIVERGED` (3) or :data:`EXIT_INTERRUPTED` (143);
+``docs/exit_codes.md`` says what each leaves on disk.
 
 A :class:`StopRun` ends a run with one line ``error: <message>`` on stderr (also in the job's log file)
 and its exit status, no Python traceback; ``HYDRA_FULL_ERROR=1`` re-raises it instead, so the full
@@ -45,7 +35,6 @@ __all__ = [
     "StopRun",
     "UserError",
     "as_stop",
-    "as_user_error",
     "user_errors",
 ]
 
@@ -119,11 +108,6 @@ def as_stop(err: BaseException) -> StopRun | None:
     return None
 
 
-def as_user_error(err: BaseException) -> StopRun | None:
-    """Alias of :func:`as_stop` (the name of the days when every stop was a user error)."""
-    return as_stop(err)
-
-
 def io_error_line(err: OSError) -> str:
     """``<file>: <cause>`` of a failed write, e.g. ``run/checkpoints/last.ckpt: no space left on device``."""
     cause = (err.strerror or os.strerror(err.errno or 0)).lower()
@@ -153,8 +137,12 @@ def user_errors() -> Iterator[None]:
         yield
     except (Exception, SIGTERMException) as err:
         stop = as_stop(err)
-        if stop is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
+        if stop is None:
             raise
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the traceback (exit status 1), never status 0
+            if isinstance(err, Exception):
+                raise
+            raise stop from err  # Lightning's SIGTERMException is a SystemExit with status 0
         _to_log_files(f"error: {stop}")
         print(f"error: {stop}", file=sys.stderr, flush=True)
         raise SystemExit(stop.exit_code) from None
