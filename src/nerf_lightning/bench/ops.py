@@ -81,8 +81,9 @@ def camera_rays(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tenso
 
 # ------------------------------------------------------------------------------ benchmarks
 def bench_hash(results: list[dict], quick: bool, copy_bw: float) -> None:
-    from nerf_lightning.models.encoding import HashEncoding, hash_encode_torch
+    from nerf_lightning.models.encoding import HashEncoding
     from nerf_lightning.ops import cuda as cu
+    from nerf_lightning.ops.reference import hash_encode as hash_encode_reference
 
     enc = HashEncoding(backend="cuda").to(DEV)
     L, F = enc.n_levels, enc.n_features_per_level
@@ -121,7 +122,7 @@ def bench_hash(results: list[dict], quick: bool, copy_bw: float) -> None:
 
         def ref_step(pr: torch.Tensor = pr, x: torch.Tensor = x, g: torch.Tensor = g) -> None:
             pr.grad = None
-            out = hash_encode_torch(x, pr, enc.scales, enc.resolutions, enc.offsets)
+            out = hash_encode_reference(x, pr, enc.scales, enc.resolutions, enc.offsets)
             out.backward(g)
 
         row["reference"] = n / timeit(ref_step, warmup=1, iters=3 if quick else 5)
