@@ -289,18 +289,19 @@ def test_auto_hash_encoding_never_picks_an_untested_tcnn(
     ]
 
 
-def test_explicit_hash_backends_that_cannot_run_warn_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_explicit_hash_backends_that_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU input: the torch encoding (the same table) with one warning per backend; tcnn asked for on a
+    GPU without tinycudann: an error that says why, never a silent slow path."""
     monkeypatch.setitem(sys.modules, "tinycudann", None)
     x = torch.rand(4, 3)
     with pytest.warns(RuntimeWarning) as record:
         for _ in range(2):
             assert hash_encoding_backend("tcnn", x) == "torch"
             assert hash_encoding_backend("cuda", x) == "torch"
-    assert (
-        len(record) == 2
-        and "backend=tcnn" in str(record[0].message)
-        and "backend=cuda" in str(record[1].message)
-    )
+    messages = [str(w.message) for w in record]
+    assert len(messages) == 2 and "backend=tcnn" in messages[0] and "backend=cuda" in messages[1]
+    with pytest.raises(RuntimeError, match=r"backend=tcnn: tinycudann does not import \(ModuleNotFoundError"):
+        hash_encoding_backend("tcnn", x.as_subclass(_OnCuda))
     assert hash_encoding_backend("torch", x) == "torch"
     with pytest.raises(ValueError, match="hash encoding backend must be one of"):
         hash_encoding_backend("fast", x)

@@ -11,29 +11,35 @@ Backends of :class:`HashEncoding` (``backend=``), resolved per input by the ops 
 - ``"cuda"``: our kernels (``ops.cuda.hash_encode``): one thread per (point, level), gradient by
   atomic scatter into the table; fp32 and fp16 tables. The table only is differentiated: positions
   that need a gradient take the torch reference.
-- ``"tcnn"``: ``tinycudann.Encoding`` with ``{"otype": "HashGrid", ...}``; our ``params`` table is
-  handed to it, so checkpoints are shared. Written against tcnn's documented Python API and not yet
-  run against our reference; ``auto`` never picks it unless the registry lists the GPU as tested.
-- ``"auto"``: our kernels for CUDA input when the extension loads, else ``torch``. Resolved at each
+- ``"tcnn"``: tiny-cuda-nn's ``HashGrid`` kernels (``ops/tcnn.py``) on our ``params`` table: the same
+  hash, level sizes and layout, so the table (and a checkpoint) is the same for every backend; a grid
+  tcnn would size differently is refused at construction. Its level scales differ from ours by a
+  few float32 ulps (said once at construction). ``auto`` picks it only on GPUs the registry lists as
+  tested and faster (``ops.TCNN_FASTER_ON``).
+- ``"auto"``: our kernels for CUDA input when the extension loads (tcnn instead on a GPU listed in
+  ``ops.TCNN_FASTER_ON`` when it imports), else ``torch``. Resolved at each
   forward from the input's device, so a module built on the CPU and moved to the GPU by Lightning
   takes the fast path.
 
 Output dtype: float32 for float32/float16 params (float64 for float64 params, used by gradcheck);
 all backends return float32 under autocast too (the following Linear layers cast it themselves),
-except ``tcnn``, whose output is cast back to float32 from tcnn's half precision.
+``tcnn``'s output (in the table's dtype) included.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
 import torch
 from torch import nn
 
-from nerf_lightning.ops import HASH_BACKENDS, get_ops, hash_encoding_backend
+from nerf_lightning.ops import HASH_BACKENDS, get_ops, hash_encoding_backend, tcnn
 from nerf_lightning.ops import reference as ref
 from nerf_lightning.ops.hashgrid_torch import LevelTables, hash_encode_fused
+
+log = logging.getLogger(__name__)
 
 
 def _next_multiple(v: int, m: int) -> int:
@@ -117,8 +123,36 @@ class HashEncoding(nn.Module):
         self.params = nn.Parameter(
             torch.empty(offsets[-1], n_features_per_level, dtype=param_dtype).uniform_(-1e-4, 1e-4)
         )
-        self._tcnn_holder: list = []  # tcnn module kept out of the nn.Module tree (params are ours)
         self._level_tables = LevelTables(scales, resolutions, offsets)  # per-device constants, fused path
+        # tiny-cuda-nn's kernels on our table (built on first use; ``auto`` may pick them too)
+        config = tcnn.hashgrid_config(
+            n_levels, n_features_per_level, log2_hashmap_size, base_resolution, self.per_level_scale
+        )
+        self._tcnn = tcnn.TcnnHashGrid(config, offsets[-1])
+        if backend == "tcnn":
+            self._check_tcnn_layout()
+
+    def _check_tcnn_layout(self) -> None:
+        """Refuse a grid whose tables tcnn lays out differently (one line), and say once how far its
+        features are from ours (the level scales: ``ops/tcnn.py``)."""
+        args = (self.n_levels, self.n_features_per_level, self.log2_hashmap_size, self.base_resolution)
+        theirs, unsure = tcnn.tcnn_level_offsets(*args, self.per_level_scale)
+        if theirs != self.offsets:
+            level = next(i for i, (a, b) in enumerate(zip(theirs, self.offsets, strict=True)) if a != b) - 1
+            raise ValueError(
+                f"model.field.encoding.backend=tcnn: tiny-cuda-nn sizes level {level} of this grid "
+                f"differently ({theirs[level + 1] - theirs[level]} entries, ours "
+                f"{self.offsets[level + 1] - self.offsets[level]}): use backend=cuda, or another "
+                "base_resolution / max_resolution"
+            )
+        mismatch = tcnn.scale_mismatch(self.scales, self.n_levels, self.base_resolution, self.per_level_scale)
+        log.info(
+            "hash encoding backend=tcnn: the same table layout (%d x %d); tiny-cuda-nn's level scales "
+            "differ from ours by up to %.1e relative, so its features equal ours to that shift of the "
+            "positions, not bit for bit%s",
+            self.offsets[-1], self.n_features_per_level, mismatch,
+            f" (levels {unsure}: size checked at first use)" if unsure else "",
+        )  # fmt: skip
 
     @property
     def n_output_dims(self) -> int:
@@ -149,33 +183,11 @@ class HashEncoding(nn.Module):
             return hash_encode_fused(x, self.params, self._level_tables)
         return ref.hash_encode(x, self.params, self.scales, self.resolutions, self.offsets)
 
-    # ------------------------------------------------------------------ tcnn (untested here)
     def _forward_tcnn(self, x: torch.Tensor) -> torch.Tensor:
-        import tinycudann as tcnn
-
-        if not self._tcnn_holder:
-            config = {
-                "otype": "HashGrid",
-                "n_levels": self.n_levels,
-                "n_features_per_level": self.n_features_per_level,
-                "log2_hashmap_size": self.log2_hashmap_size,
-                "base_resolution": self.base_resolution,
-                "per_level_scale": self.per_level_scale,
-            }
-            enc = tcnn.Encoding(n_input_dims=3, encoding_config=config, dtype=self.params.dtype)
-            if enc.params.numel() != self.params.numel():
-                raise RuntimeError(
-                    f"tinycudann HashGrid has {enc.params.numel()} params, ours {self.params.numel()}; "
-                    "use model.encoding.backend=cuda or torch"
-                )
-            enc = enc.to(x.device)
-            self._tcnn_holder.append(enc)
-        enc = self._tcnn_holder[0]
-        # tcnn's forward reads ``self.params``; hand it a fresh view of OUR table each call so that
-        # gradients, the optimizer and checkpoints all see a single parameter.
-        enc._parameters["params"] = self.params.reshape(-1)
-        out = enc(x.float().contiguous())
-        return out.float()
+        params = self.params
+        if params.dtype == torch.bfloat16:  # cast by a framework: tcnn reads fp32 / fp16 tables
+            params = params.float()
+        return self._tcnn(x, params)
 
 
 class SHEncoding(nn.Module):

@@ -81,6 +81,11 @@ class NGPField(nn.Module):
         mlp_backend: str = "auto",
     ) -> None:
         super().__init__()
+        if mlp_backend == "tcnn":
+            raise ValueError(
+                "model.field.mlp_backend=tcnn: tiny-cuda-nn's FullyFusedMLP has no bias terms and this "
+                "field's layers have them; mlp_backend=auto runs them as fused kernels with its rounding"
+            )
         if mlp_backend not in ("auto", "torch"):
             raise ValueError(f"model.field.mlp_backend must be 'auto' or 'torch', got {mlp_backend!r}")
         self.mlp_backend = mlp_backend

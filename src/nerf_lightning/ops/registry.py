@@ -210,12 +210,10 @@ def data_kernel(name: str, *tensors: torch.Tensor) -> Callable[..., Any] | None:
     return getattr(mod, name)
 
 
-def _tcnn_importable() -> bool:
-    try:
-        import tinycudann  # noqa: F401
-    except Exception:  # a missing wheel or one built for another torch both mean "no tcnn"
-        return False
-    return True
+def _tcnn_unavailable() -> str | None:
+    from . import tcnn
+
+    return tcnn.available()
 
 
 def hash_encoding_backend(requested: str, x: torch.Tensor) -> str:
@@ -226,7 +224,8 @@ def hash_encoding_backend(requested: str, x: torch.Tensor) -> str:
     - ``cuda``: our kernels for CUDA input when the extension is available; positions that need a
       gradient take the torch reference (the kernels differentiate the table only). Else ``torch``,
       with one warning.
-    - ``tcnn``: tiny-cuda-nn for CUDA input when ``tinycudann`` imports, else ``torch`` with one warning.
+    - ``tcnn``: tiny-cuda-nn for CUDA input (RuntimeError naming why when ``tinycudann`` does not
+      import); ``torch`` with one warning for CPU input.
     - ``auto``: tcnn only on GPUs listed in :data:`TCNN_FASTER_ON` (tested and measured faster), else
       our kernels for CUDA input (``torch`` for CPU input, or without the extension). The choice is
       logged once per device type.
@@ -236,14 +235,20 @@ def hash_encoding_backend(requested: str, x: torch.Tensor) -> str:
     if requested == "torch":
         return "torch"
     if requested == "tcnn":
-        if x.is_cuda and _tcnn_importable():
-            return "tcnn"
-        _warn_once(
-            "hash:tcnn",
-            "model.field.encoding.backend=tcnn: tinycudann is not importable or the input is not on "
-            "CUDA; using the torch hash encoding.",
-        )
-        return "torch"
+        if not x.is_cuda:
+            _warn_once(
+                "hash:tcnn",
+                "model.field.encoding.backend=tcnn: the input is not on a CUDA device; using the torch "
+                "hash encoding (the same table).",
+            )
+            return "torch"
+        why = _tcnn_unavailable()
+        if why is not None:
+            raise RuntimeError(
+                f"model.field.encoding.backend=tcnn: tinycudann does not import ({why}); build it "
+                "(docs/tcnn.md) or use backend=auto"
+            )
+        return "tcnn"
     if requested == "cuda":
         if x.is_cuda and cuda_ops() is not None:
             if x.requires_grad:
@@ -277,7 +282,7 @@ def _auto_hash_backend(x: torch.Tensor) -> tuple[str, str]:
     if not x.is_cuda:
         return "torch", "CPU input"
     gpu = torch.cuda.get_device_name(x.device)
-    if gpu in TCNN_FASTER_ON and _tcnn_importable():
+    if gpu in TCNN_FASTER_ON and _tcnn_unavailable() is None:
         return "tcnn", f"tested and faster than our kernels on {gpu}: {TCNN_FASTER_ON[gpu]}"
     if cuda_ops() is None:
         return "torch", f"no CUDA kernels: {_cuda_state.get('error')}"
