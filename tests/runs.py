@@ -90,7 +90,7 @@ def _fork_main(
     sys.argv = [f"nerf_lightning.{app}", *argv]
     code = 0
     try:
-        importlib.import_module(f"nerf_lightning.{app}").main()
+        importlib.import_module(f"nerf_lightning.apps.{app}").main()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:  # noqa: BLE001 - reported in the log

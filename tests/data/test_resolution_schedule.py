@@ -348,7 +348,7 @@ def test_budgeted_training_runs_through_the_stages(tiny_scene: Path, compose_cfg
     a coarse-to-fine schedule."""
     from runs import TINY
 
-    from nerf_lightning.train import train
+    from nerf_lightning.apps.train import train
 
     torch.set_num_threads(2)
     budget = ["model.sample_budget=3072", "model.march_budget=8192", "model.n_rays_init=128"]

@@ -20,7 +20,7 @@ into encoding, MLP, marching, compositing, optimizer and other kernels.
 
 Writes ``curve.json`` (and ``curve.png`` when matplotlib is installed: PSNR against seconds, with
 the ``--compare`` curve) into ``--out``; prints a table last. Runs on the GPU, and on the CPU with
-the CPU preset and small checkpoints (``--checkpoints 20,40 -- experiment=cpu``).
+the CPU preset (added without a GPU, as by the train app) and small checkpoints (``--checkpoints 20,40``).
 """
 
 from __future__ import annotations
@@ -39,8 +39,10 @@ from typing import Any
 import lightning as L
 import torch
 
+from nerf_lightning.apps.entry import normalize_argv
+from nerf_lightning.apps.train import train, with_device_preset
 from nerf_lightning.callbacks.throughput import ThroughputMonitor
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.run.config import compose_train_config
 
 #: Overrides of every benchmark run: one validation at the end, no best-by-PSNR checkpoints. The rest
 #: (last.ckpt on its default cadence, progress bar, loggers, monitors) stays as configured: their cost
@@ -191,8 +193,6 @@ class _StepProfile(L.Callback):
 
 def run_once(overrides: list[str], out_dir: Path, max_steps: int, profile_steps: int = 0) -> dict[str, Any]:
     """Train one configuration for ``max_steps``; returns train()'s metrics (+ the profile)."""
-    from nerf_lightning.train import train
-
     cfg = compose_train_config([*overrides, *BENCH_OVERRIDES, f"trainer.max_steps={max_steps}"], out_dir)
     profiler = _StepProfile(profile_steps) if profile_steps > 0 and torch.cuda.is_available() else None
     timeline = _RateTimeline()
@@ -280,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         argv, overrides = argv[:i], argv[i + 1 :]
     else:
         overrides = []
+    # the train app's reading of its overrides, the CPU preset included when there is no GPU
+    overrides = with_device_preset(normalize_argv(overrides, open_nodes=()), torch.cuda.is_available())
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoints", default="5,15,60,300", help="seconds of training, comma-separated")
     p.add_argument("--out", default="outputs/bench/curve", type=Path)

@@ -54,7 +54,7 @@ TRAIN_BACKGROUNDS = ("random", "eval", "auto")
 #: Capture formats holding renders (NeRF-synthetic) rather than photographs: ``auto`` trains them
 #: through the pixel centres over the evaluation background (nerfacc's lego recipe). On lego that is
 #: +0.6 dB at 20k steps at each of 3 seeds; on fox, a photograph, pixel centres cost 0.6-1.0 dB
-#: (BENCHMARKS.md, 2026-12-01, seventh device session).
+#: (docs/benchmarks/2026-12-01.md).
 RENDER_FORMATS = ("blender",)
 
 

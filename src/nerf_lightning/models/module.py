@@ -268,7 +268,7 @@ class NeRFModule(L.LightningModule):
 
     def _logging_step(self) -> bool:
         """Whether the loggers write this step. ``self.log`` costs a host->device copy (a sync)
-        per call in Lightning, so the hot path logs only on the steps that are written."""
+        every time in Lightning, so the hot path logs only on the steps that are written."""
         connector = getattr(self.trainer, "_logger_connector", None)
         return bool(getattr(connector, "should_update_logs", True))
 
