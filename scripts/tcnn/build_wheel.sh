@@ -19,12 +19,14 @@
 #   PATCH_ONLY 1: unpack and patch, print the patched lines, stop (a dry run: no GPU, no compiler)
 #
 # The patches (the same text on every run, each checked to apply):
-#   - setup.py imports parse_version from pkg_resources, which setuptools >= 82 no longer ships:
-#     packaging.version instead;
+#   - setup.py imports parse_version from pkg_resources, which setuptools >= 82 no longer ships: a
+#     one-line version parser instead (it only compares CUDA versions; needs no packaging module);
 #   - torch >= 2.10 compiles its headers as C++20 (its cpp_extension default): setup.py's C++17 stays
 #     for tcnn's .cu files, the .cpp files (the binding, which includes torch) get -std=c++20;
 #   - NETWORKS / TRIM_GRID / RTC above.
-# Prints the wheel's path last; writes build.log beside the wheel.
+# Prints the wheel's path last; writes build.log beside the wheel. On the GPU machine (16 cores, sm_90):
+#   ARCH=90 OUT=$OUT bash scripts/tcnn/build_wheel.sh .peers/tcnn-src.tar.gz
+# then keep the wheel in .whl/, where scripts/bench/gpu_suite.sh installs it from.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -64,8 +66,8 @@ patch_file() {
     sed -i -E "$2" "$1"
     grep -qE "$3" "$1" || { echo "error: patch '$2' did not apply to $1" >&2; exit 3; }
 }
-patch_file "$setup" 's/^from pkg_resources import parse_version$/from packaging.version import parse as parse_version/' \
-    '^from packaging.version import parse as parse_version$'
+patch_file "$setup" 's/^from pkg_resources import parse_version$/def parse_version(v): return tuple(int(x) for x in re.findall(r"\\d+", str(v)))/' \
+    '^def parse_version\(v\): return tuple'
 patch_file "$setup" 's/^(\t*)base_cflags = \[f"-std=c\+\+\{cpp_standard\}"\]$/\1base_cflags = ["-std=c++20"]/' \
     'base_cflags = \["-std=c\+\+20"\]'
 if [ "$NETWORKS" = 0 ]; then
@@ -79,7 +81,7 @@ if [ "$TRIM_GRID" = 1 ]; then
     patch_file "$grid" 's@^(\t\tcase [24]: return new GridEncodingTemplated<T, [24], N_FEATURES_PER_LEVEL, HASH_TYPE>)@\t\t// 3-D only: \1@' \
         '// 3-D only: .*case 4:'
 fi
-say "patched: packaging.version, C++20 for .cpp, NETWORKS=$NETWORKS TRIM_GRID=$TRIM_GRID RTC=$RTC"
+say "patched: parse_version, C++20 for .cpp, NETWORKS=$NETWORKS TRIM_GRID=$TRIM_GRID RTC=$RTC"
 if [ "${PATCH_ONLY:-0}" = 1 ]; then
     grep -nE "parse_version$|base_cflags = |^include_networks|libraries=|TCNN_RTC\"" "$setup" | tee -a "$log"
     grep -n "3-D only" "$root/include/tiny-cuda-nn/encodings/grid.h" | tee -a "$log" || true
