@@ -170,8 +170,10 @@ def test_tcnn_under_autocast_and_in_a_cuda_graph() -> None:
         enc.params.grad = None
         replay = graphed(pts)
         replay.backward()
-        torch.testing.assert_close(replay, eager, rtol=1e-5, atol=1e-7, msg=f"step {step}")
-        torch.testing.assert_close(enc.params.grad, g_eager, rtol=1e-4, atol=1e-7, msg=f"step {step}")
+        torch.testing.assert_close(replay, eager, rtol=1e-5, atol=0.0, msg=f"step {step}")
+        # tcnn scatters the table gradient with atomics: equal up to the order of the additions
+        rel = float((enc.params.grad - g_eager).norm() / g_eager.norm())
+        assert float(g_eager.norm()) > 0 and rel < 1e-4, (step, rel)
 
 
 def test_auto_keeps_our_kernels_until_tcnn_is_listed_for_this_gpu() -> None:

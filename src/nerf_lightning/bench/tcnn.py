@@ -25,6 +25,7 @@ import argparse
 import datetime as dt
 import json
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -145,11 +146,9 @@ def bench_step(device: torch.device, budget: int, iters: int, grid: dict) -> lis
 
     default = resolve_precision("auto")
     rows = []
-    modes = [
-        (p, g)
-        for p in dict.fromkeys([default, "32-true"])
-        for g in ((False, True) if device.type == "cuda" else (False,))
-    ]
+    # graphed steps last: a backend whose capture fails may leave the CUDA context unusable
+    graphs = (False, True) if device.type == "cuda" else (False,)
+    modes = [(p, g) for g in graphs for p in dict.fromkeys([default, "32-true"])]
     for precision, graphed in modes:
         name = f"train step 2^{budget.bit_length() - 1} smp, {precision}{', graphs' if graphed else ''}"
         row: dict[str, Any] = {"name": name, "unit": "steps/s"}
@@ -167,8 +166,8 @@ def bench_step(device: torch.device, budget: int, iters: int, grid: dict) -> lis
 
 
 def bench_lego(path: str, seconds: float, out: Path, graph_ok: dict[str, bool]) -> list[dict[str, Any]]:
-    from nerf_lightning.bench.curve import curve
-
+    """lego for ``seconds`` of training per backend, each ``bench.curve`` run in its own process (a
+    backend that fails cannot leave this process's CUDA context broken for the next)."""
     row: dict[str, Any] = {"name": f"lego {seconds:g} s: PSNR dB / steps/s", "unit": "dB, steps/s"}
     rate = 380.0  # lego's 60 s rate on an H200 (BENCHMARKS.md); the second run starts from the first's
     for backend in ("cuda", "tcnn"):
@@ -180,14 +179,23 @@ def bench_lego(path: str, seconds: float, out: Path, graph_ok: dict[str, bool]) 
         ]
         if not graph_ok.get(backend, True):
             overrides.append("model.cuda_graph=false")
+        argv = [sys.executable, "-m", "nerf_lightning.bench.curve", "--checkpoints", f"{seconds:g}"]
+        argv += ["--rate", f"{rate:g}", "--tolerance", "0.25", "--out", str(out / backend), "--", *overrides]
+        row[f"{backend}_command"] = " ".join(argv[1:])
         try:
-            (pt,) = curve(overrides, [seconds], out / backend, rate, tolerance=0.25)
-        except Exception as exc:
-            row[backend] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=4 * seconds + 240)
+        except subprocess.TimeoutExpired:
+            row[backend] = f"failed: over {4 * seconds + 240:g} s"
             continue
+        curve_json = out / backend / "curve.json"
+        if proc.returncode != 0 or not curve_json.is_file():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            row[backend] = f"failed (rc {proc.returncode}): {tail[0][:160]}"
+            continue
+        (pt,) = json.loads(curve_json.read_text())["points"]
         rate = pt["steps_per_s"]
-        row[backend] = f"{pt['psnr']:.2f} / {pt['steps_per_s']:.0f}"
-        row[f"{backend}_overrides"] = " ".join(overrides)
+        psnr = "-" if pt["psnr"] is None else f"{pt['psnr']:.2f}"
+        row[backend] = f"{psnr} / {pt['steps_per_s']:.0f}"
     return [row]
 
 
@@ -232,12 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     grid = DRY_GRID if small else GRID
     rows = bench_encoding(device, [10, 12] if small else [18, 20], iters, grid)
     rows += bench_step(device, 1 << 10 if small else 1 << 18, iters, grid)
-    graph_ok = {
-        b: not str(r.get(b, "")).startswith("failed")
-        for r in rows
-        if "graphs" in r["name"]
-        for b in ("cuda", "tcnn")
-    }
+    graphed = [r for r in rows if "graphs" in r["name"]]
+    graph_ok = {b: all(not str(r.get(b, "")).startswith("failed") for r in graphed) for b in ("cuda", "tcnn")}
     if args.lego:
         rows += bench_lego(args.lego, args.lego_seconds, args.out, graph_ok)
     ours = next(iter(avail))
