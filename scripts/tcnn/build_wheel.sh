@@ -21,8 +21,8 @@
 # The patches (the same text on every run, each checked to apply):
 #   - setup.py imports parse_version from pkg_resources, which setuptools >= 82 no longer ships: a
 #     one-line version parser instead (it only compares CUDA versions; needs no packaging module);
-#   - torch >= 2.10 compiles its headers as C++20 (its cpp_extension default): setup.py's C++17 stays
-#     for tcnn's .cu files, the .cpp files (the binding, which includes torch) get -std=c++20;
+#   (setup.py's C++17 stays: the binding compiles against torch's headers as C++17, checked with
+#   torch 2.13's; tcnn's sources compile with nvcc 13.0 for sm_90, checked without a GPU)
 #   - NETWORKS / TRIM_GRID / RTC above.
 # Prints the wheel's path last; writes build.log beside the wheel. On the GPU machine (16 cores, sm_90):
 #   ARCH=90 OUT=$OUT bash scripts/tcnn/build_wheel.sh .peers/tcnn-src.tar.gz
@@ -68,8 +68,6 @@ patch_file() {
 }
 patch_file "$setup" 's/^from pkg_resources import parse_version$/def parse_version(v): return tuple(int(x) for x in re.findall(r"\\d+", str(v)))/' \
     '^def parse_version\(v\): return tuple'
-patch_file "$setup" 's/^(\t*)base_cflags = \[f"-std=c\+\+\{cpp_standard\}"\]$/\1base_cflags = ["-std=c++20"]/' \
-    'base_cflags = \["-std=c\+\+20"\]'
 if [ "$NETWORKS" = 0 ]; then
     patch_file "$setup" 's/^include_networks = True$/include_networks = False/' '^include_networks = False$'
 fi
@@ -81,9 +79,9 @@ if [ "$TRIM_GRID" = 1 ]; then
     patch_file "$grid" 's@^(\t\tcase [24]: return new GridEncodingTemplated<T, [24], N_FEATURES_PER_LEVEL, HASH_TYPE>)@\t\t// 3-D only: \1@' \
         '// 3-D only: .*case 4:'
 fi
-say "patched: parse_version, C++20 for .cpp, NETWORKS=$NETWORKS TRIM_GRID=$TRIM_GRID RTC=$RTC"
+say "patched: parse_version, NETWORKS=$NETWORKS TRIM_GRID=$TRIM_GRID RTC=$RTC"
 if [ "${PATCH_ONLY:-0}" = 1 ]; then
-    grep -nE "parse_version$|base_cflags = |^include_networks|libraries=|TCNN_RTC\"" "$setup" | tee -a "$log"
+    grep -nE "def parse_version|base_cflags = |^include_networks|libraries=|TCNN_RTC\"" "$setup" | tee -a "$log"
     grep -n "3-D only" "$root/include/tiny-cuda-nn/encodings/grid.h" | tee -a "$log" || true
     exit 0
 fi
