@@ -34,19 +34,27 @@ DEV = torch.device("cuda")
 
 
 def timeit(fn: Callable[[], Any], warmup: int = 3, iters: int = 10, max_s: float = 10.0) -> float:
-    """Median seconds per call (CUDA events around each call)."""
+    """Median seconds per call: CUDA events around each call on a GPU, the wall clock without one (dry
+    runs); at least 3 calls, fewer than ``iters`` once ``max_s`` has passed."""
+    cuda = torch.cuda.is_available()
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     times = []
     t_start = time.perf_counter()
     for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
         if time.perf_counter() - t_start > max_s and len(times) >= 3:
             break
     return statistics.median(times)

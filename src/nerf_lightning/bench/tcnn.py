@@ -24,16 +24,15 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from nerf_lightning.bench.ops import timeit
 from nerf_lightning.ops import tcnn
 
 #: instant-ngp's grid over the unit cube (lego), as the default field builds it
@@ -44,26 +43,6 @@ GRID = dict(
 DRY_GRID = dict(
     n_levels=4, n_features_per_level=2, log2_hashmap_size=12, base_resolution=4, max_resolution=64
 )
-
-
-def timeit(fn: Callable[[], Any], device: torch.device, warmup: int = 3, iters: int = 20) -> float:
-    """Median seconds per call (CUDA events on a GPU, the wall clock elsewhere)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        if device.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def backends(device: torch.device) -> dict[str, str | None]:
@@ -95,7 +74,7 @@ def bench_encoding(device: torch.device, sizes: list[int], iters: int, grid: dic
                     enc.params.grad = None
                     enc(x).backward(g)
 
-                row[backend] = n / timeit(step, device, iters=iters)
+                row[backend] = n / timeit(step, iters=iters)
             rows.append(row)
     return rows
 
@@ -158,7 +137,7 @@ def bench_step(device: torch.device, budget: int, iters: int, grid: dict) -> lis
                 continue
             try:
                 one = make_step(backend, device, precision, graphed, budget, grid)
-                row[backend] = 1.0 / timeit(one, device, warmup=5, iters=iters)
+                row[backend] = 1.0 / timeit(one, warmup=5, iters=iters)
             except Exception as exc:  # e.g. a backend whose kernels cannot be captured
                 row[backend] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         rows.append(row)
