@@ -7,7 +7,8 @@
 #   bash scripts/bench/gpu_suite.sh cuda-tests --rebuild-extension --pack-extension --limit 300
 #
 # Carry from the repository root: .whl/ (the wheels of ../shared/device-wheels), .devdata/{lego,fox,fruit}
-# (copies of ../shared/data/*) and .devdata/ext.tgz (OUT/ext.tgz of an earlier --pack-extension run).
+# (copies of ../shared/data/*) and .devdata/ext.tgz (OUT/ext.tgz of an earlier --pack-extension run); for the
+# peers-* experiments also .peers/ (../shared/peers without its two *-src.tar.gz: instant-ngp's build).
 # Every argument goes to the runner; see `python -m nerf_lightning.bench.suite --help`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."

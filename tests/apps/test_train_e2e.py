@@ -50,6 +50,9 @@ def test_training_raises_psnr_and_writes_run_outputs(
     per_view = written["val/per_view"]
     assert per_view["image"] == ["0000.png", "0008.png", "0016.png"]
     assert written["val/psnr"] == pytest.approx(sum(per_view["psnr"]) / 3, abs=1e-4)
+    # instant-ngp's metric of the same views (over black in linear RGB) next to the headline one
+    assert written["val/psnr_ngp"] == pytest.approx(sum(per_view["psnr_ngp"]) / 3, abs=1e-4)
+    assert written["val/psnr_ngp"] != pytest.approx(written["val/psnr"], abs=1e-3)
     assert written["eval/split"] == "val" and written["eval/psnr"] == pytest.approx(written["val/psnr"])
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert list((run_dir / "val").glob("*.png")), "validation render missing"

@@ -5,6 +5,7 @@ must see), and it never synchronizes with the host. GPU only: ``pytest -m cuda``
 from __future__ import annotations
 
 import functools
+import importlib
 
 import pytest
 import torch
@@ -109,25 +110,17 @@ def test_step_with_pose_and_exposure_never_syncs_with_the_host() -> None:
 
 
 def test_the_position_gradient_runs_the_kernels_not_the_reference(monkeypatch) -> None:
-    """With learned poses the field's encodings and the sample positions stay on the CUDA kernels (a
-    fall-back to the PyTorch reference would be correct but many times slower)."""
-    from nerf_lightning.ops import encoding_reference, reference
+    """With learned poses every op of the step stays on its CUDA kernel (a fall-back to the PyTorch
+    reference would be correct but many times slower): no wrapper asks for its reference."""
+    from nerf_lightning.ops.cuda import _support
 
-    def fail(name):
-        def f(*a, **k):
-            raise AssertionError(f"{name} ran the PyTorch reference on CUDA tensors")
+    def refuse(op: str, why: str):
+        raise AssertionError(f"ops.cuda.{op} fell back to the PyTorch reference: {why}")
 
-        return f
-
-    import nerf_lightning.ops.cuda as cu
-
-    monkeypatch.setattr(cu, "hash_encode_torch", fail("hash_encode"))
-    monkeypatch.setattr(cu, "sh_encode_torch", fail("sh_encode"))
-    monkeypatch.setattr(reference, "sample_points", fail("sample_points"))
-    monkeypatch.setattr(encoding_reference, "hash_encode_torch", fail("hash_encode"))
-    import nerf_lightning.models.encoding as enc
-
-    monkeypatch.setattr(enc, "sh_encode_torch", fail("sh_encode"))
+    monkeypatch.setattr(_support, "reference_for", refuse)
+    for name in ("compositing", "encoding", "grid", "losses", "marching", "mlp", "rays", "step"):
+        wrappers = importlib.import_module(f"nerf_lightning.ops.cuda.{name}")
+        monkeypatch.setattr(wrappers, "reference_for", refuse)
     step, cam, exposure, opt, args = _setup()
     with autocast_for("bf16-mixed"):
         loss, *_ = step(*args)

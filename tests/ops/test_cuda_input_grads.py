@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nerf_lightning.models.encoding import HashEncoding, hash_encode_torch, sh_encode_torch
+from nerf_lightning.models.encoding import HashEncoding
 from nerf_lightning.ops import reference as ref
+from nerf_lightning.ops.reference import hash_encode as hash_encode_torch
+from nerf_lightning.ops.reference import sh_encode as sh_encode_torch
 
 pytestmark = pytest.mark.cuda
 
@@ -135,11 +137,11 @@ def test_fused_mlp_gradient_of_the_second_input_equals_the_reference(dtype) -> N
     for name, k, r, t in zip(("in0", "in1"), kernel, reference, truth, strict=True):
         err_ref, err = _rel(r, t), _rel(k, t)
         assert err < 2.0 * err_ref + 1e-4 and err < 0.1, (name, err, err_ref)
-    from nerf_lightning.ops import _ext
+    from nerf_lightning.ops.cuda import _support
 
     args = (g_out, in0, in1, weights, biases, dtype == torch.bfloat16, True)
-    assert len(_ext.load().fused_mlp_bwd(*args)) == 3  # the three-result form is unchanged
-    assert len(_ext.load().fused_mlp_bwd(*args, True)) == 4
+    assert len(_support.ext().fused_mlp_bwd(*args)) == 3  # the three-result form is unchanged
+    assert len(_support.ext().fused_mlp_bwd(*args, True)) == 4
 
 
 def test_render_rays_fixed_ray_gradients_cuda_equal_reference() -> None:

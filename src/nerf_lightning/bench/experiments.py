@@ -28,6 +28,7 @@ from nerf_lightning.bench.jobs import (
     curve,
     in_lanes,
     module,
+    peers,
     pytest,
     train,
 )
@@ -67,6 +68,11 @@ LAYOUTS = {
 RES_SCHEDULE = ("data.resolution_schedule=[[0.0,4],[0.1,2],[0.25,1]]",)
 WARMUP = ("+model.scheduler.warmup_steps=100",)
 MLP_L2 = ("model.mlp_weight_decay=1e-6",)
+#: candidates for the background of real captures (fruit's garbled wall, blurred bed, floaters)
+PHOTO_BACKGROUND = {**DEFAULT, "t21": TABLE["t21"], "dist_0.001": ("model.distortion_weight=0.001",)}
+FAR_CONE = {**DEFAULT, "cone_512": ("model.large_scene_cone_angle=0.001953125",)}  # 1/512: 2x far samples
+#: this project's recipe before it followed the images: a Blender-layout capture got the render recipe
+RENDER_RECIPE = ("--", "data.pixel_jitter=false", "data.train_background=eval")
 POSES = ("model.camera_opt.enabled=true",)
 EXPOSURE = ("model.appearance.enabled=true",)
 VIEWS = {**DEFAULT, "poses": POSES, "exposure": EXPOSURE, "both": (*POSES, *EXPOSURE)}
@@ -120,6 +126,20 @@ add("lego-curve", "lego: held-out PSNR after 15, 60 and 300 s of training, alone
 add("hash-table-300s", "lego's 300 s point, 2^20 table against 2^19 (~11 min: one job per slot, --only)",
     curve("t19", "lego", (300,), 360), curve("t20", "lego", (300,), 300, *TABLE["t20"], baseline="t19"),
     data=("lego",))
+add("peers-fox", "fox beside instant-ngp (its driver, JIT on) at 15 and 60 s, each alone on the GPU, on "
+    "the same views: both metrics, per view; instant-ngp with train extrinsics at 60 s (carry .peers)",
+    peers("ngp", "fox", "ngp", (15, 60)),
+    peers("ngp_extrinsics", "fox", "ngp", (60,), "--ngp-train-extrinsics"),
+    peers("ours", "fox", "ours", (15, 60)), data=("fox",))
+add("peers-fruit", "fruit beside instant-ngp at 15 and 60 s; its Blender-layout copy at 60 s with `auto` "
+    "(the photo recipe) and with the render recipe the layout used to pick (carry .peers)",
+    peers("ngp", "fruit", "ngp", (15, 60)), peers("ours", "fruit", "ours", (15, 60)),
+    peers("ours_blender", "fruit", "ours", (60,), "--layout", "blender"),
+    peers("ours_blender_before", "fruit", "ours", (60,), "--layout", "blender", "--label", "before-fix",
+          *RENDER_RECIPE), data=("fruit",))
+add("peers-lego", "lego beside instant-ngp at 15 and 60 s, each alone on the GPU, on the same views "
+    "(carry .peers)",
+    peers("ngp", "lego", "ngp", (15, 60)), peers("ours", "lego", "ours", (15, 60)), data=("lego",))
 add("default-scene", "`make train` on a GPU: the generated default scene, 20k steps",
     train("default", "default", "logger=csv", "callbacks.progress_bar=null", quiet=False,
           expected_s=150, timeout_s=420))
@@ -147,6 +167,13 @@ add("near-plane", "near plane 0.2 (default) against 0: fruit 2000 steps at 7 see
                ("fox", {**DEFAULT, "near_0": NO_NEAR}, (1,), 5000)]), data=("lego", "fox", "fruit"))
 
 # ------------------------------------------------------------------------- options that stay off
+add("photo-background", "fox and fruit 5k steps, seeds 1-3: a 2^21 table and the distortion loss at 1e-3 "
+    "against the default (the background of real captures)",
+    *lanes_ab([("fox", PHOTO_BACKGROUND, SEEDS, 5000), ("fruit", PHOTO_BACKGROUND, SEEDS, 5000)]),
+    data=("fox", "fruit"))
+add("photo-far-cone", "fox and fruit 5k steps, seeds 1-3: a cone angle of 1/512 (twice the far-field "
+    "samples) against the default",
+    *lanes_ab([("fox", FAR_CONE, SEEDS, 5000), ("fruit", FAR_CONE, SEEDS, 5000)]), data=("fox", "fruit"))
 add("sampler-ab", "lego and fox 5k steps, seeds 1-3: uniform (default), loss-weighted, its error map",
     *lanes_ab([("lego", SAMPLERS, SEEDS, 5000), ("fox", SAMPLERS, SEEDS, 5000)]), data=("lego", "fox"))
 add("sampler-strength", "lego and fox 5k steps, seeds 1-3: loss-weighted alpha 2 / floor 0.1 (fox 0.5 / 0.5)",
@@ -218,6 +245,14 @@ add("step-census", "the graphed lego step outside Lightning per precision: wall,
 add("ops", "each CUDA op against the PyTorch reference, measured in the same run (bench.ops)",
     module("ops", "nerf_lightning.bench.ops", "--profile", "--json", "{run_dir}/ops.json",
            read=readers.ops_json, expected_s=120, timeout_s=400))
+add("tcnn", "tiny-cuda-nn's hash grid against our kernels: its GPU tests against our reference, then "
+    "bench.tcnn (the encoding at 2^18 and 2^20 points, the training step, lego 60 s per backend); needs "
+    "the tinycudann wheel of scripts/tcnn/build_wheel.sh in .whl/",
+    pytest("tcnn_tests", "-m", "cuda", "-s", "tests/models/test_encoding_tcnn.py", expected_s=40,
+           timeout_s=180),
+    module("bench", "nerf_lightning.bench.tcnn", "--lego", "{data}/lego", "--out", "{run_dir}/runs",
+           "--json", "{run_dir}/tcnn.json", "--markdown", "{run_dir}/tcnn_table.txt", read=readers.tcnn_json,
+           expected_s=330, timeout_s=560), data=("lego",))
 add("data-path", "fox at full resolution: data time per step against the training step (bench.data)",
     module("fox", "nerf_lightning.bench.data", "--path", "{data}/fox", "--downscale", "1",
            "--steps", "100", read=readers.log_lines(r"decode|data ms|train step ms|data /"),
@@ -269,7 +304,7 @@ add("cpu-suite", "`make test`: the CPU test suite on two pytest-xdist workers",
 add("cpu-repro", "`make test-repro`: the fruit-like failure reproduced on a generated capture (minutes)",
     pytest("make_test_repro", "-m", "repro and not cuda", gpus=0, expected_s=270, timeout_s=1200))
 add("cpu-resume", "a run killed with SIGKILL and resumed ends bit-identical to the uninterrupted run",
-    pytest("kill_9_resume", "tests/test_resume.py::test_kill_9_then_same_command_resumes_exactly",
+    pytest("kill_9_resume", "tests/run/test_resume.py::test_kill_9_then_same_command_resumes_exactly",
            gpus=0, expected_s=60, timeout_s=600))
 add("fruit-cpu-grid", "fruit at 1/16 resolution on the CPU: which part of the hash grid decides (~25 min)",
     module("capture_ab", "nerf_lightning.bench.capture_ab", "--path", "{data}/fruit", "--cpu-repro",

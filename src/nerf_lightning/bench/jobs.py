@@ -193,6 +193,25 @@ def curve(
     return Job(name, argv, read=readers.curve_json, **job)
 
 
+def peers(
+    name: str, scene: str, programs: str, times: Sequence[float], *args: str, **job: Any
+) -> Job:
+    """``python -m nerf_lightning.bench.peers`` (instant-ngp and/or this project at ``times`` seconds of
+    training, alone on the GPU, the same views), results under ``{exp_dir}`` so the experiment's jobs
+    share its split files and each other's results; one row per program and time point. ``args``: more
+    of its options, then ``--`` and training overrides."""
+    argv = (
+        "{python}", "-m", "nerf_lightning.bench.peers", "--scene", scene, "--data", "{data}",
+        "--out", "{exp_dir}", "--times", ",".join(f"{t:g}" for t in times), "--programs", programs,
+        "--json", "{run_dir}/peers.json", *args,
+    )  # fmt: skip
+    per_point = _OVERHEAD.get(scene, 40.0) + 5.0  # start-up, loading, the evaluation
+    expected = sum(times) + per_point * len(times) + 10.0  # + the split files
+    job.setdefault("expected_s", expected)
+    job.setdefault("timeout_s", expected * 1.5 + 60)
+    return Job(name, argv, read=readers.peers_json, **job)
+
+
 def pytest(name: str, *args: str, **job: Any) -> Job:
     """``python -m pytest -q ARGS``; one row with the pass/fail counts."""
     argv = ("{python}", "-m", "pytest", "-q", "-p", "no:cacheprovider", *args)

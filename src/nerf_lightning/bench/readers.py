@@ -1,7 +1,8 @@
 """How the benchmark runner reads a finished job's results: (run folder, log) -> rows.
 
 A row is a flat dict with any of the keys of the results table (:data:`COLUMNS` of
-:mod:`nerf_lightning.bench.suite`): ``psnr`` [dB], ``ssim``, ``steps``, ``train_s``, ``steps_per_s``,
+:mod:`nerf_lightning.bench.suite`): ``psnr`` [dB], ``psnr_ngp`` [dB] (instant-ngp's run.py metric), ``ssim``,
+``steps``, ``train_s``, ``steps_per_s``,
 ``rays_per_s``, ``samples_per_s``, ``gpu_util`` [%], ``mem_gb``, ``note``, plus ``part`` (a suffix of the
 job's name when one job gives several rows: a curve's checkpoints, an op benchmark's cases) and anything
 else worth keeping in ``rows.jsonl``. A reader raises ``FileNotFoundError`` / ``ValueError`` when the
@@ -45,6 +46,7 @@ def metrics_json(run_dir: Path, log: Path) -> list[Row]:
     steps, train_s = _num(m, "steps"), _num(m, "time/train_s")
     row: Row = {
         "psnr": _num(m, psnr_key) if psnr_key else None,
+        "psnr_ngp": _num(m, f"{prefix}/psnr_ngp"),
         "ssim": _num(m, f"{prefix}/ssim"),
         "steps": int(steps) if steps is not None else None,
         "train_s": train_s,
@@ -81,7 +83,8 @@ def curve_json(run_dir: Path, log: Path) -> list[Row]:
             note += f"; wall/kernels {prof['wall_over_kernel']:.2f}"
         rows.append({
             "part": f"@{p['checkpoint_s']:g}s",
-            "psnr": p.get("psnr"), "ssim": p.get("ssim"), "steps": p.get("steps"),
+            "psnr": p.get("psnr"), "psnr_ngp": p.get("psnr_ngp"), "ssim": p.get("ssim"),
+            "steps": p.get("steps"),
             "train_s": p.get("train_s"), "steps_per_s": p.get("steps_per_s"),
             "rays_per_s": p.get("rays_per_s"), "samples_per_s": p.get("samples_per_s"),
             "gpu_util": p.get("gpu_utilization"), "mem_gb": p.get("mem_peak_gb"),
@@ -91,6 +94,24 @@ def curve_json(run_dir: Path, log: Path) -> list[Row]:
 
 
 _PYTEST_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
+
+
+def peers_json(run_dir: Path, log: Path) -> list[Row]:
+    """``bench.peers --json``: one row per program and time point of the call (part ``@instant_ngp_60s``,
+    ``@nerf_lightning_60s``): PSNR in sRGB over white, instant-ngp's own metric as ``psnr_ngp``, the worst
+    view in the note, the per-view PSNRs in ``per_view``."""
+    data = _load(run_dir / "peers.json")
+    rows = []
+    for r in data["rows"]:
+        program = re.sub(r"[^a-z0-9]+", "_", r["program"].lower()).strip("_")
+        worst = r.get("worst")
+        rows.append({
+            "part": f"@{program}_{float(r['checkpoint_s']):g}s", "psnr": r.get("psnr"),
+            "psnr_ngp": r.get("psnr_ngp"), "steps": r.get("steps"), "train_s": r.get("train_s"),
+            "steps_per_s": r.get("steps_per_s"), "per_view": r.get("per_view"),
+            "note": f"{r['program']}" + (f"; worst view {worst[0]} {worst[1][0]:.2f} dB" if worst else ""),
+        })  # fmt: skip
+    return rows
 
 
 def pytest_summary(run_dir: Path, log: Path) -> list[Row]:
@@ -133,6 +154,19 @@ def ops_json(run_dir: Path, log: Path) -> list[Row]:
             "part": f"@{part}", "ratio": r["cuda"] / r["reference"],
             "note": f"{r['cuda']:.3g} vs reference {r['reference']:.3g} {r['unit']}", "op": r,
         })  # fmt: skip
+    return rows
+
+
+def tcnn_json(run_dir: Path, log: Path) -> list[Row]:
+    """``bench.tcnn --json``: one row per benchmark; its ratio is tcnn over our kernels (same run), a cell
+    that did not run (tcnn absent, a failed capture) in the note."""
+    rows = []
+    for r in _load(run_dir / "tcnn.json")["rows"]:
+        part = re.sub(r"[^a-z0-9]+", "_", r["name"].lower()).strip("_")
+        ours, theirs = r.get("cuda", r.get("torch")), r.get("tcnn")
+        both = isinstance(ours, float) and isinstance(theirs, float)
+        note = f"tcnn {theirs:.4g} vs ours {ours:.4g} {r['unit']}" if both else f"ours {ours}, tcnn {theirs}"
+        rows.append({"part": f"@{part}", "ratio": theirs / ours if both else None, "note": note, "tcnn": r})
     return rows
 
 

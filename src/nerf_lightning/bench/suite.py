@@ -50,7 +50,8 @@ from nerf_lightning.utils.io import atomic_write_bytes
 COLUMNS = (
     ("job", "id", "{}"), ("mode", "mode", "{}"), ("status", "status", "{}"),
     ("wall_s", "wall_s", "{:.0f}"), ("steps", "steps", "{}"), ("PSNR", "psnr", "{:.3f}"),
-    ("dPSNR", "d_psnr", "{:+.3f}"), ("steps/s", "steps_per_s", "{:.1f}"), ("x_base", "ratio", "{:.2f}x"),
+    ("dPSNR", "d_psnr", "{:+.3f}"), ("PSNRngp", "psnr_ngp", "{:.3f}"), ("steps/s", "steps_per_s", "{:.1f}"),
+    ("x_base", "ratio", "{:.2f}x"),
     ("Mrays/s", "mrays_per_s", "{:.2f}"), ("GPU%", "gpu_util", "{:.0f}"), ("memGB", "mem_gb", "{:.2f}"),
     ("note", "note", "{}"),
 )  # fmt: skip

@@ -9,9 +9,10 @@ training ``dict``:
     ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler: the full-resolution pixel
     the ray goes through, also while ``resolution_schedule`` trains at a coarser resolution).
 validation / test ``dict`` (one whole held-out view):
-    same keys for all ``H * W`` pixels in row-major order plus ``height``, ``width`` (ints), ``view`` (int,
-    index into that split's frames) and ``train_view`` (int: the frame's index among the training views
-    when it is one, e.g. under ``val_split=train``, else -1; its learned pose and exposure apply).
+    same keys for all ``H * W`` pixels in row-major order plus ``alpha`` [R] f32 (the image's alpha, 1
+    for RGB captures), ``height``, ``width`` (ints), ``view`` (int, index into that split's frames) and
+    ``train_view`` (int: the frame's index among the training views when it is one, e.g. under
+    ``val_split=train``, else -1; its learned pose and exposure apply).
 
 Splits: ``val`` is what validation during training renders (the capture's val split, else its test
 split, at most ``max_val_views`` of them); ``test`` is the final evaluation (``trainer.test``): the
@@ -36,12 +37,14 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from nerf_lightning.data.cameras import UndistortionTable, intrinsics_tensor, pixel_rays, poses_tensor
+from nerf_lightning.data.capture_kind import CaptureKind, classify_pixels
 from nerf_lightning.data.formats import CaptureError, load_capture
 from nerf_lightning.data.images import ImageSet, load_images
 from nerf_lightning.data.resolution import BlockImages, ResolutionSchedule, block_means, factor_at
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
 from nerf_lightning.data.types import Capture, Frame
 from nerf_lightning.errors import UserError
+from nerf_lightning.ops import data_kernel
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +54,6 @@ VAL_SPLITS = ("val", "test", "auto", "train")
 
 BATCH_SCALINGS = ("per_device", "global", "throughput")
 TRAIN_BACKGROUNDS = ("random", "eval", "auto")
-#: Capture formats holding renders (NeRF-synthetic) rather than photographs: ``auto`` trains them
-#: through the pixel centres over the evaluation background (nerfacc's lego recipe). On lego that is
-#: +0.6 dB at 20k steps at each of 3 seeds; on fox, a photograph, pixel centres cost 0.6-1.0 dB
-#: (docs/benchmarks/2026-12-01.md).
-RENDER_FORMATS = ("blender",)
 
 
 class _StepIndices(IterableDataset):
@@ -165,12 +163,8 @@ class _ViewSet:
         self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor
     ) -> tuple[Tensor, Tensor, Tensor] | None:
         shapes_ok = background.shape == ux.shape + (3,) and self.poses.dtype == torch.float32
-        if not self.pixels.is_cuda or not shapes_ok:
-            return None
-        from nerf_lightning.ops import cuda_ops
-
-        ops = cuda_ops()
-        if ops is None:
+        kernel = data_kernel("training_rays", self.pixels, view_ids) if shapes_ok else None
+        if kernel is None:
             return None
         table = self.undistortion
         if not table.enabled:
@@ -179,7 +173,7 @@ class _ViewSet:
                 return None  # Newton undistortion per ray: the torch path
         args = (self.poses, self.intrinsics, self.pixels, self.offsets, self.widths, view_ids, ix, iy)
         extra = (table.table, table.camera_of_view) if table.enabled else (None, None)
-        return ops.training_rays(*args, ux.float(), uy.float(), background.float(), *extra)
+        return kernel(*args, ux.float(), uy.float(), background.float(), *extra)
 
     def batch(
         self, view_ids: Tensor, ix: Tensor, iy: Tensor, px: Tensor, py: Tensor, background: Tensor
@@ -265,7 +259,7 @@ class NeRFDataModule(L.LightningDataModule):
         pixel_jitter: ``True``: training rays go through uniformly random points of their pixels
             (instant-ngp; the targets are area-averaged pixels); ``False``: through the pixel
             centres, where evaluation renders (nerfacc's lego recipe); ``auto``: ``False`` for
-            renders (:data:`RENDER_FORMATS`), ``True`` for photographs.
+            renders, ``True`` for photographs, as :attr:`capture_kind` says.
         train_background: the colour under each training ray: ``random`` (a random colour per ray,
             as instant-ngp: RGBA targets are composited over it, RGB captures learn to be opaque),
             ``eval`` (the evaluation background, white for Blender captures: nerfacc's lego recipe)
@@ -307,7 +301,9 @@ class NeRFDataModule(L.LightningDataModule):
             raise ValueError(f"data.pixel_jitter must be true, false or auto, got {pixel_jitter!r}")
         self._pixel_jitter_cfg = pixel_jitter
         self._train_background_cfg = train_background
-        #: the training recipe, resolved by setup() (``auto``: from the capture's format)
+        #: renders or photographs, decided from the training images by setup() (``data/capture_kind.py``)
+        self.capture_kind: CaptureKind | None = None
+        #: the training recipe, resolved by setup() (``auto``: from :attr:`capture_kind`)
         self.pixel_jitter: bool | None = None
         self.train_background: str | None = None
         self._eval_bg: Tensor | None = None
@@ -384,10 +380,10 @@ class NeRFDataModule(L.LightningDataModule):
         )
         model = self.camera_model_override or _camera_model(capture)
         self.capture = capture
-        self._resolve_recipe(capture)
         if not capture.train:
             raise CaptureError(f"{path}: no training views ({len(capture.val)} held out, none left to train)")
         train_images = load_images(capture.train, self.downscale, self.image_workers, self.cache_dir)
+        self._resolve_recipe(classify_pixels(train_images.pixels))
         self.train_set = _ViewSet(capture.train, train_images, model)
         self._train_index = {Path(f.image_path): i for i, f in enumerate(capture.train)}
         val_frames = _split_frames(capture, self.val_split, path)
@@ -430,19 +426,21 @@ class NeRFDataModule(L.LightningDataModule):
             capture.aabb_scale,
         )
 
-    def _resolve_recipe(self, capture: Capture) -> None:
-        """``data.pixel_jitter`` / ``data.train_background`` as configured; ``auto``: renders
-        (:data:`RENDER_FORMATS`) train through the pixel centres over the evaluation background,
-        photographs through random points of their pixels over random colours."""
-        renders = capture.format in RENDER_FORMATS
+    def _resolve_recipe(self, kind: CaptureKind) -> None:
+        """``data.pixel_jitter`` / ``data.train_background`` as configured; ``auto``: renders train
+        through the pixel centres over the evaluation background, photographs through random points
+        of their pixels over random colours (``kind``, from the training images, decides)."""
+        self.capture_kind = kind
         jitter, background = self._pixel_jitter_cfg, self._train_background_cfg
-        self.pixel_jitter = (not renders) if jitter == "auto" else bool(jitter)
-        self.train_background = ("eval" if renders else "random") if background == "auto" else background
+        self.pixel_jitter = (not kind.is_render) if jitter == "auto" else bool(jitter)
+        auto_background = "eval" if kind.is_render else "random"
+        self.train_background = auto_background if background == "auto" else background
         log.info(
-            "training rays: %s, over %s backgrounds (%s capture)",
-            "random points of their pixels" if self.pixel_jitter else "pixel centres",
-            "random" if self.train_background == "random" else "the evaluation",
-            capture.format,
+            "capture kind: %s (%s); training rays through %s, over %s",
+            kind.kind,
+            kind.reason,
+            "random points of their pixels" if self.pixel_jitter else "the pixel centres",
+            "random backgrounds" if self.train_background == "random" else "the evaluation background",
         )
 
     @property
@@ -452,10 +450,10 @@ class NeRFDataModule(L.LightningDataModule):
 
     @property
     def is_photograph(self) -> bool:
-        """Whether the capture is photographs rather than renders (the per-view components'
-        ``enabled=auto``): the same rule as the training recipe, not a :data:`RENDER_FORMATS` format."""
-        assert self.capture is not None, "call setup() first"
-        return self.capture.format not in RENDER_FORMATS
+        """Whether the capture is photographs rather than renders (:attr:`capture_kind`, decided from
+        the training images): the per-view components' ``enabled=auto``."""
+        assert self.capture_kind is not None, "call setup() first"
+        return not self.capture_kind.is_render
 
     @property
     def n_train_views(self) -> int:
@@ -727,8 +725,10 @@ class NeRFDataModule(L.LightningDataModule):
         view_ids = torch.full_like(ix, view)
         background = self.eval_background(device).expand(ix.shape[0], 3)
         batch = vs.batch(view_ids, ix, iy, ix.float() + 0.5, iy.float() + 0.5, background)
+        ones = torch.ones_like(ix, dtype=torch.float32)
+        alpha = vs.colors(view_ids, ix, iy)[:, 3] if vs.channels == 4 else ones
         train_view = self._train_index.get(Path(vs.frames[view].image_path), -1)
-        return {**batch, "height": h, "width": w, "view": view, "train_view": train_view}
+        return {**batch, "alpha": alpha, "height": h, "width": w, "view": view, "train_view": train_view}
 
     # ------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

@@ -13,12 +13,14 @@ Format summary
     ``scale`` (default 0.33), ``offset`` (default [0.5, 0.5, 0.5]) and ``aabb_scale`` (default 1)
     are read from the file. Validation frames: every ``test_every``-th usable frame.
 ``blender``
-    NeRF synthetic scenes: ``transforms_{train,val,test}.json`` with ``camera_angle_x`` and RGBA
-    PNGs whose ``file_path`` has no extension. Same NGP transform as instant-ngp uses for them
-    (scale 0.33, offset 0.5, aabb_scale 1); ``has_alpha=True``, evaluated over white. The split
-    files decide the split; a folder with only ``transforms_train.json`` (common in copies of the
-    NeRF-synthetic scenes) holds out every ``test_every``-th training frame as validation, as
-    captures without split files do.
+    ``transforms_{train,val,test}.json``: the NeRF synthetic scenes (``camera_angle_x``, RGBA PNGs
+    whose ``file_path`` has no extension), and photographs that COLMAP-to-NeRF converters write in
+    the same layout (``fl_x``/``fl_y``, ``cx``/``cy``, ``k1 k2 p1 p2``, ``aabb_scale``). Each file is
+    read as instant-ngp reads it: the same intrinsics and lens keys as ``ngp`` (global or per frame),
+    ``scale`` (0.33), ``offset`` (0.5) and ``aabb_scale`` (1) from ``transforms_train.json``;
+    evaluated over white. The split files decide the split; a folder with only
+    ``transforms_train.json`` (common in copies of the NeRF-synthetic scenes) holds out every
+    ``test_every``-th training frame as validation, as captures without split files do.
 ``nerfstudio``
     ``transforms.json`` with ``camera_model`` (PINHOLE / OPENCV / OPENCV_FISHEYE) and/or
     ``applied_transform``. Its world frame is arbitrary, so the poses are normalized first
@@ -65,6 +67,8 @@ NGP_DEFAULT_SCALE = 0.33
 NGP_DEFAULT_OFFSET = (0.5, 0.5, 0.5)
 NERFSTUDIO_DEFAULT_SCALE = 0.5
 NERFSTUDIO_DEFAULT_AABB_SCALE = 4
+#: instant-ngp's largest aabb_scale
+MAX_AABB_SCALE = 128
 
 _FOCAL_KEYS = ("fl_x", "fl_y", "camera_angle_x", "camera_angle_y")
 _DISTORTION_KEYS = ("k1", "k2", "k3", "k4", "p1", "p2")
@@ -251,6 +255,21 @@ def _number(json_path: Path, where: str, key: str, value: Any) -> float:
     return v
 
 
+def _aabb_scale(json_path: Path, data: dict[str, Any], default: int, override: int | None) -> int:
+    """The capture's ``aabb_scale`` (``override``: ``data.aabb_scale``): a power of two in 1..128."""
+    if override is not None:
+        value, where = override, "data.aabb_scale"
+    else:
+        value = _number(json_path, "top level", "aabb_scale", data.get("aabb_scale", default))
+        where = f"{json_path}: key 'aabb_scale'"
+    if value != int(value) or not 1 <= value <= MAX_AABB_SCALE or int(value) & (int(value) - 1):
+        raise CaptureError(
+            f"{where} is {value:g}: expected a power of two from 1 to {MAX_AABB_SCALE} (the outer box in "
+            "units of the unit cube: 1 for an object, 16-128 for a scene with a far background)"
+        )
+    return int(value)
+
+
 def _intrinsics(
     json_path: Path,
     index: int,
@@ -291,6 +310,7 @@ def _intrinsics(
         )
     fx, fy = get("fl_x", focal_src), get("fl_y", focal_src)
     ax, ay = get("camera_angle_x", focal_src), get("camera_angle_y", focal_src)
+    from_focal = fx is not None or fy is not None
     if fx is None and ax is not None:
         fx = 0.5 * w / math.tan(0.5 * ax)
     if fy is None and ay is not None:
@@ -302,6 +322,11 @@ def _intrinsics(
         )
     fx = fy if fx is None else fx
     fy = fx if fy is None else fy
+    if not (fx > 0 and fy > 0):  # a negative focal length flips the image; 0 has no rays
+        keys = "'fl_x'/'fl_y'" if from_focal else "'camera_angle_x'/'camera_angle_y' (radians in (0, pi))"
+        raise CaptureError(
+            f"{json_path}: {where}: focal length {fx:g}, {fy:g} pixels from {keys}; expected > 0"
+        )
     cx, cy = get("cx"), get("cy")
     dist = {k: (get(k) or 0.0) for k in _DISTORTION_KEYS}
     if model == "pinhole":
@@ -429,10 +454,10 @@ def detect_format(path: Path) -> str:
     return "ngp"
 
 
-def _load_ngp(
-    json_path: Path, downscale: int, test_every: int, min_sharpness: float | None, scale, offset, aabb_scale
-) -> Capture:
-    data = _read_json(json_path)
+def _ngp_camera_model(data: dict[str, Any]) -> Any:
+    """The camera model of each frame of an instant-ngp style file (``ngp`` and ``blender`` layouts,
+    as instant-ngp reads both): ``is_fisheye`` -> ``opencv_fisheye``, any non-zero ``k1..k4 p1 p2``
+    (per frame or global) -> ``opencv``, else ``pinhole``."""
     fisheye = bool(data.get("is_fisheye", False))
 
     def model_of(f: dict[str, Any]) -> str:
@@ -441,7 +466,14 @@ def _load_ngp(
         has_dist = any(_nonzero(f.get(k, data.get(k, 0.0))) for k in _DISTORTION_KEYS)
         return "opencv" if has_dist else "pinhole"
 
-    usable, missing, alpha = _parse_frames(json_path, data, model_of, downscale)
+    return model_of
+
+
+def _load_ngp(
+    json_path: Path, downscale: int, test_every: int, min_sharpness: float | None, scale, offset, aabb_scale
+) -> Capture:
+    data = _read_json(json_path)
+    usable, missing, alpha = _parse_frames(json_path, data, _ngp_camera_model(data), downscale)
     total = len(data["frames"])
     _warn_missing(json_path, missing, total)
     scale = (
@@ -450,11 +482,7 @@ def _load_ngp(
         else float(scale)
     )
     offset = _offset3(data.get("offset", NGP_DEFAULT_OFFSET) if offset is None else offset, json_path)
-    aabb = (
-        int(_number(json_path, "top level", "aabb_scale", data.get("aabb_scale", 1)))
-        if aabb_scale is None
-        else int(aabb_scale)
-    )
+    aabb = _aabb_scale(json_path, data, 1, aabb_scale)
     frames = _to_frames(usable, lambda m: nerf_to_ngp(m, scale, offset))
     frames, blurry = _filter_sharpness(frames, min_sharpness, json_path)
     if not frames:
@@ -512,21 +540,19 @@ def _load_blender(root: Path, downscale: int, test_every: int, scale, offset, aa
         else float(scale)
     )
     offset3 = _offset3(head.get("offset", NGP_DEFAULT_OFFSET) if offset is None else offset, train_json)
-    aabb = (
-        int(_number(train_json, "top level", "aabb_scale", head.get("aabb_scale", 1)))
-        if aabb_scale is None
-        else int(aabb_scale)
-    )
+    aabb = _aabb_scale(train_json, head, 1, aabb_scale)
     splits: dict[str, list[Frame]] = {}
     all_missing: list[str] = []
     total = 0
+    any_alpha = False
     for split in ("train", "val", "test"):
         json_path = root / f"transforms_{split}.json"
         if not json_path.is_file():
             splits[split] = []
             continue
         data = _read_json(json_path)
-        usable, missing, _ = _parse_frames(json_path, data, lambda f: "pinhole", downscale)
+        usable, missing, alpha = _parse_frames(json_path, data, _ngp_camera_model(data), downscale)
+        any_alpha |= alpha
         total += len(data["frames"])
         all_missing += [f"{split}: {m}" for m in missing]
         splits[split] = _to_frames(usable, lambda m: nerf_to_ngp(m, scale, offset3))
@@ -553,8 +579,9 @@ def _load_blender(root: Path, downscale: int, test_every: int, scale, offset, aa
         aabb_scale=aabb,
         scale=scale,
         offset=offset3,
-        # Blender scenes are RGBA renders over a transparent background, evaluated over white.
-        has_alpha=True,
+        # NeRF-synthetic renders are RGBA over a transparent background, evaluated over white;
+        # photographs in this layout are opaque (the training recipe follows the pixels, not the layout)
+        has_alpha=any_alpha,
         eval_background=(1.0, 1.0, 1.0),
     )
 
@@ -587,15 +614,7 @@ def _load_nerfstudio(
     )
     scale = NERFSTUDIO_DEFAULT_SCALE if scale is None else float(scale)
     offset3 = _offset3(NGP_DEFAULT_OFFSET if offset is None else offset, json_path)
-    aabb = (
-        int(
-            _number(
-                json_path, "top level", "aabb_scale", data.get("aabb_scale", NERFSTUDIO_DEFAULT_AABB_SCALE)
-            )
-        )
-        if aabb_scale is None
-        else int(aabb_scale)
-    )
+    aabb = _aabb_scale(json_path, data, NERFSTUDIO_DEFAULT_AABB_SCALE, aabb_scale)
     usable = [(f, img, normed[i], intr) for i, (f, img, _, intr) in enumerate(usable)]
     frames = _to_frames(usable, lambda m: nerf_to_ngp(m, scale, offset3))
     frames, blurry = _filter_sharpness(frames, min_sharpness, json_path)
