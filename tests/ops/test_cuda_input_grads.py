@@ -101,6 +101,21 @@ def test_sample_points_ray_gradient_equals_the_reference() -> None:
     assert _rel(go, go_r) < 1e-6 and _rel(gdir, gdir_r) < 1e-6
 
 
+def test_normalize_to_box_position_gradient_equals_the_reference() -> None:
+    torch.manual_seed(1)
+    p = (torch.rand(100_000, 3, device=DEV) * 3.0 - 1.0).requires_grad_()  # a third outside the box
+    box_min, box_size = torch.full((3,), -0.5, device=DEV), torch.full((3,), 2.0, device=DEV)
+    g = torch.randn(100_000, 3, device=DEV)
+    outs = []
+    for fn in (cu.normalize_to_box, ref.normalize_to_box):
+        x, inside = fn(p, box_min, box_size)
+        outs.append((x.detach(), inside, torch.autograd.grad((x * g).sum(), p)[0]))
+    (x_c, in_c, g_c), (x_r, in_r, g_r) = outs
+    assert torch.equal(x_c, x_r) and torch.equal(in_c, in_r)
+    assert not in_r.all() and in_r.any()
+    torch.testing.assert_close(g_c, g_r, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_fused_mlp_gradient_of_the_second_input_equals_the_reference(dtype) -> None:
     """The colour network's second input (the SH of the view directions): its gradient as accurate

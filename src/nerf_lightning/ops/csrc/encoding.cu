@@ -262,20 +262,26 @@ torch::Tensor hash_encode_fwd(torch::Tensor x, torch::Tensor params, std::vector
   return out;
 }
 
-// Returns the float32 gradient of the table [rows, F] (the caller casts it to the params dtype).
-torch::Tensor hash_encode_bwd(torch::Tensor x, torch::Tensor grad_out, int64_t n_rows, int64_t n_features,
-                              std::vector<double> scales, std::vector<int64_t> resolutions,
-                              std::vector<int64_t> offsets) {
+// What both backward passes require of the positions [N, 3] and the output gradient [N, L*F].
+static void check_backward_inputs(const torch::Tensor& x, const torch::Tensor& grad_out, const LevelMeta& meta,
+                                  int features) {
   NL_CHECK_INPUT(x);
   NL_CHECK_INPUT(grad_out);
   NL_CHECK_DTYPE(x, torch::kFloat32);
   NL_CHECK_DTYPE(grad_out, torch::kFloat32);
-  const c10::cuda::CUDAGuard guard(x.device());
-  const LevelMeta meta = make_meta(scales, resolutions, offsets);
-  const int64_t N = x.size(0);
-  const int Fr = static_cast<int>(n_features);
-  TORCH_CHECK(grad_out.dim() == 2 && grad_out.size(0) == N && grad_out.size(1) == meta.n_levels * Fr,
+  TORCH_CHECK(grad_out.dim() == 2 && grad_out.size(0) == x.size(0) && grad_out.size(1) == meta.n_levels * features,
               "hash encoding backward: grad_out must be [N, L*F]");
+}
+
+// Returns the float32 gradient of the table [rows, F] (the caller casts it to the params dtype).
+torch::Tensor hash_encode_bwd(torch::Tensor x, torch::Tensor grad_out, int64_t n_rows, int64_t n_features,
+                              std::vector<double> scales, std::vector<int64_t> resolutions,
+                              std::vector<int64_t> offsets) {
+  const LevelMeta meta = make_meta(scales, resolutions, offsets);
+  const int Fr = static_cast<int>(n_features);
+  check_backward_inputs(x, grad_out, meta, Fr);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t N = x.size(0);
   auto grad = torch::zeros({n_rows, n_features}, x.options());
   if (N == 0) return grad;
   const int threads = 256;
@@ -290,17 +296,12 @@ torch::Tensor hash_encode_bwd(torch::Tensor x, torch::Tensor grad_out, int64_t n
 torch::Tensor hash_encode_bwd_input(torch::Tensor x, torch::Tensor params, torch::Tensor grad_out,
                                     std::vector<double> scales, std::vector<int64_t> resolutions,
                                     std::vector<int64_t> offsets) {
-  NL_CHECK_INPUT(x);
   NL_CHECK_INPUT(params);
-  NL_CHECK_INPUT(grad_out);
-  NL_CHECK_DTYPE(x, torch::kFloat32);
-  NL_CHECK_DTYPE(grad_out, torch::kFloat32);
-  const c10::cuda::CUDAGuard guard(x.device());
   const LevelMeta meta = make_meta(scales, resolutions, offsets);
-  const int64_t N = x.size(0);
   const int Fr = static_cast<int>(params.size(1));
-  TORCH_CHECK(grad_out.dim() == 2 && grad_out.size(0) == N && grad_out.size(1) == meta.n_levels * Fr,
-              "hash encoding backward: grad_out must be [N, L*F]");
+  check_backward_inputs(x, grad_out, meta, Fr);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t N = x.size(0);
   TORCH_CHECK(params.size(0) == offsets.back(), "hash encoding: params has ", params.size(0), " rows, expected ",
               offsets.back());
   auto grad = torch::empty({N, 3}, x.options());
