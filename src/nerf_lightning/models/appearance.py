@@ -95,14 +95,14 @@ class PerViewExposure(nn.Module):
             opacity: [R, 1].
             background: [R, 3], [3] or None (black), what ``rgb`` was composited over.
         """
-        gain = self.gains()[view_ids]
+        gain = self.gains().index_select(0, view_ids)  # backward: one scatter-add
         alpha = opacity.to(rgb.dtype)
         out = gain * rgb
         if background is not None:
             out = out + (1.0 - gain) * (1.0 - alpha) * background
         offsets = self.offsets()
         if offsets is not None:
-            out = out + offsets[view_ids] * alpha
+            out = out + offsets.index_select(0, view_ids) * alpha
         return out
 
     @torch.no_grad()

@@ -217,9 +217,10 @@ class CameraOptimizer(nn.Module):
         """Corrected rays: ``(o + t_v, R_v d)`` for rays float32 [R, 3] of views ``view_ids`` int64 [R]."""
         rot, trans = self.transforms()
         with torch.autocast(rays_d.device.type, enabled=False):
-            r = rot[view_ids]  # [R, 3, 3]
+            # index_select: its backward is one scatter-add (advanced indexing would sort the indices)
+            r = rot.index_select(0, view_ids)  # [R, 3, 3]
             rays_d = (r * rays_d[:, None, :]).sum(-1)
-            rays_o = rays_o + trans[view_ids]
+            rays_o = rays_o + trans.index_select(0, view_ids)
         return rays_o, rays_d
 
     @torch.no_grad()
