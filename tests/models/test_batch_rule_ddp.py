@@ -47,6 +47,7 @@ class _Record(L.Callback):
         self.windows: list[int] = []
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        self.lr_lambda = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas[0].__qualname__
         grid, sampler = pl_module.occupancy, trainer.datamodule.sampler
         update, fold = grid.update, sampler._fold
 
@@ -68,6 +69,7 @@ class _Record(L.Callback):
         torch.save({
             "lrs": self.lrs, "positions": self.positions, "updates": self.updates, "windows": self.windows,
             "steps": trainer.global_step, "rays_per_step": trainer.datamodule.rays_per_step(),
+            "epochs": trainer.current_epoch, "lr_lambda": self.lr_lambda,
             "state": {k: v.detach().clone() for k, v in pl_module.state_dict().items()},
             "view_probs": trainer.datamodule.sampler.view_probabilities().clone(),
         }, self.out / f"{self.tag}_rank{trainer.global_rank}.pt")  # fmt: skip
@@ -150,6 +152,16 @@ def test_two_ranks_follow_the_schedule_of_one_process_with_their_batch(runs: tup
     for key in ("lrs", "positions", "updates", "windows"):
         assert r0[key] == r1[key] == one[key], key
     assert r0["positions"] == [2.0 * s for s in range(REFERENCE_STEPS // 2)]
+    assert r0["lr_lambda"].startswith("on_clock.")  # the schedule read at reference positions
+
+
+def test_one_process_with_the_configured_batch_trains_as_per_device(runs: tuple[Path, Path]) -> None:
+    """k = 1 under the rule: the factory's own schedule (no clock in between), steps as configured."""
+    one, two = _load(runs[0], "one_x1"), _load(runs[0], "ddp2")
+    assert one["lr_lambda"] == "ngp_exponential_decay.<locals>.factor"
+    assert one["positions"] == [float(s) for s in range(REFERENCE_STEPS)]
+    # epochs of data.steps_per_epoch=8 reference steps: as many epochs for both (4 or 8 optimizer steps)
+    assert one["epochs"] == two["epochs"] == REFERENCE_STEPS // 8
 
 
 def test_the_schedule_over_rays_is_that_of_the_configured_batch(runs: tuple[Path, Path]) -> None:
