@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from nerf_lightning.bench.census import PRECISIONS
+from nerf_lightning.bench.census import PRECISIONS, split_overrides
 
 
 class BudgetedStep:
@@ -179,11 +179,7 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    overrides: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, overrides = argv[:i], argv[i + 1 :]
+    argv, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scales", default="1,0.5,0.25,0.125", help="fractions of the batch (default B..B/8)")
     p.add_argument("--precision", default="bf16-mixed", choices=PRECISIONS)
