@@ -130,7 +130,8 @@ def rule_run(scene: str, k: int, rule: str, *overrides: str, seed: int = 1) -> J
     expected += steps / _VAL_EVERY * _VAL_S[scene]
     return train(
         f"{scene}_k{k}_{rule}", scene, f"data.batch_multiple={k}", f"data.batch_scaling={rule}",
-        f"data.steps_per_epoch={_VAL_EVERY}", "trainer.check_val_every_n_epoch=1", *overrides,
+        f"data.steps_per_epoch={_VAL_EVERY}", "trainer.check_val_every_n_epoch=1",
+        "model.save_val_images=false", *overrides,
         steps=steps, seed=seed, read=readers.val_curve(scene, TARGETS[scene]), expected_s=expected,
         timeout_s=max(timeout, 1.5 * expected + 30),
     )  # fmt: skip
