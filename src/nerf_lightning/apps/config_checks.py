@@ -23,7 +23,9 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from nerf_lightning.callbacks.grad_exchange import EXCHANGES
 from nerf_lightning.errors import UserError
+from nerf_lightning.models.clock import LR_SCALINGS, RULES, UNITS
 
 __all__ = ["EVAL", "EXPORT", "RENDER", "TRAIN", "Rule", "check_config"]
 
@@ -120,6 +122,11 @@ DATA: tuple[Rule, ...] = (
     _int("data.test_every", 0, note="0: no holdout"),
     Rule("data.aabb_scale", "pow2", high=128, null=True, note="null: the capture's own"),
     _int("data.image_workers", 1, null=True),
+    Rule("data.batch_scaling", "choice", choices=tuple(RULES)),
+    _num_rule("data.batch_multiple", above=0, note="k x each rank's batch"),
+    Rule("data.schedule_unit", "choice", choices=UNITS, null=True, note="null: the rule's"),
+    Rule("data.lr_scaling", "choice", choices=LR_SCALINGS, null=True, note="null: the rule's"),
+    _num_rule("data.lr_warmup", low=0, note="reference steps"),
 )
 
 #: model.* values (train; eval/render/export overrides)
@@ -164,6 +171,7 @@ TRAIN: tuple[Rule, ...] = (
     _int("num_nodes", 1),
     _int("seed", 0),
     _num_rule("dist_timeout_s", above=0),
+    Rule("grad_exchange", "choice", choices=EXCHANGES),
     Rule("resume", "choice", choices=("never", "auto")),
     _bool("overwrite"),
     *DATA,
