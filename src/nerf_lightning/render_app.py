@@ -29,8 +29,8 @@ from omegaconf import DictConfig
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.data.types import Capture
 from nerf_lightning.errors import UserError, user_errors
-from nerf_lightning.render.camera_path import PathCamera, camera_rays, orbit_path, read_nerfstudio_path
 from nerf_lightning.render import video
+from nerf_lightning.render.camera_path import PathCamera, camera_rays, orbit_path, read_nerfstudio_path
 from nerf_lightning.render.video import VideoWriter, turbo
 from nerf_lightning.utils.apps import device_of, nested_overrides, normalize_app_argv
 from nerf_lightning.utils.config import CONF_DIR

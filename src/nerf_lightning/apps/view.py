@@ -38,9 +38,11 @@ CPU_SIZES = (256, 64)
 
 def build_viewer(cfg: DictConfig):  # noqa: ANN201 - ViewerServer (viser imported here, not at module load)
     """The viewer of ``cfg`` (see ``conf/view.yaml``), listening; the caller runs its loop."""
+    from nerf_lightning.viewer.ports import check_port
     from nerf_lightning.viewer.scene import SceneInfo
     from nerf_lightning.viewer.server import RenderSource, ViewerServer
 
+    check_port(str(cfg.host), int(cfg.port))  # before the checkpoint is read: a taken port fails at once
     run = load_run(cfg.ckpt)
     device = device_of(str(cfg.accelerator))
     capture = run.load_capture(nested_overrides(cfg.get("data")))
