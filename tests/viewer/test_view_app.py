@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 
 import imageio.v3 as iio
@@ -128,3 +129,39 @@ def test_camera_path_export_renders_with_the_render_app(viewer, scene, trained_r
     for frame, cam in ((frames[0], keys[0]), (frames[-1], keys[1])):
         cam = type(cam)(cam.c2w, cam.fov_y, 32 / 24, 32)
         assert psnr(frame, scene.render(cam, 32)["rgb"]) > 25
+
+
+def test_scene_widgets_and_jumping_to_a_training_camera(viewer, scene) -> None:
+    from nerf_lightning.render.geometry import occupied_cells
+
+    client = HeadlessClient(viewer["url"])
+    try:
+        cam = scene.view(0, CANVAS)
+        client.send_camera(cam.c2w, cam.fov_y, *CANVAS)
+        client.wait_complete(0, timeout_s=120)
+        frustums = sorted(n for n in client.scene if n.startswith("/training_cameras/"))
+        assert len(frustums) == len(scene.info.poses) == len(scene.capture.train)
+        assert client.scene["/scene_box/unit_cube"]["props"]["dimensions"] == [1.0, 1.0, 1.0]
+
+        client.click_node(frustums[3])  # a click on a camera jumps there: pose and field of view
+        assert client.wait_for(lambda c: "fov" in c.camera_set and "position" in c.camera_set, 30)
+        time.sleep(1.0)  # the pose comes as several messages (fov, look-at, position, look-at)
+        np.testing.assert_allclose(client.camera_set["position"], scene.info.poses[3][:3, 3], atol=1e-6)
+        assert client.camera_set["fov"] == pytest.approx(scene.info.fov_y[3])
+        look = client.camera_set["look_at"] - client.camera_set["position"]
+        np.testing.assert_allclose(look / np.linalg.norm(look), scene.info.poses[3][:3, 2], atol=1e-6)
+
+        client.set_value("Training cameras", False)
+        assert client.wait_for(lambda c: not any(c.scene[n].get("visible", True) for n in frustums), 30)
+
+        client.set_value("Occupied cells", True)
+        assert client.wait_for(lambda c: "/occupancy/cells" in c.scene, 60)
+        points = client.scene["/occupancy/cells"]["props"]["points"].reshape(-1, 3).astype(np.float64)
+        centres, _ = occupied_cells(scene.model.renderer.occupancy)
+        assert 0 < len(points) == len(centres)
+        np.testing.assert_allclose(np.sort(points, axis=0), np.sort(centres.numpy(), axis=0), atol=2e-3)
+        client.set_value("Occupied cells", False)
+        assert client.wait_for(lambda c: not c.scene["/occupancy/cells"].get("visible", True), 30)
+        client.set_value("Training cameras", True)
+    finally:
+        client.close()

@@ -45,6 +45,18 @@ class Frame:
     status: str
 
 
+def _with_arrays(obj: Any, buffers: list[bytes]) -> Any:
+    """``obj`` with viser's binary placeholders (``{"__binary_index": i, "dtype": ...}``) as numpy arrays
+    (flat: the message's other fields say the shape)."""
+    if isinstance(obj, dict):
+        if "__binary_index" in obj and "dtype" in obj:
+            return np.frombuffer(buffers[obj["__binary_index"]], dtype=np.dtype(obj["dtype"]))
+        return {k: _with_arrays(v, buffers) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_with_arrays(v, buffers) for v in obj]
+    return obj
+
+
 class HeadlessClient:
     """A viewer connection without a browser (see the module docstring). ``url``: ``http://host:port``."""
 
@@ -65,6 +77,10 @@ class HeadlessClient:
         self.last_complete: Frame | None = None
         self.markdown: dict[str, str] = {}
         self.inputs: dict[str, str] = {}  # GUI input label -> uuid (buttons, numbers, dropdowns, ...)
+        #: scene nodes by name: {"type", "props" (numpy arrays decoded), "visible"}
+        self.scene: dict[str, dict[str, Any]] = {}
+        #: what the server last set this browser's camera to (``position``, ``look_at``, ``fov``)
+        self.camera_set: dict[str, Any] = {}
         self.closed = False
         self._thread = threading.Thread(target=self._receive, name="viewer-client", daemon=True)
         self._thread.start()
@@ -80,8 +96,14 @@ class HeadlessClient:
                 size = int.from_bytes(data[:8], "little")
                 compressed = int.from_bytes(data[8:16], "little")
                 inner = dctx.decompress(data[16 : 16 + compressed], max_output_size=size)
-                for msg in msgspec.msgpack.decode(inner)["messages"]:
-                    self._handle(msg)
+                doc = msgspec.msgpack.decode(inner)
+                buffers, offset = [], 16 + compressed
+                for length in doc.get("binaryBufferLengths", ()):
+                    offset += (8 - offset % 8) % 8  # each buffer starts 8-byte aligned
+                    buffers.append(data[offset : offset + length])
+                    offset += length
+                for msg in doc["messages"]:
+                    self._handle(_with_arrays(msg, buffers))
         except Exception:  # noqa: BLE001 - closed (by either side): the waits below time out or see it
             pass
         finally:
@@ -108,6 +130,18 @@ class HeadlessClient:
                         if uuid == msg["uuid"]:
                             del self.inputs[label]
                     self.inputs[updates["label"]] = msg["uuid"]
+            elif kind == "SetCameraPositionMessage":
+                self.camera_set["position"] = np.asarray(msg["position"], dtype=np.float64)
+            elif kind == "SetCameraLookAtMessage":
+                self.camera_set["look_at"] = np.asarray(msg["look_at"], dtype=np.float64)
+            elif kind == "SetCameraFovMessage":
+                self.camera_set["fov"] = float(msg["fov"])
+            elif kind == "SetSceneNodeVisibilityMessage":
+                self.scene.setdefault(msg["name"], {})["visible"] = bool(msg["visible"])
+            elif kind == "RemoveSceneNodeMessage":
+                self.scene.pop(msg["name"], None)
+            elif "name" in msg and isinstance(msg.get("props"), dict):
+                self.scene[msg["name"]] = {"type": kind, "props": msg["props"], "visible": True}
             elif (
                 str(kind).startswith("Gui") and isinstance(msg.get("props"), dict) and "label" in msg["props"]
             ):
@@ -157,6 +191,15 @@ class HeadlessClient:
                 raise TimeoutError(f"viewer: no GUI input {label!r} (have: {sorted(self.inputs)})")
             uuid = self.inputs[label]
         self._send(messages.GuiUpdateMessage(uuid, {"value": value}))
+
+    def click_node(self, name: str) -> None:
+        """Click the scene node ``name`` (a training camera's frustum, say) as the page does."""
+        self._send(
+            messages.SceneNodeClickMessage(
+                name=name, instance_index=None, ray_origin=(0.0, 0.0, 0.0), ray_direction=(0.0, 0.0, 1.0),
+                screen_pos=(0.5, 0.5), modifier=None,
+            )
+        )  # fmt: skip
 
     def click(self, label: str, timeout_s: float = 10.0) -> None:
         """Click the GUI button labelled ``label``."""
