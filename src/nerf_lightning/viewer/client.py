@@ -79,7 +79,7 @@ class HeadlessClient:
         self.inputs: dict[str, str] = {}  # GUI input label -> uuid (buttons, numbers, dropdowns, ...)
         #: scene nodes by name: {"type", "props" (numpy arrays decoded), "visible"}
         self.scene: dict[str, dict[str, Any]] = {}
-        #: what the server last set this browser's camera to (``position``, ``look_at``, ``fov``)
+        #: what the server last set this browser's camera to (``position``, ``look_at``, ``up``, ``fov``)
         self.camera_set: dict[str, Any] = {}
         self.closed = False
         self._thread = threading.Thread(target=self._receive, name="viewer-client", daemon=True)
@@ -134,6 +134,8 @@ class HeadlessClient:
                 self.camera_set["position"] = np.asarray(msg["position"], dtype=np.float64)
             elif kind == "SetCameraLookAtMessage":
                 self.camera_set["look_at"] = np.asarray(msg["look_at"], dtype=np.float64)
+            elif kind == "SetCameraUpDirectionMessage":
+                self.camera_set["up"] = np.asarray(msg["position"], dtype=np.float64)  # viser's field name
             elif kind == "SetCameraFovMessage":
                 self.camera_set["fov"] = float(msg["fov"])
             elif kind == "SetSceneNodeVisibilityMessage":
