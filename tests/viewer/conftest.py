@@ -16,7 +16,7 @@ import torch
 from runs import fork_app
 
 from nerf_lightning.render.camera_path import camera_rays
-from nerf_lightning.utils.restore import load_run
+from nerf_lightning.run.restore import load_run
 from nerf_lightning.viewer.cameras import ViewCamera
 from nerf_lightning.viewer.ports import next_free_port
 from nerf_lightning.viewer.scene import SceneInfo

@@ -14,8 +14,8 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 from runs import fork_app
 
-from nerf_lightning.render_app import render_video
-from nerf_lightning.utils.config import compose_app_config
+from nerf_lightning.apps.render import render_video
+from nerf_lightning.run.config import compose_app_config
 from nerf_lightning.viewer.client import HeadlessClient
 
 from .conftest import MAX_SIZE, psnr, wait_for_line

@@ -1,1 +1,1 @@
-"""The command-line apps: one module per command (``python -m nerf_lightning.<app>`` runs it)."""
+"""The commands: one module per app (train, eval, render, export, view), each a task and its ``main``."""

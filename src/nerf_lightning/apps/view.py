@@ -18,18 +18,14 @@ import logging
 import sys
 from pathlib import Path
 
-import hydra
 import torch
 from omegaconf import DictConfig
 
-from nerf_lightning.errors import UserError, user_errors
-from nerf_lightning.utils.apps import device_of, nested_overrides, normalize_app_argv
-from nerf_lightning.utils.config import CONF_DIR
-from nerf_lightning.utils.restore import load_run
-from nerf_lightning.utils.run_dir import register_resolvers
+from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
+from nerf_lightning.errors import UserError
+from nerf_lightning.run.restore import load_run
 
 log = logging.getLogger("nerf_lightning.view")
-register_resolvers()  # the run-directory resolvers of conf/hydra/default.yaml
 
 #: (max_size, preview_size) defaults: longest side of a full frame and of the preview, in pixels
 GPU_SIZES = (1024, 256)
@@ -102,19 +98,7 @@ def view(cfg: DictConfig) -> None:
         server.close()
 
 
-# An absolute config path: Hydra would otherwise look for a `nerf_lightning.conf` Python package
-# whenever this module is not `__main__` (console scripts, `python -m nerf_lightning.view`).
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="view")
-def _hydra_main(cfg: DictConfig) -> None:
-    torch.set_float32_matmul_precision("high")
-    with user_errors():
-        view(cfg)
-
-
-def main() -> None:
-    sys.argv = [sys.argv[0], *normalize_app_argv(sys.argv[1:])]
-    _hydra_main()
-
+main = hydra_app("view", view)
 
 if __name__ == "__main__":
     main()
