@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from websockets.exceptions import ConnectionClosed
 
 from nerf_lightning.render.camera_path import look_at
 from nerf_lightning.viewer.client import HeadlessClient
@@ -144,8 +145,11 @@ def train_runs(
     moves, start = 0, time.perf_counter()
     try:
         orbit = Orbit(client)
-        while proc.poll() is None:
-            client.send_camera(orbit.camera(2.0 * moves), orbit.fov, canvas, canvas)
+        while proc.poll() is None and not client.closed:
+            try:
+                client.send_camera(orbit.camera(2.0 * moves), orbit.fov, canvas, canvas)
+            except ConnectionClosed:  # training ended: the viewer closed with it
+                break
             moves += 1
             time.sleep(move_every_s)
     finally:
@@ -158,6 +162,26 @@ def train_runs(
     result["on"].update(camera_moves=moves, frames_received=received, frames_per_s=received / seconds)
     result["ckpt"] = str(on)
     return result
+
+
+def print_report(report: dict[str, Any], ckpt: str) -> None:
+    """The table of a ``viewer_bench.json`` document."""
+    print(f"viewer benchmark ({report['device']}, {report['date']}); checkpoint {ckpt}")
+    for row in report["fps"]:
+        print(
+            f"  canvas {row['canvas']:>4d}px: frame {row['frame']:>9s}  {row['fps']:6.2f} frames/s "
+            f"end to end  (render {row['render_ms']:.1f} ms/frame)"
+        )
+    if "train" in report:
+        off, on = report["train"]["off"], report["train"]["on"]
+        lost = 100 * (1 - on["steps_per_s"] / off["steps_per_s"])
+        print(
+            f"  training: viewer=off {off['steps_per_s']:.1f} steps/s, viewer=on with a client "
+            f"{on['steps_per_s']:.1f} steps/s ({lost:+.1f} % lost; "
+            f"{on['frames_received']} frames, {on['frames_per_s']:.1f}/s sent meanwhile)"
+        )
+        psnr_off, psnr_on = off.get("val/psnr", float("nan")), on.get("val/psnr", float("nan"))
+        print(f"  val/psnr: off {psnr_off:.2f} dB, on {psnr_on:.2f} dB")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -208,22 +232,7 @@ def main(argv: list[str] | None = None) -> None:
             proc.kill()
     (out / "viewer_bench.json").write_text(json.dumps(report, indent=2) + "\n")
 
-    print(f"viewer benchmark ({report['device']}, {report['date']}); checkpoint {ckpt}")
-    for row in report["fps"]:
-        print(
-            f"  canvas {row['canvas']:>4d}px: frame {row['frame']:>9s}  {row['fps']:6.2f} frames/s "
-            f"end to end  (render {row['render_ms']:.1f} ms/frame)"
-        )
-    if "train" in report:
-        off, on = report["train"]["off"], report["train"]["on"]
-        lost = 100 * (1 - on["steps_per_s"] / off["steps_per_s"])
-        print(
-            f"  training: viewer=off {off['steps_per_s']:.1f} steps/s, viewer=on with a client "
-            f"{on['steps_per_s']:.1f} steps/s ({lost:+.1f} % lost; "
-            f"{on['frames_received']} frames, {on['frames_per_s']:.1f}/s sent meanwhile)"
-        )
-        psnr_off, psnr_on = off.get("val/psnr", float("nan")), on.get("val/psnr", float("nan"))
-        print(f"  val/psnr: off {psnr_off:.2f} dB, on {psnr_on:.2f} dB")
+    print_report(report, ckpt)
     print(f"  -> {out / 'viewer_bench.json'}")
 
 
