@@ -225,6 +225,14 @@ add("step-census", "the graphed lego step outside Lightning per precision: wall,
 add("ops", "each CUDA op against the PyTorch reference, measured in the same run (bench.ops)",
     module("ops", "nerf_lightning.bench.ops", "--profile", "--json", "{run_dir}/ops.json",
            read=readers.ops_json, expected_s=120, timeout_s=400))
+add("tcnn", "tiny-cuda-nn's hash grid against our kernels: its GPU tests against our reference, then "
+    "bench.tcnn (the encoding at 2^18 and 2^20 points, the training step, lego 60 s per backend); needs "
+    "the tinycudann wheel of scripts/tcnn/build_wheel.sh in .whl/",
+    pytest("tcnn_tests", "-m", "cuda", "-s", "tests/models/test_encoding_tcnn.py", expected_s=40,
+           timeout_s=180),
+    module("bench", "nerf_lightning.bench.tcnn", "--lego", "{data}/lego", "--out", "{run_dir}/runs",
+           "--json", "{run_dir}/tcnn.json", "--markdown", "{run_dir}/tcnn_table.txt", read=readers.tcnn_json,
+           expected_s=330, timeout_s=560), data=("lego",))
 add("data-path", "fox at full resolution: data time per step against the training step (bench.data)",
     module("fox", "nerf_lightning.bench.data", "--path", "{data}/fox", "--downscale", "1",
            "--steps", "100", read=readers.log_lines(r"decode|data ms|train step ms|data /"),
