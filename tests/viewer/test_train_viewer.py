@@ -92,6 +92,33 @@ def test_pause_resume_stop_while_training(tiny_scene: Path, tmp_path: Path) -> N
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
 
 
+def test_sigterm_while_paused_stops_the_run_with_143(tiny_scene: Path, tmp_path: Path) -> None:
+    """A paused run still honours SIGTERM (a scheduler's stop): exit 143 and a last.ckpt of that step."""
+    import signal
+
+    port = next_free_port("127.0.0.1", 7650 + os.getpid() % 1000)
+    log = tmp_path / "train.log"
+    proc = fork_app(
+        "train", f"data.path={tiny_scene}", *TINY_TRAIN, "trainer.max_steps=100000", "viewer=on",
+        f"viewer.port={port}", "viewer.max_size=16", "viewer.preview_size=8",
+        f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, log=log,
+    )  # fmt: skip
+    try:
+        client = HeadlessClient(wait_for_line(log, r"^viewer: (http://\S+)  \(training", proc, 180).group(1))
+        client.send_camera(
+            np.array([[0, 0, 1, -1.0], [-1, 0, 0, 0.5], [0, -1, 0, 0.5], [0, 0, 0, 1]]), 0.8, 16, 12
+        )
+        client.click("Pause training")
+        assert client.wait_for(lambda c: (_panel(c) or ("",))[0] == "paused", 60)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.join(120)
+        client.close()
+    finally:
+        code = stop(proc)
+    assert code == 143, log.read_text()[-3000:]
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+
+
 def test_viewer_off_imports_no_viser(tiny_scene: Path, tmp_path: Path) -> None:
     """The default run (viewer=off) in a fresh interpreter: viser never imported."""
     script = (

@@ -54,6 +54,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, trained_run) -> None:
         code, err = _app_error(tmp_path, "port", f"ckpt={trained_run[0]}", f"port={port}")
     line = _error_line(err)
     assert code == 2 and f"port={port}: 127.0.0.1:{port} is already in use" in line and "pass port=" in line
+    code, err = _app_error(tmp_path, "size", f"ckpt={trained_run[0]}", "max_size=4")
+    assert code == 2 and _error_line(err).startswith("error: max_size=4: expected")
 
 
 def test_frames_follow_the_camera(viewer, scene) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
+from nerf_lightning.apps.config_checks import VIEW, check_config
 from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
 from nerf_lightning.errors import UserError
 from nerf_lightning.run.restore import load_run
@@ -38,6 +39,7 @@ def build_viewer(cfg: DictConfig):  # noqa: ANN201 - ViewerServer (viser importe
     from nerf_lightning.viewer.scene import SceneInfo
     from nerf_lightning.viewer.server import RenderSource, ViewerServer
 
+    check_config(cfg, VIEW)  # types and ranges first
     check_port(str(cfg.host), int(cfg.port))  # before the checkpoint is read: a taken port fails at once
     run = load_run(cfg.ckpt)
     device = device_of(str(cfg.accelerator))
@@ -98,7 +100,8 @@ def view(cfg: DictConfig) -> None:
         server.close()
 
 
-main = hydra_app("view", view)
+# SIGTERM (a service manager, `timeout`): exit 143 after the server is closed (`finally` above)
+main = hydra_app("view", view, stop_on_sigterm=True)
 
 if __name__ == "__main__":
     main()

@@ -292,7 +292,7 @@ add("cpu-suite", "`make test`: the CPU test suite on two pytest-xdist workers",
 add("cpu-repro", "`make test-repro`: the fruit-like failure reproduced on a generated capture (minutes)",
     pytest("make_test_repro", "-m", "repro and not cuda", gpus=0, expected_s=270, timeout_s=1200))
 add("cpu-resume", "a run killed with SIGKILL and resumed ends bit-identical to the uninterrupted run",
-    pytest("kill_9_resume", "tests/test_resume.py::test_kill_9_then_same_command_resumes_exactly",
+    pytest("kill_9_resume", "tests/run/test_resume.py::test_kill_9_then_same_command_resumes_exactly",
            gpus=0, expected_s=60, timeout_s=600))
 add("fruit-cpu-grid", "fruit at 1/16 resolution on the CPU: which part of the hash grid decides (~25 min)",
     module("capture_ab", "nerf_lightning.bench.capture_ab", "--path", "{data}/fruit", "--cpu-repro",

@@ -129,7 +129,8 @@ def train_runs(
     overrides: list[str], out: Path, env: dict[str, str], move_every_s: float, canvas: int
 ) -> dict:
     """Steps 1 and 2 of the module docstring; returns both runs' numbers."""
-    common = [sys.executable, "-m", "nerf_lightning.train", *overrides, "logger=csv"]
+    # overwrite=true: a second benchmark into the same --out replaces its runs
+    common = [sys.executable, "-m", "nerf_lightning.train", *overrides, "logger=csv", "overwrite=true"]
     result: dict[str, Any] = {}
     off = out / "train_viewer_off"
     proc = _start([*common, "viewer=off", f"hydra.run.dir={off}"], out / "train_viewer_off.log", env)

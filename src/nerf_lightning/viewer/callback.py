@@ -167,7 +167,8 @@ class ViewerCallback(L.Callback):
         start = time.perf_counter()
         log.info("viewer: training paused at step %d", trainer.global_step)
         shown = 0.0
-        while panel.paused and not panel.stop_requested:
+        # a SIGTERM ends the pause too: Lightning then stops the fit at this step (exit 143, last.ckpt)
+        while panel.paused and not panel.stop_requested and not trainer.received_sigterm:
             if time.perf_counter() - shown >= self.stats_every_s:  # the step stays where it paused
                 server.show_training(self._status(trainer, pl_module, "paused"))
                 shown = time.perf_counter()
