@@ -27,7 +27,7 @@ from nerf_lightning.callbacks.grad_exchange import EXCHANGES
 from nerf_lightning.errors import UserError
 from nerf_lightning.models.clock import LR_SCALINGS, RULES, UNITS
 
-__all__ = ["EVAL", "EXPORT", "RENDER", "TRAIN", "Rule", "check_config"]
+__all__ = ["EVAL", "EXPORT", "RENDER", "TRAIN", "VIEW", "Rule", "check_config"]
 
 _ABSENT = object()
 
@@ -160,6 +160,16 @@ MODEL: tuple[Rule, ...] = (
     _int("model.field.hidden_dim", 1),
 )
 
+
+def _viewer(prefix: str) -> tuple[Rule, ...]:
+    """The viewer's values: ``view``'s own keys, ``viewer.*`` of ``train viewer=on``."""
+    return (
+        _int(f"{prefix}port", 0, high=65535, note="0: any free port"),
+        _int(f"{prefix}max_size", 8, null=True, note="px; null: 1024 on a GPU, 256 on the CPU"),
+        _int(f"{prefix}preview_size", 8, null=True, note="px; null: 256 on a GPU, 64 on the CPU"),
+    )
+
+
 TRAIN: tuple[Rule, ...] = (
     _int("trainer.max_steps", -1, note="-1: no limit"),
     _int("trainer.max_epochs", -1, null=True, note="-1: no limit"),
@@ -174,6 +184,17 @@ TRAIN: tuple[Rule, ...] = (
     Rule("grad_exchange", "choice", choices=EXCHANGES),
     Rule("resume", "choice", choices=("never", "auto")),
     _bool("overwrite"),
+    *_viewer("viewer."),
+    _num_rule("viewer.budget", above=0, note="render seconds per training second"),
+    _num_rule("viewer.refresh_every_s", above=0),
+    *DATA,
+    *MODEL,
+)
+
+VIEW: tuple[Rule, ...] = (
+    *_viewer(""),
+    _int("chunk", 1),
+    _num_rule("max_seconds", above=0, null=True, note="null: until Ctrl-C"),
     *DATA,
     *MODEL,
 )

@@ -284,6 +284,14 @@ add("apps", "lego 3000 steps with checkpoints, then eval (the same PSNR), an 800
     module("mesh", "nerf_lightning.export", "mesh", "ckpt={exp_dir}/lego_3k", "resolution=256",
            "hydra.run.dir={run_dir}", expected_s=40, timeout_s=240), data=("lego",))
 
+add("viewer", "the browser viewer, lego 20k steps (~60 s) twice: viewer=off against viewer=on with a client "
+    "orbiting an 800x800 canvas (steps/s), then frames/s of its checkpoint at 800x800 and 256x256 (the "
+    "preview); the GPU machine needs viser's wheels",
+    module("viewer", "nerf_lightning.bench.viewer", "--sizes", "800,256", "--frames", "30", "--out",
+           "{run_dir}", "--", "experiment=blender", "data.path={data}/lego", "logger=csv",
+           "callbacks.progress_bar=null", "trainer.max_steps=20000", read=readers.viewer_json,
+           expected_s=240, timeout_s=540), data=("lego",))
+
 # ------------------------------------------------------------------------------ several GPUs
 _DDP2 = {"gpus": 2, "env": TWO_GPUS, "shared": False, "expected_s": 60.0, "timeout_s": 180.0}
 add("ddp-scaling", "2 GPUs, lego and fox 3000 steps: 1 GPU against DDP (Lightning's launcher, torchrun, "

@@ -189,6 +189,27 @@ def render_json(run_dir: Path, log: Path) -> list[Row]:
     }]  # fmt: skip
 
 
+def viewer_json(run_dir: Path, log: Path) -> list[Row]:
+    """``bench.viewer``'s ``viewer_bench.json``: steps/s with ``viewer=off`` and with a client connected
+    (``viewer=on``, its speed as a ratio of the first), then frames/s at each canvas size."""
+    r = _load(run_dir / "viewer_bench.json")
+    rows: list[Row] = []
+    if "train" in r:
+        off, on = r["train"]["off"], r["train"]["on"]
+        for name, m in (("viewer_off", off), ("viewer_on", on)):
+            rows.append({"part": f"@{name}", "steps": m["steps"], "steps_per_s": m["steps_per_s"],
+                         "psnr": m.get("val/psnr"), "train_s": m.get("time/train_s")})  # fmt: skip
+        rows[-1]["ratio"] = on["steps_per_s"] / off["steps_per_s"]
+        frames, rate = on["frames_received"], on["frames_per_s"]
+        rows[-1]["note"] = f"a client moving the camera: {frames} frames ({rate:.1f}/s)"
+    for f in r["fps"]:
+        rows.append({
+            "part": f"@fps_{f['canvas']}", "frames_per_s": f["fps"],
+            "note": f"{f['frame']}: {f['fps']:.1f} frames/s end to end, render {f['render_ms']:.1f} ms/frame",
+        })  # fmt: skip
+    return rows
+
+
 def log_lines(pattern: str, limit: int = 6) -> Callable[[Path, Path], list[Row]]:
     """The log's lines that match ``pattern`` (a regex), joined into the note (tools that print a table)."""
     rx = re.compile(pattern)
