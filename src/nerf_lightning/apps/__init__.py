@@ -1,1 +1,1 @@
-"""The commands: one module per app (train, eval, render, export), each a task function and its ``main``."""
+"""The commands: one module per app (train, eval, render, export, view), each a task and its ``main``."""

@@ -60,15 +60,15 @@ class SceneSpace:
         return nerf_to_ngp(out, self.scale, self.offset)
 
     def pose_to_capture(self, c2w: np.ndarray) -> np.ndarray:
-        """Inverse of :meth:`pose_to_ngp`: NGP-space camera-to-world [..., 4, 4] (OpenCV camera) -> the
-        capture's own frame and NeRF/OpenGL camera (what its transforms.json stores), float64."""
-        nerf = ngp_to_nerf(np.asarray(c2w, dtype=np.float64), self.scale, self.offset)
+        """Inverse of :meth:`pose_to_ngp`: NGP-space (OpenCV camera) [..., 4, 4] -> capture space (NeRF/OpenGL
+        camera), float64 (a camera path made in NGP space, written for nerfstudio's tools)."""
+        out = ngp_to_nerf(np.asarray(c2w, dtype=np.float64), self.scale, self.offset)
         m = self.world_transform
-        rot = m[:3, :3] / self._similarity_scale
-        out = nerf.copy()
-        out[..., :3, :3] = rot.T @ nerf[..., :3, :3]
-        out[..., :3, 3] = (nerf[..., :3, 3] - m[:3, 3]) @ np.linalg.inv(m[:3, :3]).T
-        return out
+        inv = np.linalg.inv(m[:3, :3])
+        res = out.copy()
+        res[..., :3, :3] = (inv * self._similarity_scale) @ out[..., :3, :3]
+        res[..., :3, 3] = (out[..., :3, 3] - m[:3, 3]) @ inv.T
+        return res
 
     def points_to_capture(self, points: np.ndarray) -> np.ndarray:
         """NGP-space points [N, 3] -> capture space (the frame of the capture's transforms.json)."""
