@@ -5,7 +5,8 @@ and its own grid-update jitter.
 The reduction itself (MAX, not SUM) is checked value by value in
 ``tests/render/test_occupancy.py::test_sync_all_reduces_the_max_over_two_gloo_ranks``; this test checks
 that training actually synchronizes: the occupancy grid after its updates, the loss-weighted view
-sampler's statistics, and the parameters.
+sampler's statistics, and the parameters, the learned per-view pose corrections and exposures included
+(ordinary parameters: the strategy all-reduces their gradients).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import torch.distributed as dist
 from nerf_lightning.data.datamodule import NeRFDataModule
 from nerf_lightning.data.sampler import LossWeightedRaySampler
 from nerf_lightning.data.synthetic import generate_scene
+from nerf_lightning.models.appearance import PerViewExposure
+from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.module import NeRFModule
 
@@ -69,6 +72,10 @@ def test_two_rank_training_keeps_grid_sampler_and_weights_identical(tmp_path: Pa
         max_samples_per_ray=32,
         ops_backend="torch",
         save_val_images=False,
+        camera_opt=functools.partial(CameraOptimizer, enabled=True),
+        appearance=functools.partial(PerViewExposure, enabled=True),
+        n_train_views=dm.n_train_views,
+        train_poses=dm.train_poses,
     )
     trainer = L.Trainer(
         accelerator="cpu",
@@ -103,5 +110,7 @@ def test_two_rank_training_keeps_grid_sampler_and_weights_identical(tmp_path: Pa
     uniform = torch.full_like(r0["view_probs"], 1.0 / r0["view_probs"].numel())
     assert not torch.allclose(r0["view_probs"], uniform, rtol=1e-3)  # the losses reached the sampler
 
+    for key in ("camera_opt.adjustment", "appearance.log_gain"):  # trained, from the rays of both ranks
+        assert float(r0["state"][key].abs().max()) > 0, key
     for key, value in r0["state"].items():
         torch.testing.assert_close(r1["state"][key], value, rtol=0, atol=0, msg=key)

@@ -15,6 +15,7 @@ import signal
 import time
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from runs import TINY_TRAIN, fork_app
@@ -250,3 +251,72 @@ def test_files_that_are_no_checkpoint_are_said_to_be_none(tmp_path: Path) -> Non
         read_checkpoint(lightning)
     assert "a Lightning checkpoint holding Python objects (pickle.PickleError)" in str(err.value)
     assert "weights_only=False" not in str(err.value)
+
+
+class _StopAfter(L.Callback):
+    """Ends ``fit`` after optimizer step ``step`` (as a preempted job would, checkpointing at the end)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True
+
+
+def test_resume_with_learned_poses_and_exposure_is_exact(tiny_scene: Path, tmp_path: Path) -> None:
+    """A run with pose corrections and exposures (budgeted step, their own Adam groups, the camera
+    group's own schedule) stopped half-way and resumed from last.ckpt ends bit-identical to the
+    uninterrupted run: corrections, exposures, their optimizer moments and learning rates included.
+    The checkpoint loads with weights_only=True, and the refined poses are written next to the run."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from nerf_lightning.apps.train import train
+    from nerf_lightning.data.formats import load_capture
+    from nerf_lightning.run.config import compose_train_config
+
+    args = [
+        *TINY_TRAIN,
+        f"data.path={tiny_scene}",
+        "trainer.max_steps=12",
+        "data.batch_size=256",
+        "model.sample_budget=4096",  # the fixed-budget step: view ids are one of its inputs
+        "model.n_rays_init=128",
+        "model.camera_opt.enabled=true",
+        "model.camera_opt.decay_steps=8",
+        "model.appearance.enabled=true",
+        "model.appearance.bias=true",
+        "trainer.check_val_every_n_epoch=1000",
+    ]
+    torch.set_num_threads(1)
+    try:
+        whole = tmp_path / "whole"
+        train(compose_train_config(args, whole))
+        split = tmp_path / "split"
+        train(compose_train_config(args, split), extra_callbacks=[_StopAfter(6)])
+        assert read_checkpoint(split / "checkpoints" / "last.ckpt")["global_step"] == 6
+        train(compose_train_config([*args, f"ckpt_path={split}/checkpoints/last.ckpt"], split))
+    finally:
+        GlobalHydra.instance().clear()
+    a = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=True)
+    b = torch.load(split / "checkpoints" / "last.ckpt", weights_only=True)
+    assert a["global_step"] == b["global_step"] == 12
+    for key in ("camera_opt.adjustment", "camera_opt.gauge", "appearance.log_gain", "appearance.offset"):
+        assert key in a["state_dict"], key
+    assert float(a["state_dict"]["camera_opt.adjustment"].abs().max()) > 0  # they were trained
+    assert float(a["state_dict"]["appearance.log_gain"].abs().max()) > 0
+    for k, v in a["state_dict"].items():
+        assert torch.equal(v, b["state_dict"][k]), f"{k} differs after resume"
+    groups_a, groups_b = a["optimizer_states"][0]["param_groups"], b["optimizer_states"][0]["param_groups"]
+    assert [g.get("name") for g in groups_a] == [None, "camera_opt", "appearance"]
+    assert [g["lr"] for g in groups_a] == [g["lr"] for g in groups_b]
+    assert groups_a[1]["lr"] == pytest.approx(1e-4)  # the camera group's own decay ended at step 8
+    states_a, states_b = a["optimizer_states"][0]["state"], b["optimizer_states"][0]["state"]
+    for sa, sb in zip(states_a.values(), states_b.values(), strict=True):
+        assert torch.equal(sa["exp_avg"], sb["exp_avg"]) and torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
+    # the refined training poses, readable as a capture
+    refined = load_capture(split / "refined", test_every=8)
+    original = load_capture(tiny_scene, test_every=8)
+    assert len(refined.train) == len(original.train) and len(refined.val) == len(original.val)
+    metrics = json.loads((split / "metrics.json").read_text())
+    assert metrics["camera_opt/rotation_deg_max"] > 0 and "appearance/stops_std" in metrics

@@ -158,6 +158,18 @@ MODEL: tuple[Rule, ...] = (
     _int("model.field.encoding.base_resolution", 1),
     _int("model.field.encoding.max_resolution", 1),
     _int("model.field.hidden_dim", 1),
+    Rule("model.camera_opt.enabled", "choice", choices=(True, False, "auto"), note="auto: photographs only"),
+    Rule("model.camera_opt.mode", "choice", choices=("SO3xR3", "SE3")),
+    Rule("model.camera_opt.gauge", "choice", choices=("similarity", "none")),
+    _num_rule("model.camera_opt.lr", above=0),
+    _num_rule("model.camera_opt.lr_final", above=0),
+    _num_rule("model.camera_opt.decay_steps", low=0, note="a fraction of the run (<= 1) or a step count"),
+    _num_rule("model.camera_opt.warmup_steps", low=0, note="a fraction of the run (<= 1) or a step count"),
+    _num_rule("model.camera_opt.weight_decay", low=0),
+    Rule("model.appearance.enabled", "choice", choices=(True, False, "auto"), note="auto: photographs only"),
+    _bool("model.appearance.bias"),
+    _num_rule("model.appearance.lr", above=0, null=True, note="null: the field's learning rate and schedule"),
+    _num_rule("model.appearance.weight_decay", low=0),
 )
 
 

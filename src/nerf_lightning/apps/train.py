@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from nerf_lightning.apps.config_checks import TRAIN, check_config, check_devices
 from nerf_lightning.apps.entry import hydra_app
 from nerf_lightning.callbacks.grad_exchange import GradientExchange
+from nerf_lightning.data.refined import write_refined_capture
 from nerf_lightning.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, Diverged, Interrupted, UserError
 from nerf_lightning.models.metrics import final_evaluation
 from nerf_lightning.run.checkpoint_callbacks import LastCheckpoint, RunState
@@ -135,9 +136,18 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         datamodule.setup("fit")
     except ValueError as err:  # data.* values the loaders reject (CaptureError is a UserError already)
         raise (err if isinstance(err, UserError) else UserError(f"data: {err}")) from err
-    model_kwargs = {"aabb_scale": datamodule.aabb_scale}
+    # What the model takes from the capture: its box, and for the learned per-view poses / exposures
+    # the training views (stored in checkpoints, so eval/render rebuild the same shapes) and their
+    # given poses (not stored: the state dict holds what the model keeps of them).
+    model_kwargs = {
+        "aabb_scale": datamodule.aabb_scale,
+        "n_train_views": datamodule.n_train_views,
+        "photograph": datamodule.is_photograph,
+    }
     # the batch rule's clock: the DataModule makes it from data.*, the model follows it
-    model: L.LightningModule = hydra.utils.instantiate(cfg.model, **model_kwargs, clock=datamodule.clock)
+    model: L.LightningModule = hydra.utils.instantiate(
+        cfg.model, **model_kwargs, train_poses=datamodule.train_poses, clock=datamodule.clock
+    )
 
     callbacks = [*instantiate_group(cfg.get("callbacks")), *(extra_callbacks or [])]
     # Always on: the run's config and exact-resume state go into every checkpoint; the gradient exchange.
@@ -199,6 +209,15 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         metrics["steps"] = trainer.global_step  # also when a resumed run had nothing left to train
         metrics["time/wall_s"] = wall_s
         metrics["model/occupied_fraction"] = float(model.occupancy.occupied_fraction())
+        metrics.update(model.view_summary())
+        if model.camera_opt is not None and trainer.is_global_zero:
+            refined = write_refined_capture(
+                datamodule.capture,
+                datamodule.resolve_path(),
+                model.camera_opt.refined_poses(datamodule.train_poses).cpu().numpy(),
+                output_dir / "refined",
+            )
+            log.info("refined training poses: %s (train on them with data.path=%s)", refined, refined.parent)
         exit_code = 0
     finally:
         finish_loggers(loggers, metrics, exit_code=exit_code)

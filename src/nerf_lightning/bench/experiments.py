@@ -75,6 +75,10 @@ PHOTO_BACKGROUND = {**DEFAULT, "t21": TABLE["t21"], "dist_0.001": ("model.distor
 FAR_CONE = {**DEFAULT, "cone_512": ("model.large_scene_cone_angle=0.001953125",)}  # 1/512: 2x far samples
 #: this project's recipe before it followed the images: a Blender-layout capture got the render recipe
 RENDER_RECIPE = ("--", "data.pixel_jitter=false", "data.train_background=eval")
+POSES = ("model.camera_opt.enabled=true",)
+EXPOSURE = ("model.appearance.enabled=true",)
+VIEWS = {**DEFAULT, "poses": POSES, "exposure": EXPOSURE, "both": (*POSES, *EXPOSURE)}
+VIEW_SEEDS = {"fox": SEEDS, "fruit": (42, 5, 6)}
 PRECISIONS = {"p32": ("precision=32",), "bf16": ("precision=bf16-mixed",), "fp16": ("precision=16-mixed",)}
 TWO_GPUS = {"NCCL_NVLS_ENABLE": "0"}  # NVLink multicast stays off on the GPU machines
 GPU_0 = {"CUDA_VISIBLE_DEVICES": "0"}
@@ -246,7 +250,23 @@ add("sample-budget", "lego 20k steps alone: 2^18 samples per step (default) agai
     train("rays_8192", "lego", "model.sample_budget=null", "data.batch_size=8192", steps=20000, seed=1,
           baseline="budget", expected_s=240, timeout_s=420), data=("lego",))
 
+add("views-5k", "learned camera poses / exposure / both against neither: fox and fruit 5k steps, 3 seeds "
+    "(~10 min)",
+    *lanes_ab([(scene, VIEWS, VIEW_SEEDS[scene], 5000) for scene in ("fox", "fruit")]), data=("fox", "fruit"))
+add("views-20k-fox", "learned poses and exposure (both) against neither: fox 20k steps, seeds 1-3 (~7 min)",
+    *lanes_ab([("fox", {**DEFAULT, "both": VIEWS["both"]}, SEEDS, 20000)]), data=("fox",))
+add("views-20k-fruit", "learned poses and exposure (both) against neither: fruit 20k steps, seeds 42, 5, 6 "
+    "(~8 min)",
+    *lanes_ab([("fruit", {**DEFAULT, "both": VIEWS["both"]}, VIEW_SEEDS["fruit"], 20000)]), data=("fruit",))
+
 # ------------------------------------------------------------------------------------------ speed
+add("views-speed", "steps/s alone, 3000 steps: lego and fox by default (both off), fox with learned poses, "
+    "exposure and both (the ratio to fox's default)",
+    train("lego", "lego", steps=3000, seed=1, shared=False),
+    train("fox", "fox", steps=3000, seed=1, shared=False),
+    *[train(f"fox_{v}", "fox", *VIEWS[v], steps=3000, seed=1, shared=False, baseline="fox")
+      for v in ("poses", "exposure", "both")], data=("lego", "fox"))
+
 add("precision", "lego and fox 5k steps alone: 32 (the baseline), bf16-mixed, 16-mixed; lego bf16 with "
     "torch MLPs",
     *ab("lego", {**PRECISIONS, "bf16_torch_mlp": ("precision=bf16-mixed", "model.field.mlp_backend=torch")},

@@ -10,7 +10,9 @@ training ``dict``:
     the ray goes through, also while ``resolution_schedule`` trains at a coarser resolution).
 validation / test ``dict`` (one whole held-out view):
     same keys for all ``H * W`` pixels in row-major order plus ``alpha`` [R] f32 (the image's alpha, 1
-    for RGB captures), ``height``, ``width`` (ints), ``view`` (int, index into that split's frames).
+    for RGB captures), ``height``, ``width`` (ints), ``view`` (int, index into that split's frames) and
+    ``train_view`` (int: the frame's index among the training views when it is one, e.g. under
+    ``val_split=train``, else -1; its learned pose and exposure apply).
 
 Splits: ``val`` is what validation during training renders (the capture's val split, else its test
 split, at most ``max_val_views`` of them); ``test`` is the final evaluation (``trainer.test``): the
@@ -365,6 +367,8 @@ class NeRFDataModule(L.LightningDataModule):
         self.test_set: _ViewSet | None = None
         self.sampler: RaySampler | None = None
         self._device: torch.device | None = None
+        #: image path -> index among the training views (``train_view`` of the evaluation batches)
+        self._train_index: dict[Path, int] = {}
 
     # ----------------------------------------------------------------------------------- setup
     def resolve_path(self) -> Path:
@@ -397,6 +401,7 @@ class NeRFDataModule(L.LightningDataModule):
         train_images = load_images(capture.train, self.downscale, self.image_workers, self.cache_dir)
         self._resolve_recipe(classify_pixels(train_images.pixels))
         self.train_set = _ViewSet(capture.train, train_images, model)
+        self._train_index = {Path(f.image_path): i for i, f in enumerate(capture.train)}
         val_frames = _split_frames(capture, self.val_split, path)
         if not val_frames:
             raise CaptureError(_no_heldout_message(path, capture, self.test_every))
@@ -458,6 +463,24 @@ class NeRFDataModule(L.LightningDataModule):
     def aabb_scale(self) -> int:
         assert self.capture is not None, "call setup() first"
         return self.capture.aabb_scale
+
+    @property
+    def is_photograph(self) -> bool:
+        """Whether the capture is photographs rather than renders (:attr:`capture_kind`, decided from
+        the training images): the per-view components' ``enabled=auto``."""
+        assert self.capture_kind is not None, "call setup() first"
+        return not self.capture_kind.is_render
+
+    @property
+    def n_train_views(self) -> int:
+        assert self.train_set is not None, "call setup() first"
+        return len(self.train_set.frames)
+
+    @property
+    def train_poses(self) -> Tensor:
+        """The training views' given camera-to-world matrices, NGP space, float32 [V, 3, 4] (a copy)."""
+        assert self.train_set is not None, "call setup() first"
+        return self.train_set.poses.detach().cpu().clone()
 
     @property
     def has_alpha(self) -> bool:
@@ -731,7 +754,8 @@ class NeRFDataModule(L.LightningDataModule):
         batch = vs.batch(view_ids, ix, iy, ix.float() + 0.5, iy.float() + 0.5, background)
         ones = torch.ones_like(ix, dtype=torch.float32)
         alpha = vs.colors(view_ids, ix, iy)[:, 3] if vs.channels == 4 else ones
-        return {**batch, "alpha": alpha, "height": h, "width": w, "view": view}
+        train_view = self._train_index.get(Path(vs.frames[view].image_path), -1)
+        return {**batch, "alpha": alpha, "height": h, "width": w, "view": view, "train_view": train_view}
 
     # ------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

@@ -7,10 +7,10 @@ Backends of :class:`HashEncoding` (``backend=``), resolved per input by the ops 
 (``nerf_lightning.ops.hash_encoding_backend``, which says what ``auto`` chose, once):
 
 - ``"torch"``: vectorized PyTorch on any device (``ops/hashgrid_torch.py``: one gather, one scatter;
-  the differentiable oracle ``ops.reference.hash_encode`` when positions need a gradient).
+  the same numbers and gradients as the readable oracle ``ops.reference.hash_encode``).
 - ``"cuda"``: our kernels (``ops.cuda.hash_encode``): one thread per (point, level), gradient by
-  atomic scatter into the table; fp32 and fp16 tables. The table only is differentiated: positions
-  that need a gradient take the torch reference.
+  atomic scatter into the table; fp32 and fp16 tables. Positions that need a gradient (learned camera
+  poses move the samples) get it from a second backward kernel, launched only then.
 - ``"tcnn"``: tiny-cuda-nn's ``HashGrid`` kernels (``ops/tcnn.py``) on our ``params`` table: the same
   hash, level sizes and layout, so the table (and a checkpoint) is the same for every backend; a grid
   tcnn would size differently is refused at construction. Its level scales differ from ours by a
@@ -36,7 +36,6 @@ import torch
 from torch import nn
 
 from nerf_lightning.ops import HASH_BACKENDS, get_ops, hash_encoding_backend, tcnn
-from nerf_lightning.ops import reference as ref
 from nerf_lightning.ops.hashgrid_torch import LevelTables, hash_encode_fused
 
 log = logging.getLogger(__name__)
@@ -178,10 +177,8 @@ class HashEncoding(nn.Module):
             return get_ops("cuda").hash_encode(x, self.params, self.scales, self.resolutions, self.offsets)
         if backend == "tcnn":
             return self._forward_tcnn(x)
-        if not x.requires_grad:
-            # Same numbers as the oracle below, several times faster (one gather, one scatter).
-            return hash_encode_fused(x, self.params, self._level_tables)
-        return ref.hash_encode(x, self.params, self.scales, self.resolutions, self.offsets)
+        # The oracle's numbers and gradients (ops.reference.hash_encode), several times faster.
+        return hash_encode_fused(x, self.params, self._level_tables)
 
     def _forward_tcnn(self, x: torch.Tensor) -> torch.Tensor:
         params = self.params
@@ -215,5 +212,6 @@ class SHEncoding(nn.Module):
     def forward(self, d: torch.Tensor) -> torch.Tensor:
         if d.ndim != 2 or d.shape[-1] != 3:
             raise ValueError(f"SHEncoding expects directions of shape [N, 3], got {tuple(d.shape)}")
-        # our kernel for CUDA input (forward only: directions never need a gradient), else the reference
+        # our kernel for CUDA input (its backward kernel when learned camera poses turn the
+        # directions), else the reference
         return get_ops("auto").sh_encode(d, self.degree)

@@ -14,10 +14,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.models.appearance import PerViewExposure
+from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.clock import TrainingClock
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.metrics import METRICS, ViewMetrics, ngp_composite
-from nerf_lightning.models.schedules import on_clock
+from nerf_lightning.models.schedules import on_clock, with_group_lambdas
 from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
 from nerf_lightning.ops.reference import per_ray_loss
 from nerf_lightning.render.occupancy import OccupancyGrid
@@ -81,6 +83,15 @@ class NeRFModule(L.LightningModule):
             ``NeRFDataModule.clock``): this rank's batch under ``data.batch_scaling``, and the reference
             position that the learning-rate schedule, the occupancy updates, the sampler's windows and
             the run's length follow. None: one process's clock of optimizer steps (``per_device``).
+        camera_opt: factory of the learned camera-pose corrections (``models/camera_opt.py``), called
+            with ``n_views``, ``poses`` and ``photograph``; kept only when it is enabled. None: off.
+        appearance: factory of the learned per-view exposure (``models/appearance.py``), called with
+            ``n_views`` and ``photograph``; kept only when it is enabled. None: off.
+        n_train_views: training views of the capture (``train`` passes it; the per-view components'
+            sizes).
+        train_poses: float [V, 3, 4] NGP-space given poses of the training views (``train`` passes
+            them; the camera corrections' gauge). None when the state is loaded from a checkpoint next.
+        photograph: whether the capture is photographs (the components' ``enabled=auto``).
 
     Evaluation (``validation_step`` / ``test_step``, one whole held-out image per batch): PSNR, SSIM
     (and LPIPS) per image, logged at the end of the pass as their means over the views
@@ -122,11 +133,17 @@ class NeRFModule(L.LightningModule):
         save_val_images: bool = True,
         lpips: bool | str | None = None,
         clock: TrainingClock | None = None,
+        camera_opt: Callable[..., CameraOptimizer] | None = None,
+        appearance: Callable[..., PerViewExposure] | None = None,
+        n_train_views: int = 0,
+        train_poses: Tensor | None = None,
+        photograph: bool = False,
     ) -> None:
         super().__init__()
         # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
         # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
-        self.save_hyperparameters(logger=False, ignore=["field", "optimizer", "scheduler", "clock"])
+        factories = ["field", "optimizer", "scheduler", "camera_opt", "appearance"]
+        self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "clock"])
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
@@ -150,6 +167,13 @@ class NeRFModule(L.LightningModule):
         )
         if cuda_graph not in (True, False, "auto"):
             raise ValueError(f"model.cuda_graph must be true, false or auto, got {cuda_graph!r}")
+        # Learned per-training-view state: submodules (state dict, parameters, DDP) only when enabled.
+        self.camera_opt: CameraOptimizer | None = _if_enabled(
+            camera_opt, n_views=n_train_views, poses=train_poses, photograph=photograph
+        )
+        self.appearance: PerViewExposure | None = _if_enabled(
+            appearance, n_views=n_train_views, photograph=photograph
+        )
         step = None
         if sample_budget is not None:
             step = FixedBudgetStep(
@@ -162,6 +186,8 @@ class NeRFModule(L.LightningModule):
                 n_rays_init=n_rays_init,
                 jitter=jitter,
                 distortion_weight=distortion_weight,
+                camera_opt=self.camera_opt,
+                appearance=self.appearance,
             )
         # Not a registered submodule: it shares the field and renderer, which must appear once in
         # the state dict and the parameter list.
@@ -211,6 +237,10 @@ class NeRFModule(L.LightningModule):
                 ts.heights.to(self.device),
             )
 
+    def _step_buffers(self) -> dict[str, Tensor]:
+        step = self.train_step_fn
+        return {name: getattr(step, name) for name in ("n_active", "n_active_f") if hasattr(step, name)}
+
     def _scale_budget_to_ranks(self) -> None:
         """Per-rank sample budget for ``data.batch_scaling`` (before the step is captured)."""
         if self._graphed:
@@ -247,9 +277,14 @@ class NeRFModule(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         if self.train_step_fn is not None:
             return self._budgeted_training_step(batch)
+        rays_o, rays_d, view_ids = batch["rays_o"], batch["rays_d"], batch["view_ids"]
+        if self.camera_opt is not None:
+            rays_o, rays_d = self.camera_opt(view_ids, rays_o, rays_d)
         out = self.renderer.render_rays(
-            self.field, batch["rays_o"], batch["rays_d"], batch["background"], jitter=self.hparams.jitter
+            self.field, rays_o, rays_d, batch["background"], jitter=self.hparams.jitter
         )
+        if self.appearance is not None:
+            out["rgb"] = self.appearance(view_ids, out["rgb"], out["opacity"], batch["background"])
         per_ray = per_ray_loss(out["rgb"], batch["rgb"], self.hparams.loss, self.hparams.huber_delta)
         loss = per_ray.mean()
         if self.hparams.distortion_weight > 0:
@@ -268,6 +303,8 @@ class NeRFModule(L.LightningModule):
 
     def _budgeted_training_step(self, batch: dict[str, Any]) -> Tensor:
         args = (batch["rays_o"], batch["rays_d"], batch["rgb"], batch["background"])
+        if self.view_components:  # a static [R] input of the captured step, read by the corrections
+            args = (*args, batch["view_ids"])
         step = self.train_step_fn
         if not self._graphed and self._use_cuda_graph():
             # share_inputs: the batch graph's output buffers become the step graph's inputs (no
@@ -360,6 +397,10 @@ class NeRFModule(L.LightningModule):
     def render_view(self, batch: dict[str, Any]) -> dict[str, Tensor]:
         """Render one whole held-out view batch (``NeRFDataModule.val_batch`` layout).
 
+        Held-out and novel views are rendered with their given poses and the neutral exposure (nothing
+        applied, see ``models/appearance.py``); a training view (``batch["train_view"]`` >= 0, e.g.
+        under ``data.val_split=train``) with its own learned pose correction and exposure.
+
         Returns:
             ``rgb`` prediction [H, W, 3] in [0, 1] over the batch's background, ``gt`` ground truth
             [H, W, 3], ``depth`` [H, W] (weighted sample distance, not normalized by opacity),
@@ -368,9 +409,14 @@ class NeRFModule(L.LightningModule):
         """
         h, w = batch["height"], batch["width"]
         field = self._eval_field if self._eval_field is not None else self.field
-        out = self.renderer.render_image(
-            field, batch["rays_o"], batch["rays_d"], batch["background"], chunk=self.hparams.val_chunk
-        )
+        rays_o, rays_d, background = batch["rays_o"], batch["rays_d"], batch["background"]
+        train_view = int(batch.get("train_view", -1))
+        view_ids = torch.full((rays_o.shape[0],), max(train_view, 0), dtype=torch.long, device=rays_o.device)
+        if train_view >= 0 and self.camera_opt is not None:
+            rays_o, rays_d = self.camera_opt(view_ids, rays_o, rays_d)
+        out = self.renderer.render_image(field, rays_o, rays_d, background, chunk=self.hparams.val_chunk)
+        if train_view >= 0 and self.appearance is not None:
+            out["rgb"] = self.appearance(view_ids, out["rgb"], out["opacity"], background)
         view = {
             "rgb": out["rgb"].reshape(h, w, 3).clamp(0, 1),
             "gt": batch["rgb"].reshape(h, w, 3),
@@ -454,28 +500,50 @@ class NeRFModule(L.LightningModule):
                 )
 
     # --------------------------------------------------------------------------- optimizer
-    def parameter_groups(self) -> list[dict[str, Any]]:
-        """The optimizer's parameter groups: with ``mlp_weight_decay > 0`` the MLPs' weight matrices
-        form their own group with that ``weight_decay``."""
+    @property
+    def view_components(self) -> list[CameraOptimizer | PerViewExposure]:
+        """The enabled per-training-view components (camera corrections, exposure), in group order."""
+        return [c for c in (self.camera_opt, self.appearance) if c is not None]
+
+    def view_summary(self) -> dict[str, float]:
+        """Sizes of the learned corrections and exposures (``metrics.json``)."""
+        return {k: v for c in self.view_components for k, v in c.summary().items()}
+
+    def parameter_groups(self, total_steps: int = 10_000) -> list[dict[str, Any]]:
+        """The optimizer's parameter groups: the field's (with ``mlp_weight_decay > 0`` the MLPs'
+        weight matrices form their own group with that ``weight_decay``), then one group per enabled
+        per-view component (its own learning rate and L2)."""
+        views = [c.parameter_group(total_steps).as_dict() for c in self.view_components]
+        own = {id(p) for g in views for p in g["params"]}
+        params = [p for p in self.parameters() if id(p) not in own]
         decay = float(self.hparams.get("mlp_weight_decay", 0.0))
         if decay <= 0:
-            return [{"params": list(self.parameters())}]
+            return [{"params": params}, *views]
         matrices = self.field.mlp_weight_matrices()
         decayed = {id(p) for p in matrices}
-        rest = [p for p in self.parameters() if id(p) not in decayed]
-        return [{"params": rest}, {"params": matrices, "weight_decay": decay}]
+        rest = [p for p in params if id(p) not in decayed]
+        return [{"params": rest}, {"params": matrices, "weight_decay": decay}, *views]
 
     def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = self.optimizer_factory(params=self.parameter_groups())
         clock = self.clock
+        # in reference steps: the length this clock's positions run to
+        total = clock.total if clock.bound else None
+        if total is None:
+            trainer = self._trainer
+            max_steps = trainer.max_steps if trainer is not None else None
+            total = max_steps if max_steps and max_steps > 0 else 10_000
+        groups = self.parameter_groups(total)
+        optimizer = self.optimizer_factory(params=groups)
+        # the per-view groups come last; those with a schedule of their own replace the main factor
+        first = len(groups) - len(self.view_components)
+        factors = [c.parameter_group(total).lr_lambda for c in self.view_components]
+        own = {first + i: f for i, f in enumerate(factors) if f is not None}
         scheduler = None
         if self.scheduler_factory is not None:
-            # in reference steps: the length this clock's positions run to
-            total = clock.total if clock.bound else None
-            if total is None:
-                max_steps = self.trainer.max_steps
-                total = max_steps if max_steps and max_steps > 0 else 10_000
             scheduler = self.scheduler_factory(optimizer=optimizer, total_steps=total)
+        if own:
+            base = scheduler if scheduler is not None else torch.optim.lr_scheduler.LambdaLR(optimizer, _one)
+            scheduler = with_group_lambdas(base, own)
         if not clock.trivial:
             scheduler = on_clock(optimizer, clock, scheduler)
         if scheduler is None:
@@ -484,10 +552,32 @@ class NeRFModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["training_clock"] = self.clock.state_dict(self.global_step)
+        # The budgeted step's adapted ray count is state of the run (the step is not a registered
+        # submodule, so the state dict does not hold it): a resumed run continues with it.
+        if self.train_step_fn is not None:
+            checkpoint["train_step"] = {k: v.detach().cpu().clone() for k, v in self._step_buffers().items()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if "training_clock" in checkpoint:
             self.clock.load_state_dict(checkpoint["training_clock"])
+        saved = checkpoint.get("train_step")
+        if saved and self.train_step_fn is not None:
+            with torch.no_grad():
+                for name, buffer in self._step_buffers().items():
+                    if name in saved:
+                        buffer.copy_(saved[name].to(buffer.device))
+
+
+def _one(step: int) -> float:
+    return 1.0
+
+
+def _if_enabled(factory: Callable[..., nn.Module] | None, **kwargs: Any) -> Any:
+    """The component ``factory(**kwargs)`` builds when it is enabled, else None."""
+    if factory is None:
+        return None
+    component = factory(**kwargs)
+    return component if component.enabled else None
 
 
 def _all_reduce_max(tensor: Tensor) -> None:

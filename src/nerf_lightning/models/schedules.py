@@ -64,3 +64,44 @@ def on_clock(optimizer: Optimizer, clock: TrainingClock, scheduler: LRScheduler 
         return at
 
     return LambdaLR(optimizer, [on_positions(f) for f in inner])
+
+
+def steps_of(value: float, total_steps: int) -> float:
+    """A schedule length: a fraction of ``total_steps`` when <= 1, else a step count (the convention
+    of :func:`ngp_exponential_decay`)."""
+    return value * max(int(total_steps), 1) if value <= 1 else float(value)
+
+
+def exponential_lr_factor(
+    lr: float, lr_final: float, decay_steps: float, total_steps: int
+) -> Callable[[int], float]:
+    """Factor of ``lr`` at each step: log-linear from 1 to ``lr_final / lr`` over ``decay_steps``
+    (:func:`steps_of`), then constant (nerfstudio's ``ExponentialDecayScheduler``, which its camera
+    optimizer uses)."""
+    if lr <= 0 or lr_final <= 0:
+        raise ValueError(f"learning rates must be > 0, got lr={lr}, lr_final={lr_final}")
+    length = max(steps_of(decay_steps, total_steps), 1.0)
+    ratio = float(lr_final) / float(lr)
+
+    def factor(step: int) -> float:
+        return ratio ** min(1.0, step / length)
+
+    return factor
+
+
+def with_group_lambdas(scheduler: LRScheduler, lambdas: dict[int, Callable[[int], float]]) -> LambdaLR:
+    """The ``LambdaLR`` ``scheduler`` with its factor replaced for the parameter groups in ``lambdas``
+    (group index -> factor per step); the other groups keep theirs.
+
+    The per-view components (camera corrections) have their own schedule in the same optimizer; one
+    ``LambdaLR`` with a factor per group keeps a single scheduler (state dict, Lightning's stepping).
+    """
+    if not isinstance(scheduler, LambdaLR):
+        raise ValueError(
+            "model.scheduler: the per-view parameter groups (model.camera_opt) need a LambdaLR schedule "
+            f"(models/schedules.py) to add their own learning-rate factor to, got {type(scheduler).__name__}"
+        )
+    factors = [lambdas.get(i, fn) for i, fn in enumerate(scheduler.lr_lambdas)]
+    # A fresh LambdaLR on the same optimizer: it keeps each group's ``initial_lr`` (set by the first
+    # one) and sets the groups' learning rates to initial_lr * factor(0).
+    return LambdaLR(scheduler.optimizer, factors)

@@ -26,7 +26,7 @@ __all__ = ["FixedBudgetStep", "capture", "autocast_for"]
 
 
 class FixedBudgetStep(nn.Module):
-    """``forward(rays_o, rays_d, target_rgb, background) -> (loss, per_ray_loss, ray_valid, stats)``.
+    """``forward(rays_o, rays_d, target, background[, view_ids]) -> (loss, per_ray_loss, ray_valid, stats)``.
 
     Args:
         field: the radiance field (``models/field.py``), shared with the LightningModule.
@@ -41,6 +41,11 @@ class FixedBudgetStep(nn.Module):
         jitter: randomize each ray's first sample (training; off only for exact comparisons).
         distortion_weight: weight of mip-NeRF 360's distortion loss (``ops.distortion_loss`` of the
             renderer's ops, mean over the valid rays) added to the loss; 0 leaves it out of the step.
+        camera_opt: learned pose corrections (``models/camera_opt.py``) applied to each ray by its
+            ``view_ids`` entry before marching, or None.
+        appearance: learned per-view exposure (``models/appearance.py``) applied to each ray's colour
+            before the loss, or None. Both are shared with the LightningModule; their parameters are
+            read in place by a captured graph, like the field's.
 
     Returns of ``forward``:
         loss: mean per-ray loss over the valid rays (scalar, differentiable);
@@ -71,6 +76,8 @@ class FixedBudgetStep(nn.Module):
         adapt_momentum: float = 0.5,
         jitter: bool = True,
         distortion_weight: float = 0.0,
+        camera_opt: nn.Module | None = None,
+        appearance: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if sample_budget < 1 or march_budget < sample_budget:
@@ -91,6 +98,8 @@ class FixedBudgetStep(nn.Module):
         self.n_rays_init = int(n_rays_init)
         self.jitter = bool(jitter)
         self.distortion_weight = float(distortion_weight)
+        self.camera_opt = camera_opt
+        self.appearance = appearance
         self.register_buffer("n_active", torch.tensor(int(n_rays_init), dtype=torch.int64))
         self.register_buffer("n_active_f", torch.tensor(float(n_rays_init), dtype=torch.float32))
         # share of the capacities the ray count aims at (< 1 leaves headroom for load balancing)
@@ -118,10 +127,19 @@ class FixedBudgetStep(nn.Module):
         self.adapt_momentum = self.base_adapt_momentum ** float(rate)
 
     def forward(
-        self, rays_o: Tensor, rays_d: Tensor, target: Tensor, background: Tensor
+        self,
+        rays_o: Tensor,
+        rays_d: Tensor,
+        target: Tensor,
+        background: Tensor,
+        view_ids: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         n_slots = rays_o.shape[0]
         ops = self.renderer.ops
+        if view_ids is None and (self.camera_opt is not None or self.appearance is not None):
+            raise ValueError("FixedBudgetStep: the per-view corrections need the rays' view_ids")
+        if self.camera_opt is not None:
+            rays_o, rays_d = self.camera_opt(view_ids, rays_o, rays_d)
         out = self.renderer.render_rays_fixed(
             self.field,
             rays_o,
@@ -133,6 +151,8 @@ class FixedBudgetStep(nn.Module):
             jitter=self.jitter,
         )
         valid = out["ray_valid"]
+        if self.appearance is not None:
+            out["rgb"] = self.appearance(view_ids, out["rgb"], out["opacity"], background)
         loss, per_ray, aux = ops.masked_ray_loss(out["rgb"], target, valid, self.loss, self.huber_delta)
         if self.distortion_weight > 0:
             dist = ray_distortion(out, ops)
@@ -184,7 +204,8 @@ def capture(
 
     Args:
         step: the budgeted step.
-        sample_args: ``(rays_o, rays_d, target, background)``.
+        sample_args: ``(rays_o, rays_d, target, background[, view_ids])`` (int64 ``view_ids`` [R]: the
+            rays' training views, read by the per-view corrections).
         precision: the Lightning precision string (autocast for capture and replay).
         alias_gradients: ``.grad`` of each parameter becomes the backward graph's output buffer
             itself (autograd takes over the tensor when ``.grad`` is None: zero the gradients with

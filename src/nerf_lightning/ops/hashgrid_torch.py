@@ -3,7 +3,8 @@
 Same numbers as ``ops.reference.hash_encode`` (the readable oracle), computed for all
 levels at once, with one gather in the forward pass and one ``index_add_`` in the backward pass
 instead of an autograd graph of a few hundred element-wise ops. Gradients flow to the feature
-table only: NeRF positions never need them (use the oracle when ``x.requires_grad``).
+table and, when ``x.requires_grad`` (learned camera poses move the sample positions), to the positions:
+the derivative of the trilinear weights, computed in the backward pass only when asked for.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from .reference.encoding import MASK32, PRIMES
 
 def _corner_indices_and_weights(
     x: Tensor, scales: Tensor, resolutions: Tensor, sizes: Tensor, offsets: Tensor, dense: Tensor
-) -> tuple[Tensor, Tensor]:
-    """Row indices [N, L, 8] (int64, into the whole table) and trilinear weights [N, L, 8]."""
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Row indices [N, L, 8] (int64, into the whole table), trilinear weights [N, L, 8] and the
+    fractional cell coordinates [N, L, 3] they are products of."""
     pos = x[:, None, :] * scales[None, :, None] + 0.5  # [N, L, 3]
     p0f = torch.floor(pos)
     frac = pos - p0f
@@ -47,7 +49,19 @@ def _corner_indices_and_weights(
         w_corners.append(w * (w_hi if pick[2] else w_lo)[..., 2])
     idx = torch.stack(idx_corners, dim=-1)  # [N, L, 8]
     idx = torch.remainder(idx & MASK32, sizes[None, :, None]) + offsets[None, :, None]
-    return idx, torch.stack(w_corners, dim=-1)
+    return idx, torch.stack(w_corners, dim=-1), frac
+
+
+def _weight_derivatives(frac: Tensor) -> Tensor:
+    """d w_c / d frac_d [N, L, 8, 3] of the trilinear weights (corner order as above)."""
+    w_lo, w_hi = 1.0 - frac, frac
+    out = []
+    for corner in range(8):
+        pick = [(corner >> d) & 1 for d in range(3)]
+        f = [(w_hi if pick[d] else w_lo)[..., d] for d in range(3)]
+        sign = [1.0 if pick[d] else -1.0 for d in range(3)]
+        out.append(torch.stack([sign[0] * f[1] * f[2], sign[1] * f[0] * f[2], sign[2] * f[0] * f[1]], -1))
+    return torch.stack(out, dim=2)
 
 
 class _FusedHashGrid(torch.autograd.Function):
@@ -55,26 +69,40 @@ class _FusedHashGrid(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, params: Tensor, level_data: tuple[Tensor, ...]) -> Tensor:
         cdtype = torch.float64 if params.dtype == torch.float64 else torch.float32
         scales, resolutions, sizes, offsets, dense = level_data
-        idx, w = _corner_indices_and_weights(
+        idx, w, frac = _corner_indices_and_weights(
             x.to(cdtype), scales.to(cdtype), resolutions, sizes, offsets, dense
         )
         n, n_levels = x.shape[0], scales.shape[0]
         n_feat = params.shape[1]
         feats = params.index_select(0, idx.reshape(-1)).to(cdtype).view(n, n_levels, 8, n_feat)
         out = (feats * w[..., None]).sum(dim=2)  # [N, L, F]
-        ctx.save_for_backward(idx, w)
-        ctx.param_shape, ctx.param_dtype = params.shape, params.dtype
+        if ctx.needs_input_grad[0]:
+            ctx.save_for_backward(idx, w, frac, params, scales)
+        else:
+            ctx.save_for_backward(idx, w)
+        ctx.param_shape, ctx.param_dtype, ctx.x_dtype = params.shape, params.dtype, x.dtype
         return out.reshape(n, n_levels * n_feat)
 
     @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[None, Tensor | None, None]:
-        idx, w = ctx.saved_tensors
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+        idx, w, *rest = ctx.saved_tensors
         n, n_levels, _ = w.shape
         n_feat = ctx.param_shape[1]
-        contrib = w[..., None] * grad_out.to(w.dtype).view(n, n_levels, 1, n_feat)  # [N, L, 8, F]
-        grad_params = torch.zeros(ctx.param_shape, dtype=w.dtype, device=w.device)
-        grad_params.index_add_(0, idx.reshape(-1), contrib.reshape(-1, n_feat))
-        return None, grad_params.to(ctx.param_dtype), None
+        g = grad_out.to(w.dtype).view(n, n_levels, 1, n_feat)
+        grad_params = None
+        if ctx.needs_input_grad[1]:
+            contrib = w[..., None] * g  # [N, L, 8, F]
+            grad_params = torch.zeros(ctx.param_shape, dtype=w.dtype, device=w.device)
+            grad_params.index_add_(0, idx.reshape(-1), contrib.reshape(-1, n_feat))
+            grad_params = grad_params.to(ctx.param_dtype)
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            frac, params, scales = rest
+            feats = params.index_select(0, idx.reshape(-1)).to(w.dtype).view(n, n_levels, 8, n_feat)
+            dot = (feats * g).sum(-1)  # [N, L, 8]: d loss / d w_c
+            dfrac = (dot[..., None] * _weight_derivatives(frac)).sum(2)  # [N, L, 3]
+            grad_x = (dfrac * scales.to(w.dtype)[None, :, None]).sum(1).to(ctx.x_dtype)
+        return grad_x, grad_params, None
 
 
 class LevelTables:
@@ -104,8 +132,7 @@ class LevelTables:
 def hash_encode_fused(x: Tensor, params: Tensor, tables: LevelTables) -> Tensor:
     """Hash encoding of positions ``x`` [N, 3] in [0, 1]^3 with table ``params`` [sum T_l, F] -> [N, L * F].
 
-    Output dtype: float64 for float64 params, else float32 (as the oracle). No gradient to ``x``.
+    Output dtype: float64 for float64 params, else float32 (as the oracle). Differentiable w.r.t.
+    ``params`` and ``x`` (the oracle's gradients; floor() has derivative 0 as in the oracle).
     """
-    if x.requires_grad:
-        raise ValueError("hash_encode_fused does not differentiate positions; use ops.reference.hash_encode")
     return _FusedHashGrid.apply(x, params, tables.on(x.device))

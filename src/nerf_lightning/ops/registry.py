@@ -221,9 +221,8 @@ def hash_encoding_backend(requested: str, x: torch.Tensor) -> str:
 
     - ``torch``: always the torch implementation (fused gather/scatter, or the differentiable
       reference for positions that need a gradient).
-    - ``cuda``: our kernels for CUDA input when the extension is available; positions that need a
-      gradient take the torch reference (the kernels differentiate the table only). Else ``torch``,
-      with one warning.
+    - ``cuda``: our kernels for CUDA input when the extension is available (positions that need a
+      gradient, under learned camera poses, included). Else ``torch``, with one warning.
     - ``tcnn``: tiny-cuda-nn for CUDA input (RuntimeError naming why when ``tinycudann`` does not
       import); ``torch`` with one warning for CPU input.
     - ``auto``: tcnn only on GPUs listed in :data:`TCNN_FASTER_ON` (tested and measured faster), else
@@ -251,13 +250,6 @@ def hash_encoding_backend(requested: str, x: torch.Tensor) -> str:
         return "tcnn"
     if requested == "cuda":
         if x.is_cuda and cuda_ops() is not None:
-            if x.requires_grad:
-                _warn_once(
-                    "hash:cuda:grad",
-                    "hash encoding backend cuda: positions that require a gradient take the torch "
-                    "reference (the kernels differentiate the table only).",
-                )
-                return "torch"
             return "cuda"
         _warn_once(
             "hash:cuda",
@@ -265,16 +257,15 @@ def hash_encoding_backend(requested: str, x: torch.Tensor) -> str:
             "CUDA; using the torch hash encoding.",
         )
         return "torch"
-    key = (x.device, x.requires_grad)
-    choice = _auto_hash.get(key)
+    choice = _auto_hash.get(x.device)
     if choice is None:
         choice, why = _auto_hash_backend(x)
-        _auto_hash[key] = choice
+        _auto_hash[x.device] = choice
         _announce(f"hash:auto:{x.device.type}:{choice}", f"hash encoding backend auto -> {choice} ({why})")
     return choice
 
 
-_auto_hash: dict[tuple[torch.device, bool], str] = {}
+_auto_hash: dict[torch.device, str] = {}
 
 
 def _auto_hash_backend(x: torch.Tensor) -> tuple[str, str]:
@@ -286,6 +277,4 @@ def _auto_hash_backend(x: torch.Tensor) -> tuple[str, str]:
         return "tcnn", f"tested and faster than our kernels on {gpu}: {TCNN_FASTER_ON[gpu]}"
     if cuda_ops() is None:
         return "torch", f"no CUDA kernels: {_cuda_state.get('error')}"
-    if x.requires_grad:
-        return "torch", "positions that require a gradient (the kernels differentiate the table only)"
     return "cuda", f"our kernels on {gpu}"

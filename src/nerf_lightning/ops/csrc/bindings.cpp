@@ -9,7 +9,11 @@ torch::Tensor hash_encode_fwd(torch::Tensor x, torch::Tensor params, std::vector
 torch::Tensor hash_encode_bwd(torch::Tensor x, torch::Tensor grad_out, int64_t n_rows, int64_t n_features,
                               std::vector<double> scales, std::vector<int64_t> resolutions,
                               std::vector<int64_t> offsets);
+torch::Tensor hash_encode_bwd_input(torch::Tensor x, torch::Tensor params, torch::Tensor grad_out,
+                                    std::vector<double> scales, std::vector<int64_t> resolutions,
+                                    std::vector<int64_t> offsets);
 torch::Tensor sh_encode_fwd(torch::Tensor dirs, int64_t degree);
+torch::Tensor sh_encode_bwd(torch::Tensor dirs, torch::Tensor grad_out, int64_t degree);
 std::vector<torch::Tensor> ray_aabb_intersect(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor aabb);
 torch::Tensor grid_cell_positions(torch::Tensor cell_indices, torch::Tensor jitter, int64_t g);
 torch::Tensor grid_ema_update(torch::Tensor grid, torch::Tensor cell_indices, torch::Tensor densities, double decay);
@@ -67,7 +71,7 @@ torch::Tensor fused_mlp_fwd(torch::Tensor in0, c10::optional<torch::Tensor> in1,
                             std::vector<torch::Tensor> biases, bool bf16);
 std::vector<torch::Tensor> fused_mlp_bwd(torch::Tensor grad_out, torch::Tensor in0, c10::optional<torch::Tensor> in1,
                                          std::vector<torch::Tensor> weights, std::vector<torch::Tensor> biases,
-                                         bool bf16, bool need_grad_in0);
+                                         bool bf16, bool need_grad_in0, bool need_grad_in1);
 std::vector<torch::Tensor> normalize_to_box(torch::Tensor positions, torch::Tensor box_min, torch::Tensor box_size);
 }  // namespace nl
 
@@ -75,7 +79,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "nerf_lightning CUDA kernels (see nerf_lightning/ops/cuda.py for the Python API)";
   m.def("hash_encode_fwd", &nl::hash_encode_fwd);
   m.def("hash_encode_bwd", &nl::hash_encode_bwd);
+  m.def("hash_encode_bwd_input", &nl::hash_encode_bwd_input);
   m.def("sh_encode_fwd", &nl::sh_encode_fwd);
+  m.def("sh_encode_bwd", &nl::sh_encode_bwd);
   m.def("ray_aabb_intersect", &nl::ray_aabb_intersect);
   m.def("grid_cell_positions", &nl::grid_cell_positions);
   m.def("grid_ema_update", &nl::grid_ema_update);
@@ -100,6 +106,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sample_pixels", &nl::sample_pixels);
   m.def("density_activation_bwd", &nl::density_activation_bwd);
   m.def("fused_mlp_fwd", &nl::fused_mlp_fwd);
-  m.def("fused_mlp_bwd", &nl::fused_mlp_bwd);
-  m.attr("ABI_VERSION") = 5;
+  // need_grad_in1 defaults to false: callers of the three-result form are unchanged
+  m.def("fused_mlp_bwd", &nl::fused_mlp_bwd, pybind11::arg("grad_out"), pybind11::arg("in0"), pybind11::arg("in1"),
+        pybind11::arg("weights"), pybind11::arg("biases"), pybind11::arg("bf16"), pybind11::arg("need_grad_in0"),
+        pybind11::arg("need_grad_in1") = false);
+  m.attr("ABI_VERSION") = 6;
 }

@@ -43,16 +43,15 @@ struct alignas(sizeof(T) * F) Vec {
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 
-// Corner rows and trilinear weights of point n at level l.
-__device__ __forceinline__ void level_corners(const float* __restrict__ x, int64_t n, int l,
-                                              const LevelMeta& meta, uint32_t rows[8], float wts[8]) {
+// Corner rows of point n at level l and its fractional position in the cell (w[3]).
+__device__ __forceinline__ void level_cell(const float* __restrict__ x, int64_t n, int l, const LevelMeta& meta,
+                                           uint32_t rows[8], float w[3]) {
   const float scale = meta.scale[l];
   const uint32_t res = meta.res[l];
   const uint32_t lo = meta.offset[l];
   const uint32_t size = meta.offset[l + 1] - lo;
   const bool dense = (meta.dense_mask >> l) & 1u;
   uint32_t p0[3];
-  float w[3];
 #pragma unroll
   for (int d = 0; d < 3; ++d) {
     const float pos = __fadd_rn(__fmul_rn(x[n * 3 + d], scale), 0.5f);
@@ -70,6 +69,16 @@ __device__ __forceinline__ void level_corners(const float* __restrict__ x, int64
       i = cx ^ (cy * 2654435761u) ^ (cz * 805459861u);
     }
     rows[c] = lo + i % size;
+  }
+}
+
+// Corner rows and trilinear weights of point n at level l.
+__device__ __forceinline__ void level_corners(const float* __restrict__ x, int64_t n, int l,
+                                              const LevelMeta& meta, uint32_t rows[8], float wts[8]) {
+  float w[3];
+  level_cell(x, n, l, meta, rows, w);
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
     const float wx = (c & 1) ? w[0] : __fsub_rn(1.0f, w[0]);
     const float wy = (c & 2) ? w[1] : __fsub_rn(1.0f, w[1]);
     const float wz = (c & 4) ? w[2] : __fsub_rn(1.0f, w[2]);
@@ -147,6 +156,47 @@ __global__ void hash_bwd_kernel(const float* __restrict__ x, const float* __rest
   }
 }
 
+// Gradient w.r.t. the positions (learned camera poses move the samples): per point, over the levels,
+// sum_c <dL/dout_l, feature_c> * d w_c / d x, with d w_c / d x_d = scale_l * (+-1) * (the other two
+// factors of w_c). One thread per point (no atomics); points with a zero upstream gradient skip
+// their gathers.
+template <typename T, int F>
+__global__ void hash_bwd_input_kernel(const float* __restrict__ x, const T* __restrict__ params,
+                                      const float* __restrict__ grad_out, const LevelMeta meta, int64_t n_points,
+                                      float* __restrict__ grad_x) {
+  const int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= n_points) return;
+  const int L = meta.n_levels;
+  float gx[3] = {0.0f, 0.0f, 0.0f};
+  for (int l = 0; l < L; ++l) {
+    const Vec<float, F> g = reinterpret_cast<const Vec<float, F>*>(grad_out)[n * L + l];
+    bool any = false;
+#pragma unroll
+    for (int f = 0; f < F; ++f) any |= g.v[f] != 0.0f;
+    if (!any) continue;
+    uint32_t rows[8];
+    float w[3];
+    level_cell(x, n, l, meta, rows, w);
+    const float scale = meta.scale[l];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const Vec<T, F> val = reinterpret_cast<const Vec<T, F>*>(params)[rows[c]];
+      float dot = 0.0f;
+#pragma unroll
+      for (int f = 0; f < F; ++f) dot += g.v[f] * to_float(val.v[f]);
+      const float wx = (c & 1) ? w[0] : 1.0f - w[0];
+      const float wy = (c & 2) ? w[1] : 1.0f - w[1];
+      const float wz = (c & 4) ? w[2] : 1.0f - w[2];
+      const float k = dot * scale;
+      gx[0] += ((c & 1) ? k : -k) * wy * wz;
+      gx[1] += ((c & 2) ? k : -k) * wx * wz;
+      gx[2] += ((c & 4) ? k : -k) * wx * wy;
+    }
+  }
+#pragma unroll
+  for (int d = 0; d < 3; ++d) grad_x[n * 3 + d] = gx[d];
+}
+
 static LevelMeta make_meta(const std::vector<double>& scales, const std::vector<int64_t>& resolutions,
                            const std::vector<int64_t>& offsets) {
   const int L = static_cast<int>(scales.size());
@@ -212,26 +262,62 @@ torch::Tensor hash_encode_fwd(torch::Tensor x, torch::Tensor params, std::vector
   return out;
 }
 
-// Returns the float32 gradient of the table [rows, F] (the caller casts it to the params dtype).
-torch::Tensor hash_encode_bwd(torch::Tensor x, torch::Tensor grad_out, int64_t n_rows, int64_t n_features,
-                              std::vector<double> scales, std::vector<int64_t> resolutions,
-                              std::vector<int64_t> offsets) {
+// What both backward passes require of the positions [N, 3] and the output gradient [N, L*F].
+static void check_backward_inputs(const torch::Tensor& x, const torch::Tensor& grad_out, const LevelMeta& meta,
+                                  int features) {
   NL_CHECK_INPUT(x);
   NL_CHECK_INPUT(grad_out);
   NL_CHECK_DTYPE(x, torch::kFloat32);
   NL_CHECK_DTYPE(grad_out, torch::kFloat32);
-  const c10::cuda::CUDAGuard guard(x.device());
-  const LevelMeta meta = make_meta(scales, resolutions, offsets);
-  const int64_t N = x.size(0);
-  const int Fr = static_cast<int>(n_features);
-  TORCH_CHECK(grad_out.dim() == 2 && grad_out.size(0) == N && grad_out.size(1) == meta.n_levels * Fr,
+  TORCH_CHECK(grad_out.dim() == 2 && grad_out.size(0) == x.size(0) && grad_out.size(1) == meta.n_levels * features,
               "hash encoding backward: grad_out must be [N, L*F]");
+}
+
+// Returns the float32 gradient of the table [rows, F] (the caller casts it to the params dtype).
+torch::Tensor hash_encode_bwd(torch::Tensor x, torch::Tensor grad_out, int64_t n_rows, int64_t n_features,
+                              std::vector<double> scales, std::vector<int64_t> resolutions,
+                              std::vector<int64_t> offsets) {
+  const LevelMeta meta = make_meta(scales, resolutions, offsets);
+  const int Fr = static_cast<int>(n_features);
+  check_backward_inputs(x, grad_out, meta, Fr);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t N = x.size(0);
   auto grad = torch::zeros({n_rows, n_features}, x.options());
   if (N == 0) return grad;
   const int threads = 256;
   const int64_t total = N * meta.n_levels;
   NL_DISPATCH_F(Fr, hash_bwd_kernel<F><<<n_blocks(total, threads), threads, 0, stream()>>>(
                         x.data_ptr<float>(), grad_out.data_ptr<float>(), meta, N, grad.data_ptr<float>()));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return grad;
+}
+
+// The float32 gradient of the positions [N, 3] (only computed when the positions require it).
+torch::Tensor hash_encode_bwd_input(torch::Tensor x, torch::Tensor params, torch::Tensor grad_out,
+                                    std::vector<double> scales, std::vector<int64_t> resolutions,
+                                    std::vector<int64_t> offsets) {
+  NL_CHECK_INPUT(params);
+  const LevelMeta meta = make_meta(scales, resolutions, offsets);
+  const int Fr = static_cast<int>(params.size(1));
+  check_backward_inputs(x, grad_out, meta, Fr);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t N = x.size(0);
+  TORCH_CHECK(params.size(0) == offsets.back(), "hash encoding: params has ", params.size(0), " rows, expected ",
+              offsets.back());
+  auto grad = torch::empty({N, 3}, x.options());
+  if (N == 0) return grad;
+  const int threads = 128;
+  if (params.scalar_type() == torch::kFloat32) {
+    NL_DISPATCH_F(Fr, hash_bwd_input_kernel<float, F><<<n_blocks(N, threads), threads, 0, stream()>>>(
+                          x.data_ptr<float>(), params.data_ptr<float>(), grad_out.data_ptr<float>(), meta, N,
+                          grad.data_ptr<float>()));
+  } else if (params.scalar_type() == torch::kFloat16) {
+    const __half* p = reinterpret_cast<const __half*>(params.data_ptr<at::Half>());
+    NL_DISPATCH_F(Fr, hash_bwd_input_kernel<__half, F><<<n_blocks(N, threads), threads, 0, stream()>>>(
+                          x.data_ptr<float>(), p, grad_out.data_ptr<float>(), meta, N, grad.data_ptr<float>()));
+  } else {
+    TORCH_CHECK(false, "hash encoding: params must be float32 or float16");
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return grad;
 }
@@ -301,6 +387,77 @@ torch::Tensor sh_encode_fwd(torch::Tensor dirs, int64_t degree) {
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
+}
+
+// d/d(x, y, z) of the SH coefficients above, contracted with the coefficients' gradient g [n, degree^2]:
+// the directions' gradient [n, 3] (learned camera poses turn the view directions).
+__global__ void sh_bwd_kernel(const float* __restrict__ d, const float* __restrict__ g, int64_t n, int degree,
+                              float* __restrict__ grad) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = d[i * 3], y = d[i * 3 + 1], z = d[i * 3 + 2];
+  const float* o = g + i * degree * degree;
+  float gx = 0.0f, gy = 0.0f, gz = 0.0f;
+  if (degree > 1) {
+    const float c1 = 0.48860251190291987f;
+    gy -= c1 * o[1];
+    gz += c1 * o[2];
+    gx -= c1 * o[3];
+  }
+  if (degree > 2) {
+    const float c20 = 1.0925484305920792f, c21 = 0.94617469575755997f, c23 = 0.54627421529603959f;
+    gx += c20 * y * o[4];
+    gy += c20 * x * o[4];
+    gy -= c20 * z * o[5];
+    gz -= c20 * y * o[5];
+    gz += 2.0f * c21 * z * o[6];
+    gx -= c20 * z * o[7];
+    gz -= c20 * x * o[7];
+    gx += 2.0f * c23 * x * o[8];
+    gy -= 2.0f * c23 * y * o[8];
+  }
+  if (degree > 3) {
+    const float c30 = 0.59004358992664352f, c31 = 2.8906114426405538f, c32 = 0.45704579946446572f;
+    const float c33 = 0.3731763325901154f, c34 = 1.4453057213202769f;
+    const float xx = x * x, yy = y * y, zz = z * z;
+    gx += -6.0f * c30 * x * y * o[9];  // c30 y (-3 xx + yy)
+    gy += 3.0f * c30 * (yy - xx) * o[9];
+    gx += c31 * y * z * o[10];  // c31 x y z
+    gy += c31 * x * z * o[10];
+    gz += c31 * x * y * o[10];
+    gy += c32 * (1.0f - 5.0f * zz) * o[11];  // c32 y (1 - 5 zz)
+    gz += -10.0f * c32 * y * z * o[11];
+    gz += c33 * (15.0f * zz - 3.0f) * o[12];  // c33 z (5 zz - 3)
+    gx += c32 * (1.0f - 5.0f * zz) * o[13];  // c32 x (1 - 5 zz)
+    gz += -10.0f * c32 * x * z * o[13];
+    gx += 2.0f * c34 * x * z * o[14];  // c34 z (xx - yy)
+    gy += -2.0f * c34 * y * z * o[14];
+    gz += c34 * (xx - yy) * o[14];
+    gx += 3.0f * c30 * (yy - xx) * o[15];  // c30 x (-xx + 3 yy)
+    gy += 6.0f * c30 * x * y * o[15];
+  }
+  grad[i * 3] = gx;
+  grad[i * 3 + 1] = gy;
+  grad[i * 3 + 2] = gz;
+}
+
+torch::Tensor sh_encode_bwd(torch::Tensor dirs, torch::Tensor grad_out, int64_t degree) {
+  NL_CHECK_INPUT(dirs);
+  NL_CHECK_INPUT(grad_out);
+  NL_CHECK_DTYPE(dirs, torch::kFloat32);
+  NL_CHECK_DTYPE(grad_out, torch::kFloat32);
+  TORCH_CHECK(degree >= 1 && degree <= 4, "sh encoding: degree must be in 1..4");
+  const int64_t n = dirs.size(0);
+  TORCH_CHECK(dirs.dim() == 2 && dirs.size(1) == 3, "sh encoding: dirs must be [N, 3]");
+  TORCH_CHECK(grad_out.dim() == 2 && grad_out.size(0) == n && grad_out.size(1) == degree * degree,
+              "sh encoding backward: grad_out must be [N, degree^2]");
+  const c10::cuda::CUDAGuard guard(dirs.device());
+  auto grad = torch::empty({n, 3}, dirs.options());
+  if (n == 0) return grad;
+  sh_bwd_kernel<<<n_blocks(n, 256), 256, 0, stream()>>>(dirs.data_ptr<float>(), grad_out.data_ptr<float>(), n,
+                                                        static_cast<int>(degree), grad.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return grad;
 }
 
 }  // namespace nl

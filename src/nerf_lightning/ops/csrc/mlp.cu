@@ -335,8 +335,8 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_bwd_kernel(const float* __res
                                                               const __grid_constant__ MlpDims d,
                                                               const __grid_constant__ SmemLayout s,
                                                               const float* __restrict__ g_out,
-                                                              float* __restrict__ g_in0, float* __restrict__ g_w,
-                                                              float* __restrict__ g_b) {
+                                                              float* __restrict__ g_in0, float* __restrict__ g_in1,
+                                                              float* __restrict__ g_w, float* __restrict__ g_b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // m16n8k16 MMA and bf16 WMMA: Ampere and later
   constexpr int L = NH + 1;
   constexpr int KT = kMaxWidth / 16;
@@ -435,9 +435,10 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_bwd_kernel(const float* __res
         gb_s[s.gb_off[l] + c] += sum;
       }
       // 3c. input gradient of this warp's rows in registers: gx = gy W (B from W^T), through the
-      //     ReLU whose output is x_l (l > 0), or out to g_in0 (l = 0)
-      if (l > 0 || g_in0 != nullptr) {
-        const int n_out = l > 0 ? kHidden / 8 : (d.in0 + 7) / 8;
+      //     ReLU whose output is x_l (l > 0), or out to g_in0 / g_in1 (l = 0; the columns of in1 only
+      //     when its gradient is asked for)
+      if (l > 0 || g_in0 != nullptr || g_in1 != nullptr) {
+        const int n_out = l > 0 ? kHidden / 8 : (d.in0 + (g_in1 != nullptr ? d.in1 : 0) + 7) / 8;
         float acc[kMaxWidth / 8][4];
 #pragma unroll
         for (int j = 0; j < kMaxWidth / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
@@ -468,8 +469,15 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_bwd_kernel(const float* __res
             for (int h = 0; h < 2; ++h) {
               const int64_t row = row0 + g + 8 * h;
               if (row >= n) continue;
-              if (c < d.in0) g_in0[row * d.in0 + c] = acc[j][2 * h];
-              if (c + 1 < d.in0) g_in0[row * d.in0 + c + 1] = acc[j][2 * h + 1];
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int col = c + e;
+                if (col < d.in0) {
+                  if (g_in0 != nullptr) g_in0[row * d.in0 + col] = acc[j][2 * h + e];
+                } else if (g_in1 != nullptr && col < d.in0 + d.in1) {
+                  g_in1[row * d.in1 + col - d.in0] = acc[j][2 * h + e];
+                }
+              }
             }
           }
         }
@@ -599,11 +607,13 @@ torch::Tensor fused_mlp_fwd(torch::Tensor in0, c10::optional<torch::Tensor> in1,
   return out;
 }
 
-// Returns [grad_in0 (empty when not wanted), flat fp32 weight gradients, flat fp32 bias gradients];
-// the flat buffers hold each layer's [out, in] / [out] gradient in layer order.
+// Returns [grad_in0 (empty when not wanted), flat fp32 weight gradients, flat fp32 bias gradients],
+// and grad_in1 as a fourth entry when need_grad_in1 (learned camera poses: the view directions'
+// encoding is in1 of the colour network); the flat buffers hold each layer's [out, in] / [out]
+// gradient in layer order.
 std::vector<torch::Tensor> fused_mlp_bwd(torch::Tensor grad_out, torch::Tensor in0, c10::optional<torch::Tensor> in1,
                                          std::vector<torch::Tensor> weights, std::vector<torch::Tensor> biases,
-                                         bool bf16, bool need_grad_in0) {
+                                         bool bf16, bool need_grad_in0, bool need_grad_in1) {
   check_inputs(in0, in1);
   NL_CHECK_INPUT(grad_out);
   NL_CHECK_DTYPE(grad_out, torch::kFloat32);
@@ -620,17 +630,25 @@ std::vector<torch::Tensor> fused_mlp_bwd(torch::Tensor grad_out, torch::Tensor i
   auto flat = torch::zeros({n_w + n_b}, in0.options());  // one memset for every parameter gradient
   auto g_w = flat.narrow(0, 0, n_w);
   auto g_b = flat.narrow(0, n_w, n_b);
+  TORCH_CHECK(!need_grad_in1 || in1.has_value(), "fused_mlp backward: need_grad_in1 without in1");
   auto g_in0 = need_grad_in0 ? torch::empty({n, d.in0}, in0.options()) : torch::empty({0}, in0.options());
+  auto g_in1 = need_grad_in1 ? torch::empty({n, d.in1}, in0.options()) : torch::empty({0}, in0.options());
+  auto result = [&]() -> std::vector<torch::Tensor> {
+    if (need_grad_in1) return {g_in0, g_w, g_b, g_in1};
+    return {g_in0, g_w, g_b};
+  };
   if (n == 0) {
     if (need_grad_in0) g_in0.zero_();
-    return {g_in0, g_w, g_b};
+    if (need_grad_in1) g_in1.zero_();
+    return result();
   }
   const SmemLayout s = make_layout(d);
   const float* p1 = in1.has_value() ? in1->data_ptr<float>() : nullptr;
   float* gi = need_grad_in0 ? g_in0.data_ptr<float>() : nullptr;
+  float* gi1 = need_grad_in1 ? g_in1.data_ptr<float>() : nullptr;
   auto launch = [&](auto kernel) {
     kernel<<<mlp_grid(kernel, s.bytes_bwd, n), kMlpThreads, s.bytes_bwd, stream()>>>(
-        in0.data_ptr<float>(), p1, n, d, s, grad_out.data_ptr<float>(), gi, g_w.data_ptr<float>(),
+        in0.data_ptr<float>(), p1, n, d, s, grad_out.data_ptr<float>(), gi, gi1, g_w.data_ptr<float>(),
         g_b.data_ptr<float>());
   };
   if (bf16) {
@@ -639,7 +657,7 @@ std::vector<torch::Tensor> fused_mlp_bwd(torch::Tensor grad_out, torch::Tensor i
     d.n_layers == 2 ? launch(mlp_bwd_kernel<__half, 1>) : launch(mlp_bwd_kernel<__half, 2>);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {g_in0, g_w, g_b};
+  return result();
 }
 
 }  // namespace nl

@@ -1,7 +1,9 @@
 """CUDA wrappers of ``ops/reference/encoding.py``: the hash-grid and spherical-harmonics encodings.
 
 The hash kernels run one thread per (point, level); the gradient w.r.t. the table is an atomic
-scatter (fp16 tables accumulate in float32 and are rounded once). ``NERF_LIGHTNING_HASH_ORDER=level``
+scatter (fp16 tables accumulate in float32 and are rounded once). The gradients w.r.t. the positions
+and the directions (learned camera poses move and turn them) have kernels of their own, launched only
+when those inputs require a gradient. ``NERF_LIGHTNING_HASH_ORDER=level``
 switches them to a level-major thread order (same results; a benchmark switch). Under autocast the
 table keeps its dtype and the output is float32.
 """
@@ -27,24 +29,26 @@ class _HashEncode(torch.autograd.Function):
         ctx: Any, x: Tensor, params: Tensor, scales: list[float], resolutions: list[int], offsets: list[int]
     ) -> Tensor:
         xf = x.detach().float().contiguous()
-        out = _support.ext().hash_encode_fwd(xf, params.detach().contiguous(), scales, resolutions, offsets)
-        ctx.save_for_backward(xf)
+        table = params.detach().contiguous()
+        out = _support.ext().hash_encode_fwd(xf, table, scales, resolutions, offsets)
+        ctx.save_for_backward(xf, table if ctx.needs_input_grad[0] else None)
         ctx.meta = (scales, resolutions, offsets, params.shape[0], params.shape[1], params.dtype)
         return out
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx: Any, grad_out: Tensor) -> tuple:
-        (xf,) = ctx.saved_tensors
+        xf, table = ctx.saved_tensors
         scales, resolutions, offsets, rows, feats, pdtype = ctx.meta
-        grad = None
+        g = grad_out.float().contiguous()
+        grad = grad_x = None
         if ctx.needs_input_grad[1]:
-            grad = _support.ext().hash_encode_bwd(
-                xf, grad_out.float().contiguous(), rows, feats, scales, resolutions, offsets
-            )
+            grad = _support.ext().hash_encode_bwd(xf, g, rows, feats, scales, resolutions, offsets)
             if grad.dtype != pdtype:
                 grad = grad.to(pdtype)  # fp16 tables: scatter in fp32, round once
-        return None, grad, None, None, None
+        if ctx.needs_input_grad[0]:  # positions moved by learned camera poses: one thread per point
+            grad_x = _support.ext().hash_encode_bwd_input(xf, table, g, scales, resolutions, offsets)
+        return grad_x, grad, None, None, None
 
 
 def hash_encode(
@@ -53,13 +57,14 @@ def hash_encode(
     """See :func:`nerf_lightning.ops.reference.hash_encode`: the multiresolution hash encoding on the GPU.
 
     Args:
-        x: float [N, 3] in [0, 1]^3 on CUDA (cast to float32; no gradient w.r.t. x).
+        x: float [N, 3] in [0, 1]^3 on CUDA (cast to float32); its gradient (the trilinear weights'
+            derivative) is computed only when it requires one.
         params: float32 or float16 [sum_l T_l, F] table, F in {1, 2, 4, 8}.
         scales, resolutions: per level; offsets: [L + 1] cumulative rows.
 
     Returns:
         float32 [N, L * F], differentiable w.r.t. ``params`` (atomic scatter; fp16 tables accumulate
-        in float32 and are rounded once).
+        in float32 and are rounded once) and ``x``.
     """
     why = device_problem(x, params)
     if why is None and params.dtype == torch.bfloat16:
@@ -69,8 +74,6 @@ def hash_encode(
     why = why or dtype_problem((params,), (torch.float32, torch.float16))
     if why is None and (params.dim() != 2 or params.shape[1] not in (1, 2, 4, 8)):
         why = f"the kernels take tables [rows, F] with F in 1, 2, 4, 8, got {tuple(params.shape)}"
-    if why is None and x.requires_grad:
-        why = "the kernels do not differentiate positions"
     if why:
         return reference_for("hash_encode", why)(x, params, scales, resolutions, offsets)
     return _HashEncode.apply(
@@ -78,18 +81,32 @@ def hash_encode(
     )
 
 
+class _SHEncode(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, dirs: Tensor, degree: int) -> Tensor:
+        ctx.save_for_backward(dirs)
+        ctx.degree = degree
+        return _support.ext().sh_encode_fwd(dirs, degree)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple:
+        (dirs,) = ctx.saved_tensors
+        return _support.ext().sh_encode_bwd(dirs, g.float().contiguous(), ctx.degree), None
+
+
 def sh_encode(dirs: Tensor, degree: int = 4) -> Tensor:
-    """See :func:`nerf_lightning.ops.reference.sh_encode` (forward only; tcnn order).
+    """See :func:`nerf_lightning.ops.reference.sh_encode` (tcnn order).
 
     Args:
-        dirs: float32 [N, 3] unit directions on CUDA, needing no gradient; degree: 1..4.
+        dirs: float32 [N, 3] unit directions on CUDA; degree: 1..4. Differentiable w.r.t. ``dirs``
+            when they require it (learned camera poses turn them): a backward kernel of its own.
 
     Returns:
         float32 [N, degree^2].
     """
     why = device_problem(dirs) or dtype_problem((dirs,))
-    if why is None and dirs.requires_grad:
-        why = "the kernel has no backward pass"
     if why:
         return reference_for("sh_encode", why)(dirs, degree)
+    if dirs.requires_grad:
+        return _SHEncode.apply(dirs.contiguous(), int(degree))
     return _support.ext().sh_encode_fwd(dirs.contiguous(), int(degree))

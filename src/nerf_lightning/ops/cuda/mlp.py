@@ -70,8 +70,11 @@ class _FusedMLP(torch.autograd.Function):
         in0, in1, *params = ctx.saved_tensors
         weights, biases = params[: ctx.n_layers], params[ctx.n_layers :]
         need_in0 = bool(ctx.needs_input_grad[0])
-        g_in0, g_w, g_b = _support.ext().fused_mlp_bwd(
-            g.float().contiguous(), in0, in1, weights, biases, ctx.bf16, need_in0
+        # in1 (the colour network's view-direction encoding) needs a gradient only when the
+        # directions do (learned camera poses); the kernel then writes those columns too
+        need_in1 = in1 is not None and bool(ctx.needs_input_grad[1])
+        g_in0, g_w, g_b, *g_in1 = _support.ext().fused_mlp_bwd(
+            g.float().contiguous(), in0, in1, weights, biases, ctx.bf16, need_in0, need_in1
         )
         grads: list[Tensor] = []
         w_at = b_at = 0
@@ -79,7 +82,7 @@ class _FusedMLP(torch.autograd.Function):
             grads.append(g_w[w_at : w_at + w.numel()].view_as(w))
             grads.append(g_b[b_at : b_at + b.numel()].view_as(b))
             w_at, b_at = w_at + w.numel(), b_at + b.numel()
-        return (g_in0 if need_in0 else None), None, None, *grads
+        return (g_in0 if need_in0 else None), (g_in1[0] if need_in1 else None), None, *grads
 
 
 def _fused_mlp_inputs_ok(in0: Tensor, in1: Tensor | None) -> bool:
@@ -111,7 +114,7 @@ def fused_mlp(
     if why:
         return reference_for("fused_mlp", why)(in0, in1, weights, biases, half_dtype)
     params = [t for pair in zip(weights, biases, strict=True) for t in pair]
-    x1 = None if in1 is None else in1.detach().float().contiguous()
+    x1 = None if in1 is None else in1.float().contiguous()
     return _FusedMLP.apply(
         in0.float().contiguous(), x1, half_dtype == torch.bfloat16, *[p.contiguous() for p in params]
     )

@@ -6,6 +6,8 @@ Kernel input: float32 CUDA tensors. All three replay the reference's float32 ope
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -36,6 +38,31 @@ def ray_aabb_intersect(rays_o: Tensor, rays_d: Tensor, aabb: Tensor) -> tuple[Te
     return t_near, t_far, hit
 
 
+class _SamplePoints(torch.autograd.Function):
+    """The kernel forward; the rays' gradient (learned camera poses) scattered back per ray."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, rays_o: Tensor, rays_d: Tensor, ray_indices: Tensor, t_starts: Tensor, t_ends: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        ctx.save_for_backward(ray_indices, t_starts, t_ends)
+        ctx.n_rays = rays_o.shape[0]
+        positions, dirs = _support.ext().sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
+        return positions, dirs
+
+    @staticmethod
+    def backward(ctx: Any, g_pos: Tensor | None, g_dir: Tensor | None) -> tuple:
+        ray_indices, t_starts, t_ends = ctx.saved_tensors
+        shape = (ctx.n_rays, 3)
+        g_pos = torch.zeros(t_starts.shape[0], 3, device=t_starts.device) if g_pos is None else g_pos.float()
+        g_o = torch.zeros(shape, device=t_starts.device).index_add_(0, ray_indices, g_pos)
+        g_d_samples = g_pos * ((t_starts + t_ends) * 0.5)[:, None]
+        if g_dir is not None:
+            g_d_samples = g_d_samples + g_dir.float()
+        g_d = torch.zeros(shape, device=t_starts.device).index_add_(0, ray_indices, g_d_samples)
+        return g_o, g_d, None, None, None
+
+
 def sample_points(
     rays_o: Tensor, rays_d: Tensor, ray_indices: Tensor, t_starts: Tensor, t_ends: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -43,6 +70,7 @@ def sample_points(
 
     Args:
         rays_o, rays_d: float32 [R, 3]; ray_indices: int [S]; t_starts, t_ends: float32 [S]; all CUDA.
+            Differentiable w.r.t. the rays when they require it (learned camera poses).
 
     Returns:
         positions float32 [S, 3] (``o + d * ((t_start + t_end) * 0.5)``), directions float32 [S, 3].
@@ -51,29 +79,51 @@ def sample_points(
     why = device_problem(*tensors, ray_indices) or dtype_problem(tensors)
     if why:
         return reference_for("sample_points", why)(rays_o, rays_d, ray_indices, t_starts, t_ends)
-    positions, dirs = _support.ext().sample_points(
+    args = (
         rays_o.contiguous(), rays_d.contiguous(), ray_indices.long().contiguous(), t_starts.contiguous(),
         t_ends.contiguous(),
     )  # fmt: skip
+    if rays_o.requires_grad or rays_d.requires_grad:
+        return _SamplePoints.apply(*args)
+    positions, dirs = _support.ext().sample_points(*args)
     return positions, dirs
 
 
+class _NormalizeToBox(torch.autograd.Function):
+    """The kernel forward; the positions' gradient (learned camera poses) as the reference's autograd
+    gives it: ``1 / box_size`` where the coordinate is inside [0, 1] (the clamp passes it), else 0."""
+
+    @staticmethod
+    def forward(ctx: Any, positions: Tensor, box_min: Tensor, box_size: Tensor) -> tuple[Tensor, Tensor]:
+        ctx.save_for_backward(positions, box_min, box_size)
+        x, inside = _support.ext().normalize_to_box(positions, box_min, box_size)
+        ctx.mark_non_differentiable(inside)
+        return x, inside
+
+    @staticmethod
+    def backward(ctx: Any, g_x: Tensor | None, _g_inside: Any) -> tuple:
+        positions, box_min, box_size = ctx.saved_tensors
+        u = (positions - box_min) / box_size
+        passed = (u >= 0) & (u <= 1)
+        return g_x * passed / box_size, None, None
+
+
 def normalize_to_box(positions: Tensor, box_min: Tensor, box_size: Tensor) -> tuple[Tensor, Tensor]:
-    """See :func:`nerf_lightning.ops.reference.normalize_to_box` (bit-equal; no gradient).
+    """See :func:`nerf_lightning.ops.reference.normalize_to_box` (bit-equal).
 
     Args:
-        positions: float32 [N, 3] that need no gradient; box_min, box_size: float32 [3]; all CUDA.
+        positions: float32 [N, 3]; box_min, box_size: float32 [3] (no gradient); all CUDA.
+            Differentiable w.r.t. ``positions`` when they require it (learned camera poses).
 
     Returns:
         x float32 [N, 3] in [0, 1]^3 (clamped), inside bool [N].
     """
     tensors = (positions, box_min, box_size)
     why = device_problem(*tensors) or dtype_problem(tensors)
-    if why is None and positions.requires_grad:
-        why = "the kernel does not differentiate positions"
     if why:
         return reference_for("normalize_to_box", why)(positions, box_min, box_size)
-    x, inside = _support.ext().normalize_to_box(
-        positions.contiguous(), box_min.contiguous(), box_size.contiguous()
-    )
+    args = (positions.contiguous(), box_min.contiguous(), box_size.contiguous())
+    if positions.requires_grad:
+        return _NormalizeToBox.apply(*args)
+    x, inside = _support.ext().normalize_to_box(*args)
     return x, inside

@@ -71,7 +71,8 @@ def fused_mlp(
     of this function's autograd).
 
     Args:
-        in0: float [N, C0], differentiable; in1: float [N, C1] or None (no gradient is needed).
+        in0: float [N, C0], differentiable; in1: float [N, C1] or None, differentiable too (the
+            colour network's view-direction encoding, when learned camera poses turn the directions).
         weights: fp32 ``[out_l, in_l]`` (``nn.Linear.weight``; ``in_0 = C0 + C1``), biases fp32 [out_l].
         half_dtype: ``torch.float16`` or ``torch.bfloat16``.
 

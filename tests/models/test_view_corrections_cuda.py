@@ -1,0 +1,147 @@
+"""The budgeted training step with learned pose corrections and exposures on the GPU: captured as CUDA
+graphs it equals eager execution (loss, the corrections' gradients, three optimizer steps that the graph
+must see), and it never synchronizes with the host. GPU only: ``pytest -m cuda``."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.cuda
+
+if not torch.cuda.is_available():  # pragma: no cover - CPU CI
+    pytest.skip("needs an NVIDIA GPU", allow_module_level=True)
+
+from nerf_lightning.models.appearance import PerViewExposure  # noqa: E402
+from nerf_lightning.models.camera_opt import CameraOptimizer  # noqa: E402
+from nerf_lightning.models.field import NGPField  # noqa: E402
+from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture  # noqa: E402
+from nerf_lightning.render.occupancy import OccupancyGrid  # noqa: E402
+from nerf_lightning.render.renderer import Renderer  # noqa: E402
+
+DEV = torch.device("cuda")
+N_VIEWS = 12
+
+
+def _setup(seed: int = 0):
+    torch.manual_seed(seed)
+    field = NGPField(aabb_scale=1, density_bias=1.0).to(DEV)
+    with torch.no_grad():
+        field.encoding.params.uniform_(-0.5, 0.5)
+    grid = OccupancyGrid(aabb_scale=1, resolution=64).to(DEV)
+    g = torch.Generator(device=DEV).manual_seed(seed + 1)
+    centres = (
+        torch.nn.functional.normalize(torch.randn(N_VIEWS, 3, device=DEV, generator=g), dim=-1) * 1.5 + 0.5
+    )
+    poses = torch.cat([torch.eye(3, device=DEV).expand(N_VIEWS, 3, 3), centres[:, :, None]], dim=-1)
+    view_ids = torch.randint(0, N_VIEWS, (4096,), device=DEV, generator=g)
+    o = centres[view_ids].contiguous()
+    target_pts = 0.5 + (torch.rand(4096, 3, device=DEV, generator=g) - 0.5) * 0.8
+    d = torch.nn.functional.normalize(target_pts - o, dim=-1).contiguous()
+    bg = torch.rand(4096, 3, device=DEV, generator=g)
+    target = torch.rand(4096, 3, device=DEV, generator=g)
+    cam = CameraOptimizer(N_VIEWS, poses.cpu(), enabled=True).to(DEV)
+    exposure = PerViewExposure(N_VIEWS, enabled=True, bias=True).to(DEV)
+    with torch.no_grad():  # corrections already away from zero: every term of their gradient is live
+        cam.adjustment.normal_(0.0, 0.01, generator=g)
+        exposure.log_gain.normal_(0.0, 0.1, generator=g)
+        exposure.offset.normal_(0.0, 0.01, generator=g)
+    step = FixedBudgetStep(
+        field, Renderer(grid, ops_backend="cuda"), "huber", 0.1, sample_budget=1 << 16, march_budget=1 << 18,
+        n_rays_init=2048, jitter=False, camera_opt=cam, appearance=exposure,
+    ).to(DEV)  # fmt: skip
+    groups = [
+        {"params": list(field.parameters())},
+        {"params": [cam.adjustment], "lr": 1e-3},
+        {"params": [exposure.log_gain, exposure.offset]},
+    ]
+    opt = torch.optim.Adam(groups, lr=1e-2, eps=1e-15, fused=True)
+    return step, cam, exposure, opt, (o, d, target, bg, view_ids)
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_graph_replay_with_pose_and_exposure_equals_eager_steps(precision) -> None:
+    results = []
+    for graphed in (False, True):
+        step, cam, exposure, opt, args = _setup(seed=4)
+        fn = capture(step, args, precision, alias_gradients=True, share_inputs=True) if graphed else step
+        losses, first_grads = [], None
+        for _ in range(3):
+            with autocast_for(precision):
+                loss, per_ray, valid, stats = fn(*args)
+            loss.backward()
+            if first_grads is None:
+                first_grads = [
+                    t.grad.detach().clone() for t in (cam.adjustment, exposure.log_gain, exposure.offset)
+                ]
+            opt.step()  # the graph reads the parameters in place: the next replay must see the step
+            opt.zero_grad(set_to_none=True)
+            losses.append(float(loss))
+        results.append(
+            (losses, first_grads, cam.adjustment.detach().clone(), exposure.log_gain.detach().clone())
+        )
+    (l_e, g_e, cam_e, exp_e), (l_g, g_g, cam_g, exp_g) = results
+    assert l_g == pytest.approx(l_e, rel=2e-3)
+    for name, a, b in zip(("camera", "log_gain", "offset"), g_g, g_e, strict=True):
+        assert float(b.norm()) > 0, name
+        assert float((a - b).norm() / b.norm()) < 5e-3, name
+    assert float((cam_g - cam_e).norm() / cam_e.norm()) < 5e-3
+    assert float((exp_g - exp_e).norm() / exp_e.norm()) < 5e-3
+
+
+def test_step_with_pose_and_exposure_never_syncs_with_the_host() -> None:
+    step, cam, exposure, opt, args = _setup()
+    loss, *_ = step(*args)  # first call: extension load, cuBLAS handles
+    loss.backward()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            with autocast_for("bf16-mixed"):
+                loss, *_ = step(*args)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+
+def test_the_position_gradient_runs_the_kernels_not_the_reference(monkeypatch) -> None:
+    """With learned poses every op of the step stays on its CUDA kernel (a fall-back to the PyTorch
+    reference would be correct but many times slower): no wrapper asks for its reference."""
+    from nerf_lightning.ops.cuda import _support
+
+    def refuse(op: str, why: str):
+        raise AssertionError(f"ops.cuda.{op} fell back to the PyTorch reference: {why}")
+
+    monkeypatch.setattr(_support, "reference_for", refuse)
+    for name in ("compositing", "encoding", "grid", "losses", "marching", "mlp", "rays", "step"):
+        wrappers = importlib.import_module(f"nerf_lightning.ops.cuda.{name}")
+        monkeypatch.setattr(wrappers, "reference_for", refuse)
+    step, cam, exposure, opt, args = _setup()
+    with autocast_for("bf16-mixed"):
+        loss, *_ = step(*args)
+    loss.backward()
+    assert float(cam.adjustment.grad.norm()) > 0
+
+
+def test_module_builds_the_components_into_its_graphed_step() -> None:
+    """NeRFModule hands its enabled components to the budgeted step (their parameters are the graph's)."""
+    from nerf_lightning.models.module import NeRFModule
+
+    poses = torch.eye(4)[:3].expand(N_VIEWS, 3, 4).clone()
+    poses[:, :, 3] = torch.randn(N_VIEWS, 3)
+    module = NeRFModule(
+        field=functools.partial(NGPField),
+        optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
+        sample_budget=1 << 16,
+        camera_opt=functools.partial(CameraOptimizer, enabled=True),
+        appearance=functools.partial(PerViewExposure, enabled=True),
+        n_train_views=N_VIEWS,
+        train_poses=poses,
+    )
+    names = {n for n, _ in module.train_step_fn.named_parameters()}
+    assert {"camera_opt.adjustment", "appearance.log_gain"} <= names
