@@ -1,0 +1,1 @@
+"""The command-line apps, one module per command (``python -m nerf_lightning.<app>`` runs each)."""
