@@ -75,7 +75,7 @@ def _fake_sfm(unregistered: tuple[str, ...] = (), error: Exception | None = None
             mean_reprojection_error=0.5,
             registered=kept,
             unregistered=[n for n in names if n in unregistered],
-            num_models=1,
+            model_sizes=[len(kept)],
             seconds={"features": 1.0, "matching": 2.0, "mapping": 3.0},
         )
 

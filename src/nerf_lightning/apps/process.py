@@ -238,7 +238,7 @@ def _write_capture(
         "images": len(names) + len(result.unregistered),
         "registered": len(names),
         "unregistered_images": result.unregistered,
-        "models": result.num_models,
+        "model_sizes": result.model_sizes,
         "mean_reprojection_error_px": result.mean_reprojection_error,
         "points": len(points),
         "aabb_scale": aabb,
@@ -256,7 +256,12 @@ def _write_capture(
 def _print_summary(out: Path, s: dict[str, Any]) -> None:
     d, ext, sec = s["camera_distance"], s["camera_extent"], s["seconds"]
     steps = ", ".join(f"{k} {sec[k]:.1f} s" for k in STAGES if k in sec)
-    models = "" if s["models"] == 1 else f"; {s['models']} separate models, the largest kept"
+    sizes = s["model_sizes"]
+    models = (
+        ""
+        if len(sizes) == 1
+        else f"; {len(sizes)} separate models ({', '.join(map(str, sizes))}), the largest kept"
+    )
     lines = [
         f"registered {s['registered']} of {s['images']} images{models}",
         f"mean reprojection error {s['mean_reprojection_error_px']:.3f} px over {s['points']} sparse points",

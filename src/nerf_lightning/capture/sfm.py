@@ -21,9 +21,12 @@ The pipeline of COLMAP's command line (and of instant-ngp's ``colmap2nerf.py --r
    2.3 degrees of rotation error on the CPU test's synthetic orbit, against 0 px and 0.55 degrees).
 
 Each step runs in a worker thread (pycolmap releases the GIL) while the caller's thread reports
-progress: features and verified pairs counted in COLMAP's SQLite database (switched to write-ahead
-logging first, so that these reads never make COLMAP's writes wait or fail), registered images
-from the mapper's callbacks. Ctrl-C cancels the running step (pycolmap's cancellation token).
+progress: images and verified pairs counted in COLMAP's SQLite database, registered images from
+the mapper's callbacks. The counts are read through pycolmap's own ``Database`` (the SQLite library
+linked into pycolmap, the one COLMAP writes with: a second copy of SQLite in the process, such as
+Python's ``sqlite3``, releases COLMAP's file locks whenever it closes the file and corrupts the
+database), with the database in write-ahead-log mode so that readers never block the writer.
+Ctrl-C cancels the running step (pycolmap's cancellation token).
 
 pycolmap is an optional dependency (``pip install 'nerf_lightning[process]'``); without it
 :func:`run_sfm` raises a :class:`~nerf_lightning.errors.UserError` that says how to install it.
@@ -126,7 +129,8 @@ class SfmResult:
         points: float64 [P, 3] sparse points in the same frame.
         mean_reprojection_error: pixels, over all observations of the kept model.
         registered / unregistered: image names, in input order.
-        num_models: how many separate models the mapper made (1 when every image connects).
+        model_sizes: registered images of each separate model the mapper made, largest first (one
+            model when every image connects; an image may belong to several).
         seconds: time per step.
     """
 
@@ -136,7 +140,7 @@ class SfmResult:
     mean_reprojection_error: float
     registered: list[str]
     unregistered: list[str]
-    num_models: int
+    model_sizes: list[int]
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -164,10 +168,11 @@ def num_pairs(n_images: int, matcher: str, overlap: int = 10) -> int:
     return len(pairs)
 
 
-def _create_database(pycolmap: Any, database: Path) -> None:
-    """An empty COLMAP database in write-ahead-log mode (readers never block COLMAP's writer, which
-    would abort on a busy database); the mode is stored in the file and kept by COLMAP."""
-    pycolmap.Database.open(database).close()
+def _create_database(database: Path) -> None:
+    """An empty SQLite file in write-ahead-log mode, before pycolmap opens it: readers then never
+    block COLMAP's writer, which aborts on a busy database. The mode is stored in the file and kept
+    by COLMAP, which creates its tables on first open. (Python's SQLite touches the file only here,
+    while no other connection is open.)"""
     con = sqlite3.connect(database)
     try:
         con.execute("PRAGMA journal_mode=WAL")
@@ -192,16 +197,16 @@ def _quiet_stderr(quiet: bool):
         os.close(devnull)
 
 
-def _count_rows(database: Path, table: str) -> int | None:
-    """Rows of a table of COLMAP's database while COLMAP writes it (None when it is locked right now)."""
-    try:
-        con = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=0)
+def _counter(db: Any, what: str) -> Callable[[], int | None]:
+    """``db.<what>()`` of an open pycolmap Database, None when it fails (busy right now)."""
+
+    def count() -> int | None:
         try:
-            return int(con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return None
+            return int(getattr(db, what)())
+        except (RuntimeError, ValueError):
+            return None
+
+    return count
 
 
 def _run_step(
@@ -260,6 +265,68 @@ def _cam_to_world(image: Any) -> np.ndarray:
     return np.linalg.inv(m)
 
 
+def _extract(
+    pycolmap: Any,
+    db: Any,
+    database: Path,
+    image_dir: Path,
+    names: list[str],
+    options: SfmOptions,
+    report: Progress,
+) -> None:
+    """Step 1: SIFT features of every image, one shared camera."""
+    n = len(names)
+    reader = pycolmap.ImageReaderOptions()
+    reader.camera_model = options.camera_model
+    extraction = pycolmap.FeatureExtractionOptions()
+    extraction.max_image_size = options.max_image_size
+    extraction.num_threads = options.num_threads
+    extraction.sift.max_num_features = options.max_num_features
+    report("features", 0, n)
+    _run_step(
+        pycolmap,
+        lambda token: pycolmap.extract_features(
+            database,
+            image_dir,
+            image_names=names,
+            camera_mode=pycolmap.CameraMode.SINGLE,
+            reader_options=reader,
+            extraction_options=extraction,
+            cancellation_token=token,
+        ),
+        _counter(db, "num_images"),
+        lambda done: report("features", done, n),
+    )
+    report("features", n, n)
+
+
+def _match(pycolmap: Any, db: Any, database: Path, n: int, options: SfmOptions, report: Progress) -> None:
+    """Step 2: exhaustive or sequential matching, each pair verified geometrically."""
+    matching = pycolmap.FeatureMatchingOptions()
+    matching.num_threads = options.num_threads
+    matching.guided_matching = options.guided_matching
+    verification = pycolmap.TwoViewGeometryOptions()
+    verification.ransac.random_seed = options.seed
+    kwargs: dict[str, Any] = {"matching_options": matching, "verification_options": verification}
+    if options.matcher == "exhaustive":
+        matcher = pycolmap.match_exhaustive
+    else:
+        matcher = pycolmap.match_sequential
+        pairing = pycolmap.SequentialPairingOptions()
+        pairing.overlap = options.overlap
+        pairing.quadratic_overlap = True
+        kwargs["pairing_options"] = pairing
+    total = num_pairs(n, options.matcher, options.overlap)
+    report("matching", 0, total)
+    _run_step(
+        pycolmap,
+        lambda token: matcher(database, cancellation_token=token, **kwargs),
+        _counter(db, "num_verified_image_pairs"),
+        lambda done: report("matching", min(done, total), total),
+    )
+    report("matching", total, total)
+
+
 def run_sfm(
     image_dir: str | Path,
     names: list[str],
@@ -286,80 +353,27 @@ def run_sfm(
     pycolmap.set_random_seed(options.seed)
     seconds: dict[str, float] = {}
 
-    # 1. features
-    t0 = time.perf_counter()
-    _create_database(pycolmap, database)
-    reader = pycolmap.ImageReaderOptions()
-    reader.camera_model = options.camera_model
-    extraction = pycolmap.FeatureExtractionOptions()
-    extraction.max_image_size = options.max_image_size
-    extraction.num_threads = options.num_threads
-    extraction.sift.max_num_features = options.max_num_features
-    report("features", 0, n)
-    _run_step(
-        pycolmap,
-        lambda token: pycolmap.extract_features(
-            database,
-            image_dir,
-            image_names=names,
-            camera_mode=pycolmap.CameraMode.SINGLE,
-            reader_options=reader,
-            extraction_options=extraction,
-            cancellation_token=token,
-        ),
-        lambda: _count_rows(database, "keypoints"),
-        lambda done: report("features", done, n),
-    )
-    report("features", n, n)
-    seconds["features"] = time.perf_counter() - t0
-
-    # 2. matching
-    t0 = time.perf_counter()
-    matching = pycolmap.FeatureMatchingOptions()
-    matching.num_threads = options.num_threads
-    matching.guided_matching = options.guided_matching
-    verification = pycolmap.TwoViewGeometryOptions()
-    verification.ransac.random_seed = options.seed
-    total_pairs = num_pairs(n, options.matcher, options.overlap)
-    if options.matcher == "exhaustive":
-
-        def match(token: Any) -> None:
-            pycolmap.match_exhaustive(
-                database,
-                matching_options=matching,
-                verification_options=verification,
-                cancellation_token=token,
-            )
-    else:
-        pairing = pycolmap.SequentialPairingOptions()
-        pairing.overlap = options.overlap
-        pairing.quadratic_overlap = True
-
-        def match(token: Any) -> None:
-            pycolmap.match_sequential(
-                database,
-                matching_options=matching,
-                pairing_options=pairing,
-                verification_options=verification,
-                cancellation_token=token,
-            )
-
-    report("matching", 0, total_pairs)
-    _run_step(
-        pycolmap,
-        match,
-        lambda: _count_rows(database, "two_view_geometries"),
-        lambda done: report("matching", min(done, total_pairs), total_pairs),
-    )
-    report("matching", total_pairs, total_pairs)
-    seconds["matching"] = time.perf_counter() - t0
+    # 1-2. features and matching; their progress is read from the database they fill
+    _create_database(database)
+    db = pycolmap.Database.open(database)  # creates COLMAP's tables
+    try:
+        t0 = time.perf_counter()
+        _extract(pycolmap, db, database, image_dir, names, options, report)
+        seconds["features"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        _match(pycolmap, db, database, n, options, report)
+        seconds["matching"] = time.perf_counter() - t0
+    finally:
+        db.close()
 
     # 3. mapping
     t0 = time.perf_counter()
     mapper = pycolmap.IncrementalPipelineOptions()
     mapper.num_threads = options.num_threads
     mapper.random_seed = options.seed
-    mapper.min_model_size = 3  # small captures are models too; the largest model is kept anyway
+    # COLMAP discards a model of fewer images (its images may then start another): 10, its default,
+    # for large captures; a small capture is one model of at least half its images
+    mapper.min_model_size = min(10, max(3, n // 2))
     registered = [0]
 
     def on_pair() -> None:
@@ -430,6 +444,6 @@ def run_sfm(
         mean_reprojection_error=float(rec.compute_mean_reprojection_error()),
         registered=[name for name in names if name in poses],
         unregistered=[name for name in names if name not in poses],
-        num_models=len(models),
+        model_sizes=sorted((int(r.num_reg_images()) for r in models.values()), reverse=True),
         seconds=seconds,
     )
