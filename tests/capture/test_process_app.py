@@ -69,7 +69,7 @@ def _fake_sfm(unregistered: tuple[str, ...] = (), error: Exception | None = None
         poses = dict(zip(kept, _ring_colmap(len(kept)), strict=True))
         points = np.random.default_rng(0).normal(0.0, 0.5, (200, 3))
         return SfmResult(
-            camera=Camera("SIMPLE_RADIAL", w, h, 40.0, 40.0, w / 2, h / 2, k1=0.01),
+            camera=Camera("OPENCV", w, h, 40.0, 41.0, w / 2, h / 2, k1=0.01, k2=-0.02, p1=0.003, p2=0.004),
             cam_to_world=poses,
             points=points,
             mean_reprojection_error=0.5,
@@ -114,7 +114,8 @@ def test_a_solve_becomes_a_capture_with_its_summary(tmp_path: Path, run, capsys)
     assert summary["unregistered_images"] == ["004.jpg"]
     doc = json.loads((out / "transforms.json").read_text())
     assert [f["file_path"] for f in doc["frames"]] == [f"images/00{i}.jpg" for i in (0, 1, 2, 3, 5)]
-    assert (doc["fl_x"], doc["cx"], doc["k1"], doc["w"], doc["h"]) == (40.0, 24.0, 0.01, 48, 32)
+    assert [doc[k] for k in ("fl_x", "fl_y", "cx", "cy", "w", "h")] == [40.0, 41.0, 24.0, 16.0, 48, 32]
+    assert [doc[k] for k in ("k1", "k2", "p1", "p2")] == [0.01, -0.02, 0.003, 0.004]
     assert doc["camera_angle_x"] == pytest.approx(2 * math.atan(48 / 80))
     assert sorted(p.name for p in (out / "images").iterdir()) == [f"00{i}.jpg" for i in range(6)]
     assert not (out / "colmap/database.db").exists() and (out / "colmap/sparse/0").is_dir()
@@ -138,8 +139,10 @@ def test_overwrite_replaces_a_capture_only_once_the_new_one_is_complete(tmp_path
     out = tmp_path / "capture"
     out.mkdir()
     (out / "old.txt").write_text("keep me")
+    calls: list = []
     with pytest.raises(UserError, match=r"out=.*capture: exists and is not empty; .* overwrite=true"):
-        run(f"images={photos}", f"out={out}", sfm=_fake_sfm())
+        run(f"images={photos}", f"out={out}", sfm=_fake_sfm(calls=calls))
+    assert calls == []  # refused before any work
     with pytest.raises(RuntimeError, match="solver crashed"):
         run(
             f"images={photos}",

@@ -404,7 +404,7 @@ def run_sfm(
     models = dict(models or {})
     if not models:
         raise UserError(
-            f"images: no reconstruction: none of the {n} images could be put together (too few matching "
+            f"structure from motion: no reconstruction: none of the {n} images could be put together (too few matching "
             "features between them); take photos with more overlap (each spot seen from 3+ views, "
             "small steps between views), with more texture in view, or try matcher=exhaustive"
         )
