@@ -404,8 +404,8 @@ def run_sfm(
     models = dict(models or {})
     if not models:
         raise UserError(
-            f"structure from motion: no reconstruction: none of the {n} images could be put together (too few matching "
-            "features between them); take photos with more overlap (each spot seen from 3+ views, "
+            f"structure from motion: no reconstruction: none of the {n} images could be put together "
+            "(too few matching features between them); take photos with more overlap (each spot seen from 3+ views, "
             "small steps between views), with more texture in view, or try matcher=exhaustive"
         )
     report("mapping", n, n)
