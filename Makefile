@@ -1,27 +1,37 @@
 # The two commands of the README: `make train` and `make test`. Both bootstrap .venv first.
+# `make help` lists every target.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 OVERRIDES ?=
-# Without an NVIDIA GPU, `make train` uses the CPU preset (< 10 min on 2 cores).
+# Without a CUDA GPU, `make train` and `make bench` run the CPU preset (experiment=cpu, < 10 min on 2
+# cores): the train app adds it when no experiment is given, as `python -m nerf_lightning.train` does.
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
-TRAIN_PRESET ?= $(if $(HAS_GPU),,experiment=cpu)
 PYTEST_ARGS ?=
 # Two pytest-xdist workers, each test file on one worker (its fixtures built once); TEST_WORKERS= runs
 # the suite in one process.
 TEST_WORKERS ?= -n 2 --dist loadfile
+# `make bench`: seconds of training per time point, on a GPU and on the CPU preset without one.
+GPU_CHECKPOINTS := 5,15,60,300
+CPU_CHECKPOINTS := 20,40
+BENCH_CHECKPOINTS ?= $(if $(HAS_GPU),$(GPU_CHECKPOINTS),$(CPU_CHECKPOINTS))
+# `make bench-suite`: experiments of the benchmark runner (none: list them) and its options.
+EXPERIMENTS ?=
+SUITE_ARGS ?=
 
-.PHONY: setup train test test-repro test-cuda bench bench-ops lint scene clean
+.PHONY: help setup train test test-repro test-cuda bench bench-ops bench-suite lint scene clean
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
 	VENV=$(VENV) bash scripts/bootstrap.sh
 
+## Create .venv and install the project (the other targets do it first).
 setup: $(VENV)/.installed
 
 ## Train on the embedded default scene (generated on first use, cached under outputs/scenes).
+## Extra overrides: make train OVERRIDES="trainer.max_steps=5000"
 train: setup
-	$(PY) -m nerf_lightning.train $(TRAIN_PRESET) $(OVERRIDES)
+	$(PY) -m nerf_lightning.train $(OVERRIDES)
 
-## CPU test suite (about a minute on 2 cores).
+## CPU test suite (about a minute on 2 cores); PYTEST_ARGS="-k resume" selects tests.
 test: setup
 	$(PY) -m pytest -q -m "not cuda and not repro" $(TEST_WORKERS) $(PYTEST_ARGS)
 
@@ -34,22 +44,33 @@ test-cuda: setup
 	$(PY) -m pytest -q -m cuda $(PYTEST_ARGS)
 
 ## Time to quality: held-out PSNR at 5/15/60/300 s of training on a GPU (20/40 s with the CPU preset
-## without one): curve.json + curve.png under outputs/bench/curve; results go to BENCHMARKS.md by hand.
+## without one): curve.json + curve.png under outputs/bench/curve.
 ## A capture and extra overrides: make bench OVERRIDES="experiment=blender data.path=/data/lego"
-GPU_CHECKPOINTS := 5,15,60,300
-CPU_CHECKPOINTS := 20,40
-BENCH_CHECKPOINTS ?= $(if $(HAS_GPU),$(GPU_CHECKPOINTS),$(CPU_CHECKPOINTS))
 bench: setup
-	$(PY) -m nerf_lightning.bench.curve --checkpoints $(BENCH_CHECKPOINTS) --profile-steps 50 -- $(TRAIN_PRESET) $(OVERRIDES)
+	$(PY) -m nerf_lightning.bench.curve --checkpoints $(BENCH_CHECKPOINTS) --profile-steps 50 -- $(OVERRIDES)
 
+## The CUDA ops against the PyTorch reference, measured in the same run (needs a GPU).
 bench-ops: setup
 	$(PY) -m nerf_lightning.bench.ops
 
+## The benchmark runner: named experiments (every number of BENCHMARKS.md), time-boxed, one results table.
+## make bench-suite EXPERIMENTS="cuda-tests lego-curve" SUITE_ARGS="--limit 540"; no EXPERIMENTS: the list
+bench-suite: setup
+	$(PY) -m nerf_lightning.bench.suite $(if $(EXPERIMENTS),$(EXPERIMENTS),--list) $(SUITE_ARGS)
+
+## Generate the default scene (outputs/scenes) and print its folder.
 scene: setup
 	$(PY) -c 'from nerf_lightning.data.synthetic import ensure_default_scene as e; print(e())'
 
+## ruff over src and tests.
 lint: setup
 	$(PY) -m ruff check src tests
 
+## Remove outputs/ and pytest's cache.
 clean:
 	rm -rf outputs .pytest_cache
+
+## This list.
+help:
+	@awk '/^## /{d = d (d ? "\n              " : "") substr($$0, 4); next} \
+	     /^[a-z][a-z-]*:/{if (d) printf "%-13s %s\n", substr($$1, 1, length($$1) - 1), d} {d = ""}' $(MAKEFILE_LIST)

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from runs import TINY, TRAINED_STEPS
 
-from nerf_lightning.utils.config import CONF_DIR, compose_app_config, compose_train_config
+from nerf_lightning.run.config import CONF_DIR, compose_app_config, compose_train_config
 
 __all__ = ["CONF_DIR", "compose_app_config", "compose_train_config"]
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +31,7 @@ def compose_cfg(tmp_path: Path):
 
     yield _compose
     GlobalHydra.instance().clear()
+    HydraConfig.instance().cfg = None  # a composed multirun config would make later tests "in a sweep"
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +48,7 @@ def trained_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> t
     """(run folder, final metrics) of one short training (shared by the e2e and the entry-point tests)."""
     import torch
 
-    from nerf_lightning.train import train
+    from nerf_lightning.apps.train import train
 
     torch.set_num_threads(2)
     run_dir = tmp_path_factory.mktemp("trained_run")

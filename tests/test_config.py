@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import hydra
 import pytest
 import torch
 from lightning.pytorch.plugins.precision import DoublePrecision, MixedPrecision, Precision
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, SingleDeviceStrategy
 from omegaconf import OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 STRATEGIES = {"single": SingleDeviceStrategy, "ddp": DDPStrategy, "fsdp": FSDPStrategy}
 PRECISIONS = {"32": "32-true", "16-mixed": "16-mixed", "bf16-mixed": "bf16-mixed"}
@@ -74,16 +77,6 @@ def test_fsdp_mixed_precision_keeps_float32_parameters(compose_cfg, precision: s
     assert (config.param_dtype, config.reduce_dtype, config.buffer_dtype) == (torch.float32,) * 3
 
 
-def test_numeric_precision_override_is_accepted() -> None:
-    """`precision=32` on the command line selects the group option "32" (Hydra alone parses it as an int)."""
-    from nerf_lightning.train import normalize_overrides
-
-    assert normalize_overrides(["precision=32", "devices=2", "precision=bf16-mixed"]) == [
-        "precision='32'",
-        "devices=2",
-        "precision=bf16-mixed",
-    ]
-
 
 @pytest.mark.parametrize("logger", ["csv", "tensorboard", "wandb", "none"])
 def test_logger_group(compose_cfg, logger: str, monkeypatch) -> None:
@@ -92,15 +85,6 @@ def test_logger_group(compose_cfg, logger: str, monkeypatch) -> None:
     built = [hydra.utils.instantiate(node) for node in (cfg.logger or {}).values()]
     assert len(built) == (0 if logger == "none" else 1)
 
-
-def test_cpu_preset_is_added_only_without_gpu_and_without_an_explicit_choice() -> None:
-    from nerf_lightning.train import with_device_preset
-
-    assert with_device_preset(["data.downscale=8"], has_cuda=False) == ["data.downscale=8", "experiment=cpu"]
-    assert with_device_preset(["-m", "seed=1,2"], has_cuda=False) == ["-m", "seed=1,2", "experiment=cpu"]
-    assert with_device_preset(["data.downscale=8"], has_cuda=True) == ["data.downscale=8"]
-    assert with_device_preset(["experiment=fox"], has_cuda=False) == ["experiment=fox"]
-    assert with_device_preset(["experiment=null"], has_cuda=False) == ["experiment=null"]
 
 
 def test_cpu_preset_composes(compose_cfg) -> None:
@@ -124,3 +108,23 @@ def test_auto_precision_is_bf16_mixed_on_ampere_and_later_gpus_only(monkeypatch)
     assert resolve_precision("32-true") == "32-true"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
     assert resolve_precision("auto") == "32-true"  # no m16n8k16 MMA before Ampere
+
+
+
+def test_experiment_presets(compose_cfg, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("NERF_LIGHTNING_FOX", raising=False)
+    cfg = compose_cfg("experiment=fox")
+    with pytest.raises(InterpolationResolutionError, match="NERF_LIGHTNING_FOX"):
+        OmegaConf.to_container(cfg.data, resolve=True)  # says which variable (or data.path) is missing
+    monkeypatch.setenv("NERF_LIGHTNING_FOX", str(tmp_path))
+    cfg = compose_cfg("experiment=fox")
+    assert cfg.data.path == str(tmp_path) and cfg.data.format == "ngp"
+    assert cfg.model.cone_angle == pytest.approx(1 / 256)
+    assert compose_cfg("experiment=fox", "data.path=/data/fox").data.path == "/data/fox"
+
+    blender = compose_cfg("experiment=blender", "data.path=/data/lego")
+    assert (blender.data.format, blender.model.cone_angle) == ("blender", 0.0)
+    fast, quality, default = compose_cfg("experiment=fast"), compose_cfg("experiment=quality"), compose_cfg()
+    assert fast.trainer.max_steps < default.trainer.max_steps < quality.trainer.max_steps
+    assert (fast.model.field.encoding.log2_hashmap_size < default.model.field.encoding.log2_hashmap_size
+            < quality.model.field.encoding.log2_hashmap_size)

@@ -15,9 +15,9 @@ import torch
 import torch.multiprocessing as mp
 from runs import TINY_TRAIN, fork_app
 
+from nerf_lightning.apps.train import train
 from nerf_lightning.errors import EXIT_USER_ERROR, user_errors
-from nerf_lightning.train import train
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.run.config import compose_train_config
 
 
 def _user_error_line(capsys: pytest.CaptureFixture, fn) -> str:
@@ -158,18 +158,3 @@ def test_ddp_rank_failure_ends_the_run(mode: str, tiny_scene: Path, tmp_path: Pa
                 p.kill()
                 p.join(timeout=30)
     assert not (tmp_path / "run" / "metrics.json").exists()
-
-
-def test_app_argv_normalization() -> None:
-    from nerf_lightning.utils.apps import normalize_app_argv
-
-    argv = ["mesh", "ckpt=run", "data.path=/x", "model.val_chunk=8", "+data.k=1", "precision=32"]
-    assert normalize_app_argv(argv, positional="what") == [
-        "what=mesh",
-        "ckpt=run",
-        "++data.path=/x",
-        "++model.val_chunk=8",
-        "+data.k=1",
-        "precision='32'",
-    ]
-    assert normalize_app_argv(["ckpt=run"], positional="what") == ["ckpt=run"]

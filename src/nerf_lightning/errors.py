@@ -17,9 +17,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TypeVar
 
 __all__ = ["UserError", "as_user_error", "user_errors", "EXIT_USER_ERROR"]
 
@@ -27,8 +26,6 @@ log = logging.getLogger("nerf_lightning")
 
 #: exit status of a run stopped by a :class:`UserError` (1 stays "the code failed")
 EXIT_USER_ERROR = 2
-
-T = TypeVar("T")
 
 
 class UserError(Exception):
@@ -91,8 +88,3 @@ def _to_log_files(message: str) -> None:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
 
-
-def run_user_task(fn: Callable[[], T]) -> T:
-    """``fn()`` inside :func:`user_errors`."""
-    with user_errors():
-        return fn()

@@ -1,7 +1,4 @@
-"""``python -m nerf_lightning.process images=DIR|video=FILE out=DIR``: photos or a video -> a capture.
-
-The app lives in :mod:`nerf_lightning.apps.process` (config ``conf/process.yaml``).
-"""
+"""``python -m nerf_lightning.process``: the process app (``nerf_lightning.apps.process``)."""
 
 from nerf_lightning.apps.process import main
 

@@ -40,6 +40,7 @@ def test_curve_runs_each_checkpoint_and_writes_json_and_plot(tmp_path: Path) -> 
     assert points[1]["steps"] == max(5, round(points[0]["steps"] / points[0]["train_s"] * 2.0))
     for p in points:
         assert p["psnr"] > 5.0 and p["rays_per_s"] > 0 and p["train_s"] > 0
+        assert p["psnr_ngp"] > 5.0 and p["per_view"]["image"] == ["0000.png"]
         # the timeline: the monitor's 2-step windows merged into bins of max_steps // 30 steps (at least
         # 1), in step order, together no more steps than the run made, at rates within the run's range
         bins = p["timeline"]

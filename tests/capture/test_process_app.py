@@ -24,7 +24,7 @@ import nerf_lightning.apps.process as app
 from nerf_lightning.capture.sfm import Camera, SfmResult
 from nerf_lightning.data.formats import load_capture
 from nerf_lightning.errors import EXIT_USER_ERROR, UserError
-from nerf_lightning.utils.config import compose_app_config
+from nerf_lightning.run.config import compose_app_config
 
 
 def _photos(folder: Path, n: int, size: tuple[int, int] = (48, 32)) -> Path:

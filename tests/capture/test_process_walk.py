@@ -32,7 +32,7 @@ from walk import (
 
 from nerf_lightning.capture.sharpness import image_sharpness
 from nerf_lightning.data.formats import load_capture
-from nerf_lightning.utils.config import compose_app_config
+from nerf_lightning.run.config import compose_app_config
 
 pytest.importorskip("pycolmap", reason="pycolmap is not installed: pip install 'nerf_lightning[process]'")
 from nerf_lightning.apps.process import process  # noqa: E402

@@ -174,3 +174,39 @@ def pinhole_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("pinhole") / "scene"
     generate_scene(out, n_views=9, width=24, height=20, supersample=1, distortion=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def phone_capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Generated photographs: the phone rig's opaque RGB images (fruit's camera model: fl_x != fl_y, an
+    off-centre principal point, k1 k2 p1 p2, aabb_scale 32) in an instant-ngp transforms.json, 17 views
+    of 24 x 20."""
+    from nerf_lightning.data.synthetic import generate_scene
+
+    out = tmp_path_factory.mktemp("phone") / "scene"
+    generate_scene(out, n_views=17, width=24, height=20, supersample=1, rig="phone")
+    return out
+
+
+@pytest.fixture(scope="session")
+def blender_photos(phone_capture: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The phone capture's photographs in Blender split files (transforms_train/test/val.json with
+    fl_x/cx/k1..p2 and aabb_scale 32), as COLMAP-to-NeRF converters write real captures."""
+    from nerf_lightning.data.split_files import write_split_files
+
+    return write_split_files(phone_capture, tmp_path_factory.mktemp("blender_photos") / "split").root
+
+
+@pytest.fixture(scope="session")
+def opaque_rgba_capture(pinhole_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pinhole scene's renders with every alpha set to 255: RGBA files that are opaque photographs."""
+    root = tmp_path_factory.mktemp("opaque_rgba") / "scene"
+    doc = json.loads((pinhole_scene / "transforms.json").read_text())
+    for f in doc["frames"]:
+        rgba = np.array(Image.open(pinhole_scene / f["file_path"]))
+        assert rgba.shape[2] == 4
+        rgba[..., 3] = 255
+        (root / f["file_path"]).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rgba).save(root / f["file_path"])
+    (root / "transforms.json").write_text(json.dumps(doc))
+    return root

@@ -8,6 +8,7 @@ world coordinates. The images are not square (24 x 20), so a transposed index or
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import imageio.v3 as iio
@@ -81,7 +82,11 @@ def _assert_rays_land_in_their_pixels(scene: Path, dm: NeRFDataModule, split: st
 @pytest.mark.parametrize("capture", ["scene", "pinhole_scene"])
 def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     scene = request.getfixturevalue(capture)
-    dm = NeRFDataModule(path=str(scene), batch_size=512, cache_dir=str(tmp_path / "cache"))
+    # the photograph recipe spelled out: these RGBA renders would train through the pixel centres
+    dm = NeRFDataModule(
+        path=str(scene), batch_size=512, cache_dir=str(tmp_path / "cache"),
+        pixel_jitter=True, train_background="random",
+    )
     dm.setup("fit")
     n_views = 16 if capture == "scene" else 9
     assert len(dm.train_set.frames) == n_views - len(range(0, n_views, 8))  # every 8th held out
@@ -127,31 +132,43 @@ def test_pixel_centres_and_the_eval_background_for_training(scene: Path, tmp_pat
         NeRFDataModule(path=str(scene), train_background="white")
 
 
+RENDER_RECIPE = dict(pixel_jitter=False, train_background="eval")
+PHOTO_RECIPE = dict(pixel_jitter=True, train_background="random")
+
+
 @pytest.mark.parametrize(
-    ("capture", "expected"),
-    [("scene", dict(pixel_jitter=True, train_background="random")),
-     ("blender_capture", dict(pixel_jitter=False, train_background="eval"))],
+    ("capture", "kind"),
+    [("scene", "render"),  # RGBA renders over a transparent background, instant-ngp transforms.json
+     ("blender_capture", "render"),  # RGBA, Blender split files
+     ("blender_photos", "photo"),  # opaque RGB photographs, Blender split files (fl_x, k1..p2)
+     ("phone_capture", "photo"),  # the same photographs, instant-ngp transforms.json
+     ("opaque_rgba_capture", "photo")],  # RGBA files whose alpha is 255 everywhere
 )
-def test_auto_recipe_follows_the_capture_format(
-    capture: str, expected: dict, request: pytest.FixtureRequest, tmp_path: Path
+def test_auto_recipe_follows_the_images_not_the_layout(
+    capture: str, kind: str, request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``auto`` (the default): Blender renders train through the pixel centres over the evaluation
-    background, photographs (instant-ngp captures) through random points over random colours. The
-    batch equals the one drawn with the recipe spelled out, and differs from the other recipe's."""
+    """``auto`` (the default): renders (RGBA over a transparent background) train through the pixel
+    centres over the evaluation background, photographs (opaque images) through random points over
+    random colours, in whichever file layout. The batch equals the one drawn with the recipe spelled
+    out, and differs from the other recipe's; setup logs the choice and its reason."""
     path = request.getfixturevalue(capture)
-    dm, auto = _batch_with_seed(path, tmp_path)
+    with caplog.at_level(logging.INFO, logger="nerf_lightning.data.datamodule"):
+        dm, auto = _batch_with_seed(path, tmp_path)
+    expected, other = (RENDER_RECIPE, PHOTO_RECIPE) if kind == "render" else (PHOTO_RECIPE, RENDER_RECIPE)
+    assert dm.capture_kind.kind == kind
     assert (dm.pixel_jitter, dm.train_background) == tuple(expected.values())
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("capture kind:")]
+    assert len(lines) == 1 and lines[0].startswith(f"capture kind: {kind} ({dm.capture_kind.reason})")
     _, spelled = _batch_with_seed(path, tmp_path, **expected)
-    other = dict(pixel_jitter=not expected["pixel_jitter"],
-                 train_background="eval" if expected["train_background"] == "random" else "random")
     _, flipped = _batch_with_seed(path, tmp_path, **other)
     for key in ("rays_o", "rays_d", "rgb", "background"):
         torch.testing.assert_close(auto[key], spelled[key], rtol=0, atol=0)
     assert not torch.equal(auto["rays_d"], flipped["rays_d"])
     assert not torch.equal(auto["background"], flipped["background"])
-    # an explicit value wins over the format's
+    # an explicit value wins over the images'
     dm, _ = _batch_with_seed(path, tmp_path, pixel_jitter=other["pixel_jitter"])
     assert (dm.pixel_jitter, dm.train_background) == (other["pixel_jitter"], expected["train_background"])
+    assert dm.capture_kind.kind == kind
     with pytest.raises(ValueError, match="data.pixel_jitter must be true, false or auto"):
         NeRFDataModule(path=str(path), pixel_jitter="sometimes")
 

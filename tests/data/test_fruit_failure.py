@@ -7,7 +7,7 @@ scene (an apple and a banana on a near-white bed that fills the views), 40 views
 held out. Training is ``bench.capture_ab``'s ``CPU_REPRO`` recipe (the fruit capture's CPU reproduction,
 without its 1/16 downscale), seed 42, 400 steps.
 
-Three runs (``BENCHMARKS.md``, 2026-11-30 "a generated capture that fails like fruit" and 2026-12-01):
+Three runs (``docs/fruit.md``, "a generated capture that fails like fruit"):
 
 - neither fix (``model.near_plane=0``, ``model.gradient_scaling_distance=null``: the defaults before
   issue 9): the model memorizes the training views (held-out 19.27 dB, training 22.35 dB; a constant

@@ -105,7 +105,8 @@ def test_block_rays_are_the_downscaled_cameras_rays(capture: str, k: int, reques
 
 @pytest.mark.parametrize("k", [3, 4])
 def test_block_targets_are_block_means_over_the_background(scene: Path, k: int, tmp_path: Path) -> None:
-    dm = _dm(scene, tmp_path)
+    # the photograph recipe spelled out (random positions, random backgrounds): these are RGBA renders
+    dm = _dm(scene, tmp_path, pixel_jitter=True, train_background="random")
     torch.manual_seed(0)
     b = dm.train_batch(2048, factor=k)
     means = _block_means(dm, k)
@@ -348,7 +349,7 @@ def test_budgeted_training_runs_through_the_stages(tiny_scene: Path, compose_cfg
     a coarse-to-fine schedule."""
     from runs import TINY
 
-    from nerf_lightning.train import train
+    from nerf_lightning.apps.train import train
 
     torch.set_num_threads(2)
     budget = ["model.sample_budget=3072", "model.march_budget=8192", "model.n_rays_init=128"]

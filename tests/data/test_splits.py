@@ -11,9 +11,9 @@ import pytest
 import torch
 from PIL import Image
 
+from nerf_lightning.apps.train import train
 from nerf_lightning.data.datamodule import NeRFDataModule
 from nerf_lightning.data.formats import CaptureError, load_capture
-from nerf_lightning.train import train
 
 from .conftest import _frames, orbit_poses, write_image
 

@@ -108,3 +108,37 @@ def test_scores_are_float32_under_a_mixed_precision_autocast() -> None:
     for name in ("psnr", "ssim"):
         assert mixed[name].dtype == torch.float32
         torch.testing.assert_close(mixed[name], expected[name], rtol=0, atol=1e-6, msg=name)
+
+
+def test_ngp_composite_is_the_image_over_black_in_linear_rgb() -> None:
+    """instant-ngp's run.py metric composites over black in linear RGB: straight sRGB colour 0.5 at
+    opacity 0.5 (0.75 over white) is linear 0.21404 * 0.5 -> sRGB 0.36078 (IEC 61966-2-1 by hand), not
+    the 0.25 of compositing in sRGB; an opaque pixel keeps its colour, a transparent one is black."""
+    white = torch.ones(3)
+    rgb = torch.tensor([[0.75, 0.75, 0.75], [0.3, 0.6, 0.9], [1.0, 1.0, 1.0]])
+    alpha = torch.tensor([0.5, 1.0, 0.0])
+    out = M.ngp_composite(rgb, alpha, white)
+    torch.testing.assert_close(out[0], torch.full((3,), 0.36078), rtol=0, atol=2e-5)
+    torch.testing.assert_close(out[1], rgb[1], rtol=0, atol=2e-6)
+    torch.testing.assert_close(out[2], torch.zeros(3), rtol=0, atol=0)
+    # composited over another background, the same straight colour gives the same image
+    grey = torch.full((3,), 0.2)
+    over_grey = M.ngp_composite(torch.full((1, 3), 0.35), torch.tensor([0.5]), grey)
+    torch.testing.assert_close(over_grey[0], out[0])
+
+
+def test_psnr_ngp_scores_the_pairs_it_is_given() -> None:
+    """``psnr_ngp`` is the mean per-image PSNR of the (prediction, ground truth) pairs passed as ``ngp``
+    and is reported next to, not instead of, ``psnr``."""
+    m = M.ViewMetrics(lpips=False)
+    a, b = _image(0.5, 0.1), _image(0.5, 0.01)  # 20 dB and 40 dB
+    m.update(*a, view=0, ngp=_image(0.2, 0.01))  # 40 dB
+    m.update(*b, view=1, ngp=_image(0.2, 0.001))  # 60 dB
+    out = m.compute()
+    assert float(out["psnr"]) == pytest.approx(30.0, abs=1e-3)
+    assert float(out["psnr_ngp"]) == pytest.approx(50.0, abs=1e-2)
+    table = M.per_view_table(out)
+    assert table["psnr_ngp"] == pytest.approx([40.0, 60.0], abs=1e-2)
+    m.update(*a, view=2)  # a view without the pair: no psnr_ngp for the pass (not a mean of some views)
+    out = m.compute()
+    assert "psnr_ngp" not in out and out["views"].tolist() == [0, 1, 2]

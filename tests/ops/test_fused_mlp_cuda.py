@@ -85,7 +85,7 @@ def test_outputs_and_gradients_are_as_accurate_as_the_half_precision_reference(d
 def test_captured_in_a_cuda_graph_it_replays_the_eager_results(dtype) -> None:
     # Captured as the training step is (torch.cuda.make_graphed_callables: warm-up on a side stream,
     # then forward and backward graphs); a hand-rolled torch.cuda.graph capture of the same calls
-    # failed once per process on an H200 (cudaErrorStreamCaptureImplicit, float16 only, call T),
+    # failed once per process on an H200 (cudaErrorStreamCaptureImplicit, float16 only),
     # while every training run captured these kernels without error.
     in0, in1, weights, biases, g_out = _network(16, 16, [64, 64, 3], 2**18, seed=5)
 

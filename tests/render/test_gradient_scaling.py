@@ -98,7 +98,7 @@ def test_rendering_without_gradients_is_unaffected_and_bad_distances_are_refused
 def test_the_config_key_reaches_the_renderer(tmp_path) -> None:
     import hydra
 
-    from nerf_lightning.utils.config import compose_train_config
+    from nerf_lightning.run.config import compose_train_config
 
     cfg = compose_train_config(["model.gradient_scaling_distance=0.75"], tmp_path)
     module = hydra.utils.instantiate(cfg.model, aabb_scale=1)

@@ -88,7 +88,7 @@ def test_near_plane_hides_what_lies_closer_to_the_camera(near: float, chord: flo
 def test_default_config_sets_the_near_plane_of_the_renderer(tmp_path) -> None:
     import hydra
 
-    from nerf_lightning.utils.config import compose_train_config
+    from nerf_lightning.run.config import compose_train_config
 
     cfg = compose_train_config([], tmp_path)
     assert cfg.model.near_plane == 0.2

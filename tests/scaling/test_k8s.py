@@ -17,7 +17,7 @@ import pytest
 import yaml
 from hydra.core.global_hydra import GlobalHydra
 
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.run.config import compose_train_config
 
 from .conftest import REPO_ROOT, clean_env
 

@@ -18,10 +18,10 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
-from nerf_lightning.callbacks.prometheus import PrometheusExporter
+from nerf_lightning.apps.train import train
 from nerf_lightning.callbacks.throughput import ThroughputMonitor
-from nerf_lightning.train import train
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.run.config import compose_train_config
+from nerf_lightning.tracking.prometheus import PrometheusExporter
 
 from .conftest import REPO_ROOT, TINY_RUN, free_port
 

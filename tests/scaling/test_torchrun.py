@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from nerf_lightning.utils.checkpoint_io import read_checkpoint
+from nerf_lightning.run.checkpoint_io import read_checkpoint
 
 from .conftest import TINY_RUN, clean_env, free_port
 

@@ -1,1 +1,2 @@
-"""The command-line apps, one module per command (``python -m nerf_lightning.<app>`` runs each)."""
+"""The commands: one module per app (train, eval, render, export, process), each a task function and its
+``main``."""

@@ -29,23 +29,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from nerf_lightning.apps.entry import hydra_app
 from nerf_lightning.capture.normalize import AABB_COVERAGE, MAX_AABB_SCALE, normalization, suggest_aabb_scale
 from nerf_lightning.capture.photos import import_photos, list_photos
 from nerf_lightning.capture.sfm import STAGES, SfmOptions, SfmResult, import_pycolmap, run_sfm
 from nerf_lightning.capture.transforms import TransformFrame, transforms_doc, write_transforms
 from nerf_lightning.capture.video import extract_frames
 from nerf_lightning.data.formats import NGP_DEFAULT_SCALE
-from nerf_lightning.errors import UserError, user_errors
-from nerf_lightning.utils.config import CONF_DIR
+from nerf_lightning.errors import UserError
 from nerf_lightning.utils.io import atomic_directory, atomic_write_json
-from nerf_lightning.utils.run_dir import register_resolvers
 
 log = logging.getLogger("nerf_lightning.process")
-register_resolvers()  # the run-directory resolvers of conf/hydra/default.yaml
 
 MIN_IMAGES = 3
 
@@ -288,17 +285,7 @@ def _print_summary(out: Path, s: dict[str, Any]) -> None:
         print(warning, file=sys.stderr, flush=True)
 
 
-# An absolute config path: Hydra would otherwise look for a `nerf_lightning.conf` Python package
-# whenever this module is not `__main__` (console scripts, `python -m nerf_lightning.process`).
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="process")
-def _hydra_main(cfg: DictConfig) -> None:
-    with user_errors():
-        process(cfg)
-
-
-def main() -> None:
-    _hydra_main()
-
+main = hydra_app("process", process, open_nodes=())
 
 if __name__ == "__main__":
     main()

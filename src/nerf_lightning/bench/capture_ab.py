@@ -11,7 +11,7 @@ model that memorizes the views instead of forming geometry. Each variant is the 
     python -m nerf_lightning.bench.capture_ab --path ../shared/data/fruit --cpu-repro --steps 400
 
 ``--cpu-repro`` adds :data:`CPU_REPRO` to every variant: issue 9's reproduction on a CPU at 1/16
-resolution (a few minutes per variant on 2 cores; the table is in ``BENCHMARKS.md``).
+resolution (a few minutes per variant on 2 cores; the table is in ``docs/fruit.md``).
 
 Prints one row per variant: mean per-image held-out PSNR / SSIM (``models/metrics.py``), the
 training-batch PSNR of the last steps, the gap between the two, and the constant-colour baseline (the
@@ -104,7 +104,7 @@ def run_variant(path: str, overrides: list[str], steps: int, seed: int, out_dir:
     import lightning as L
     import torch
 
-    from nerf_lightning.utils.config import compose_train_config
+    from nerf_lightning.run.config import compose_train_config
 
     cfg = compose_train_config(
         [f"data.path={path}", "logger=none", "callbacks=none", f"seed={seed}", *overrides], out_dir

@@ -10,7 +10,8 @@ more than ``--tolerance`` is repeated once with the measured rate. The table rep
 time each run actually took. Training time is the training loop only (``time/train_s``: validation
 and the CUDA extension build excluded; the CUDA-graph capture included).
 
-Per run: held-out PSNR/SSIM (the module's validation metrics), steps, steps/s, rays/s, samples/s,
+Per run: held-out PSNR/SSIM (the module's validation metrics; ``psnr_ngp`` is instant-ngp's own
+metric of the same views, ``per_view`` the per-image numbers), steps, steps/s, rays/s, samples/s,
 GPU utilization (NVML, mean of the monitor's readings), peak allocator memory, and a timeline:
 steps/s and GPU utilization in about 30 bins of equal step count (``timeline``; the slowest and
 fastest bin as ``bin_steps_per_s_min``/``_max``), which shows where a long run slowed down. With
@@ -20,7 +21,7 @@ into encoding, MLP, marching, compositing, optimizer and other kernels.
 
 Writes ``curve.json`` (and ``curve.png`` when matplotlib is installed: PSNR against seconds, with
 the ``--compare`` curve) into ``--out``; prints a table last. Runs on the GPU, and on the CPU with
-the CPU preset and small checkpoints (``--checkpoints 20,40 -- experiment=cpu``).
+the CPU preset (added without a GPU, as by the train app) and small checkpoints (``--checkpoints 20,40``).
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ from typing import Any
 import lightning as L
 import torch
 
+from nerf_lightning.apps.entry import normalize_argv
+from nerf_lightning.apps.train import train, with_device_preset
 from nerf_lightning.callbacks.throughput import ThroughputMonitor
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.run.config import compose_train_config
 
 #: Overrides of every benchmark run: one validation at the end, no best-by-PSNR checkpoints. The rest
 #: (last.ckpt on its default cadence, progress bar, loggers, monitors) stays as configured: their cost
@@ -191,8 +194,6 @@ class _StepProfile(L.Callback):
 
 def run_once(overrides: list[str], out_dir: Path, max_steps: int, profile_steps: int = 0) -> dict[str, Any]:
     """Train one configuration for ``max_steps``; returns train()'s metrics (+ the profile)."""
-    from nerf_lightning.train import train
-
     cfg = compose_train_config([*overrides, *BENCH_OVERRIDES, f"trainer.max_steps={max_steps}"], out_dir)
     profiler = _StepProfile(profile_steps) if profile_steps > 0 and torch.cuda.is_available() else None
     timeline = _RateTimeline()
@@ -229,6 +230,7 @@ def curve(
             "steps": int(m.get("steps", steps)),
             "steps_per_s": steps / max(train_s, 1e-6),
             "psnr": m.get("val/psnr"),
+            "psnr_ngp": m.get("val/psnr_ngp"),
             "ssim": m.get("val/ssim"),
             "rays_per_s": m.get("train/rays_per_s"),
             "samples_per_s": m.get("train/samples_per_s"),
@@ -236,13 +238,14 @@ def curve(
             "mem_peak_gb": m.get("gpu/mem_peak_gb"),
         }
         point["timeline"] = m["timeline"]
+        point["per_view"] = m.get("val/per_view")  # which held-out view is how good
         rates = [b["steps_per_s"] for b in point["timeline"]]
         if rates:  # a long run that slows down part-way shows it here (the bins are in "timeline")
             point["bin_steps_per_s_min"], point["bin_steps_per_s_max"] = min(rates), max(rates)
         if "profile" in m:
             point["profile"] = m["profile"]
         points.append(point)
-        shown = {k: v for k, v in point.items() if k not in ("profile", "timeline")}
+        shown = {k: v for k, v in point.items() if k not in ("profile", "timeline", "per_view")}
         print(f"[curve] {json.dumps(shown)}", flush=True)
     return points
 
@@ -273,13 +276,18 @@ def plot(result: dict[str, Any], path: Path, compare: dict[str, Any] | None) -> 
     return True
 
 
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``[own arguments] -- [train overrides]`` -> (own arguments, overrides)."""
+    if "--" not in argv:
+        return argv, []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1 :]
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--" in argv:
-        i = argv.index("--")
-        argv, overrides = argv[:i], argv[i + 1 :]
-    else:
-        overrides = []
+    argv, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
+    # the train app's reading of its overrides, the CPU preset included when there is no GPU
+    overrides = with_device_preset(normalize_argv(overrides, open_nodes=()), torch.cuda.is_available())
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoints", default="5,15,60,300", help="seconds of training, comma-separated")
     p.add_argument("--out", default="outputs/bench/curve", type=Path)

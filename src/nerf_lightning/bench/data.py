@@ -21,11 +21,11 @@ from rich.table import Table
 
 from nerf_lightning.data.formats import load_capture
 from nerf_lightning.data.images import load_images
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.run.config import compose_train_config
 
 
 def _timed(fn, device: torch.device, iters: int) -> float:
-    """Mean seconds per call of ``fn`` over ``iters`` calls (device-synchronized)."""
+    """Mean seconds per run of ``fn`` over ``iters`` runs (device-synchronized)."""
     for _ in range(3):
         fn()
     if device.type == "cuda":

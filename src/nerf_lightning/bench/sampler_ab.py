@@ -20,8 +20,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from nerf_lightning.train import train
-from nerf_lightning.utils.config import compose_train_config
+from nerf_lightning.apps.train import train
+from nerf_lightning.run.config import compose_train_config
 from nerf_lightning.utils.io import atomic_write_json
 
 SAMPLERS = ("uniform", "loss_weighted")

@@ -405,8 +405,9 @@ def run_sfm(
     if not models:
         raise UserError(
             f"structure from motion: no reconstruction: none of the {n} images could be put together "
-            "(too few matching features between them); take photos with more overlap (each spot seen from 3+ views, "
-            "small steps between views), with more texture in view, or try matcher=exhaustive"
+            "(too few matching features between them); take photos with more overlap (each spot seen "
+            "from 3+ views, small steps between views), with more texture in view, or try "
+            "matcher=exhaustive"
         )
     report("mapping", n, n)
     rec = max(models.values(), key=lambda r: r.num_reg_images())

@@ -9,8 +9,8 @@ training ``dict``:
     ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler: the full-resolution pixel
     the ray goes through, also while ``resolution_schedule`` trains at a coarser resolution).
 validation / test ``dict`` (one whole held-out view):
-    same keys for all ``H * W`` pixels in row-major order plus ``height``, ``width`` (ints), ``view`` (int,
-    index into that split's frames).
+    same keys for all ``H * W`` pixels in row-major order plus ``alpha`` [R] f32 (the image's alpha, 1
+    for RGB captures), ``height``, ``width`` (ints), ``view`` (int, index into that split's frames).
 
 Splits: ``val`` is what validation during training renders (the capture's val split, else its test
 split, at most ``max_val_views`` of them); ``test`` is the final evaluation (``trainer.test``): the
@@ -35,6 +35,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from nerf_lightning.data.cameras import UndistortionTable, intrinsics_tensor, pixel_rays, poses_tensor
+from nerf_lightning.data.capture_kind import CaptureKind, classify_pixels
 from nerf_lightning.data.formats import CaptureError, load_capture
 from nerf_lightning.data.images import ImageSet, load_images
 from nerf_lightning.data.resolution import BlockImages, ResolutionSchedule, block_means, factor_at
@@ -50,11 +51,6 @@ VAL_SPLITS = ("val", "test", "auto", "train")
 
 BATCH_SCALINGS = ("per_device", "global", "throughput")
 TRAIN_BACKGROUNDS = ("random", "eval", "auto")
-#: Capture formats holding renders (NeRF-synthetic) rather than photographs: ``auto`` trains them
-#: through the pixel centres over the evaluation background (nerfacc's lego recipe). On lego that is
-#: +0.6 dB at 20k steps at each of 3 seeds; on fox, a photograph, pixel centres cost 0.6-1.0 dB
-#: (BENCHMARKS.md, 2026-12-01, seventh device session).
-RENDER_FORMATS = ("blender",)
 
 
 class _StepIndices(IterableDataset):
@@ -264,7 +260,7 @@ class NeRFDataModule(L.LightningDataModule):
         pixel_jitter: ``True``: training rays go through uniformly random points of their pixels
             (instant-ngp; the targets are area-averaged pixels); ``False``: through the pixel
             centres, where evaluation renders (nerfacc's lego recipe); ``auto``: ``False`` for
-            renders (:data:`RENDER_FORMATS`), ``True`` for photographs.
+            renders, ``True`` for photographs, as :attr:`capture_kind` says.
         train_background: the colour under each training ray: ``random`` (a random colour per ray,
             as instant-ngp: RGBA targets are composited over it, RGB captures learn to be opaque),
             ``eval`` (the evaluation background, white for Blender captures: nerfacc's lego recipe)
@@ -306,7 +302,9 @@ class NeRFDataModule(L.LightningDataModule):
             raise ValueError(f"data.pixel_jitter must be true, false or auto, got {pixel_jitter!r}")
         self._pixel_jitter_cfg = pixel_jitter
         self._train_background_cfg = train_background
-        #: the training recipe, resolved by setup() (``auto``: from the capture's format)
+        #: renders or photographs, decided from the training images by setup() (``data/capture_kind.py``)
+        self.capture_kind: CaptureKind | None = None
+        #: the training recipe, resolved by setup() (``auto``: from :attr:`capture_kind`)
         self.pixel_jitter: bool | None = None
         self.train_background: str | None = None
         self._eval_bg: Tensor | None = None
@@ -381,10 +379,10 @@ class NeRFDataModule(L.LightningDataModule):
         )
         model = self.camera_model_override or _camera_model(capture)
         self.capture = capture
-        self._resolve_recipe(capture)
         if not capture.train:
             raise CaptureError(f"{path}: no training views ({len(capture.val)} held out, none left to train)")
         train_images = load_images(capture.train, self.downscale, self.image_workers, self.cache_dir)
+        self._resolve_recipe(classify_pixels(train_images.pixels))
         self.train_set = _ViewSet(capture.train, train_images, model)
         val_frames = _split_frames(capture, self.val_split, path)
         if not val_frames:
@@ -426,19 +424,21 @@ class NeRFDataModule(L.LightningDataModule):
             capture.aabb_scale,
         )
 
-    def _resolve_recipe(self, capture: Capture) -> None:
-        """``data.pixel_jitter`` / ``data.train_background`` as configured; ``auto``: renders
-        (:data:`RENDER_FORMATS`) train through the pixel centres over the evaluation background,
-        photographs through random points of their pixels over random colours."""
-        renders = capture.format in RENDER_FORMATS
+    def _resolve_recipe(self, kind: CaptureKind) -> None:
+        """``data.pixel_jitter`` / ``data.train_background`` as configured; ``auto``: renders train
+        through the pixel centres over the evaluation background, photographs through random points
+        of their pixels over random colours (``kind``, from the training images, decides)."""
+        self.capture_kind = kind
         jitter, background = self._pixel_jitter_cfg, self._train_background_cfg
-        self.pixel_jitter = (not renders) if jitter == "auto" else bool(jitter)
-        self.train_background = ("eval" if renders else "random") if background == "auto" else background
+        self.pixel_jitter = (not kind.is_render) if jitter == "auto" else bool(jitter)
+        auto_background = "eval" if kind.is_render else "random"
+        self.train_background = auto_background if background == "auto" else background
         log.info(
-            "training rays: %s, over %s backgrounds (%s capture)",
-            "random points of their pixels" if self.pixel_jitter else "pixel centres",
-            "random" if self.train_background == "random" else "the evaluation",
-            capture.format,
+            "capture kind: %s (%s); training rays through %s, over %s",
+            kind.kind,
+            kind.reason,
+            "random points of their pixels" if self.pixel_jitter else "the pixel centres",
+            "random backgrounds" if self.train_background == "random" else "the evaluation background",
         )
 
     @property
@@ -705,7 +705,9 @@ class NeRFDataModule(L.LightningDataModule):
         view_ids = torch.full_like(ix, view)
         background = self.eval_background(device).expand(ix.shape[0], 3)
         batch = vs.batch(view_ids, ix, iy, ix.float() + 0.5, iy.float() + 0.5, background)
-        return {**batch, "height": h, "width": w, "view": view}
+        ones = torch.ones_like(ix, dtype=torch.float32)
+        alpha = vs.colors(view_ids, ix, iy)[:, 3] if vs.channels == 4 else ones
+        return {**batch, "alpha": alpha, "height": h, "width": w, "view": view}
 
     # ------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

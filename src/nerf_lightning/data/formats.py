@@ -13,12 +13,14 @@ Format summary
     ``scale`` (default 0.33), ``offset`` (default [0.5, 0.5, 0.5]) and ``aabb_scale`` (default 1)
     are read from the file. Validation frames: every ``test_every``-th usable frame.
 ``blender``
-    NeRF synthetic scenes: ``transforms_{train,val,test}.json`` with ``camera_angle_x`` and RGBA
-    PNGs whose ``file_path`` has no extension. Same NGP transform as instant-ngp uses for them
-    (scale 0.33, offset 0.5, aabb_scale 1); ``has_alpha=True``, evaluated over white. The split
-    files decide the split; a folder with only ``transforms_train.json`` (common in copies of the
-    NeRF-synthetic scenes) holds out every ``test_every``-th training frame as validation, as
-    captures without split files do.
+    ``transforms_{train,val,test}.json``: the NeRF synthetic scenes (``camera_angle_x``, RGBA PNGs
+    whose ``file_path`` has no extension), and photographs that COLMAP-to-NeRF converters write in
+    the same layout (``fl_x``/``fl_y``, ``cx``/``cy``, ``k1 k2 p1 p2``, ``aabb_scale``). Each file is
+    read as instant-ngp reads it: the same intrinsics and lens keys as ``ngp`` (global or per frame),
+    ``scale`` (0.33), ``offset`` (0.5) and ``aabb_scale`` (1) from ``transforms_train.json``;
+    evaluated over white. The split files decide the split; a folder with only
+    ``transforms_train.json`` (common in copies of the NeRF-synthetic scenes) holds out every
+    ``test_every``-th training frame as validation, as captures without split files do.
 ``nerfstudio``
     ``transforms.json`` with ``camera_model`` (PINHOLE / OPENCV / OPENCV_FISHEYE) and/or
     ``applied_transform``. Its world frame is arbitrary, so the poses are normalized first
@@ -429,10 +431,10 @@ def detect_format(path: Path) -> str:
     return "ngp"
 
 
-def _load_ngp(
-    json_path: Path, downscale: int, test_every: int, min_sharpness: float | None, scale, offset, aabb_scale
-) -> Capture:
-    data = _read_json(json_path)
+def _ngp_camera_model(data: dict[str, Any]) -> Any:
+    """The camera model of each frame of an instant-ngp style file (``ngp`` and ``blender`` layouts,
+    as instant-ngp reads both): ``is_fisheye`` -> ``opencv_fisheye``, any non-zero ``k1..k4 p1 p2``
+    (per frame or global) -> ``opencv``, else ``pinhole``."""
     fisheye = bool(data.get("is_fisheye", False))
 
     def model_of(f: dict[str, Any]) -> str:
@@ -441,7 +443,14 @@ def _load_ngp(
         has_dist = any(_nonzero(f.get(k, data.get(k, 0.0))) for k in _DISTORTION_KEYS)
         return "opencv" if has_dist else "pinhole"
 
-    usable, missing, alpha = _parse_frames(json_path, data, model_of, downscale)
+    return model_of
+
+
+def _load_ngp(
+    json_path: Path, downscale: int, test_every: int, min_sharpness: float | None, scale, offset, aabb_scale
+) -> Capture:
+    data = _read_json(json_path)
+    usable, missing, alpha = _parse_frames(json_path, data, _ngp_camera_model(data), downscale)
     total = len(data["frames"])
     _warn_missing(json_path, missing, total)
     scale = (
@@ -520,13 +529,15 @@ def _load_blender(root: Path, downscale: int, test_every: int, scale, offset, aa
     splits: dict[str, list[Frame]] = {}
     all_missing: list[str] = []
     total = 0
+    any_alpha = False
     for split in ("train", "val", "test"):
         json_path = root / f"transforms_{split}.json"
         if not json_path.is_file():
             splits[split] = []
             continue
         data = _read_json(json_path)
-        usable, missing, _ = _parse_frames(json_path, data, lambda f: "pinhole", downscale)
+        usable, missing, alpha = _parse_frames(json_path, data, _ngp_camera_model(data), downscale)
+        any_alpha |= alpha
         total += len(data["frames"])
         all_missing += [f"{split}: {m}" for m in missing]
         splits[split] = _to_frames(usable, lambda m: nerf_to_ngp(m, scale, offset3))
@@ -553,8 +564,9 @@ def _load_blender(root: Path, downscale: int, test_every: int, scale, offset, aa
         aabb_scale=aabb,
         scale=scale,
         offset=offset3,
-        # Blender scenes are RGBA renders over a transparent background, evaluated over white.
-        has_alpha=True,
+        # NeRF-synthetic renders are RGBA over a transparent background, evaluated over white;
+        # photographs in this layout are opaque (the training recipe follows the pixels, not the layout)
+        has_alpha=any_alpha,
         eval_background=(1.0, 1.0, 1.0),
     )
 

@@ -398,7 +398,7 @@ class LossWeightedRaySampler(RaySampler):
     def step(self, global_step: int) -> None:
         """End of optimizer step ``global_step`` (0-based). Every ``update_every`` steps (and at the end of
         warmup) all-reduce the accumulators across ranks, fold them into the EMA, recompute the
-        probabilities. Collective: every rank must call it with the same ``global_step`` sequence."""
+        probabilities. Collective: every rank must run it with the same ``global_step`` sequence."""
         done = global_step + 1
         if done % self.update_every != 0 and done != self.warmup_steps:
             return

@@ -229,7 +229,7 @@ class HashEncoding(nn.Module):
             enc = enc.to(x.device)
             self._tcnn_holder.append(enc)
         enc = self._tcnn_holder[0]
-        # tcnn's forward reads ``self.params``; hand it a fresh view of OUR table each call so that
+        # tcnn's forward reads ``self.params``; hand it a fresh view of OUR table on every forward so that
         # gradients, the optimizer and checkpoints all see a single parameter.
         enc._parameters["params"] = self.params.reshape(-1)
         out = enc(x.float().contiguous())

@@ -5,6 +5,14 @@ of the per-image PSNRs (not the PSNR of the MSE pooled over all pixels, which we
 badly reconstructed images differently), SSIM the mean of per-image SSIMs (torchmetrics' Gaussian
 11x11 window), and LPIPS the mean of per-image LPIPS when its network weights are on this machine.
 
+``psnr_ngp`` is instant-ngp's own number (``scripts/run.py --test_transforms``), for side-by-side
+tables: prediction and ground truth each composited over black in *linear* RGB, converted to sRGB and
+clipped to [0, 1] (:func:`ngp_composite`), MSE over pixels and channels, per-image PSNR, mean over the
+views. On opaque captures it differs from ``psnr`` only where the prediction is not opaque (black
+shows through instead of the evaluation background); on RGBA renders it scores the object over black.
+The headline ``psnr`` stays the nerfacc convention: the prediction composited over the evaluation
+background in sRGB against the image composited the same way.
+
 LPIPS needs ``torchvision`` and the backbone's ImageNet weights in the torch hub cache
 (``torch.hub.get_dir()/checkpoints``); they are never downloaded during a run. When either is
 missing, LPIPS is skipped with one log line per process.
@@ -31,11 +39,15 @@ from torchmetrics.utilities import dim_zero_cat
 
 __all__ = [
     "LPIPS_NETS",
+    "METRICS",
     "ViewMetrics",
     "final_evaluation",
+    "linear_to_srgb",
     "load_lpips",
     "lpips_weights_path",
+    "ngp_composite",
     "per_view_table",
+    "srgb_to_linear",
 ]
 
 log = logging.getLogger(__name__)
@@ -43,7 +55,40 @@ log = logging.getLogger(__name__)
 #: torchmetrics' LPIPS ``net_type`` -> torchvision weights enum (the backbone it loads)
 LPIPS_NETS = {"vgg": "VGG16_Weights", "alex": "AlexNet_Weights", "squeeze": "SqueezeNet1_1_Weights"}
 
+#: the per-view metrics :class:`ViewMetrics` keeps (``lpips`` when its weights are local, ``psnr_ngp``
+#: when the update gets instant-ngp's images)
+METRICS = ("psnr", "ssim", "lpips", "psnr_ngp")
+
 _lpips_cache: dict[str, nn.Module | None] = {}
+
+
+def srgb_to_linear(x: Tensor) -> Tensor:
+    """The sRGB decoding curve (IEC 61966-2-1), elementwise on values in [0, 1]."""
+    return torch.where(x <= 0.04045, x / 12.92, ((x.clamp_min(0.0) + 0.055) / 1.055) ** 2.4)
+
+
+def linear_to_srgb(x: Tensor) -> Tensor:
+    """The sRGB encoding curve (IEC 61966-2-1), elementwise; instant-ngp's ``linear_to_srgb``."""
+    return torch.where(x > 0.0031308, 1.055 * x.clamp_min(0.0) ** (1.0 / 2.4) - 0.055, 12.92 * x)
+
+
+def ngp_composite(rgb: Tensor, alpha: Tensor, background: Tensor) -> Tensor:
+    """An image as instant-ngp's ``run.py`` scores it: over black in linear RGB, then sRGB in [0, 1].
+
+    Args:
+        rgb: [..., 3] sRGB colour composited over ``background`` (a prediction, or an RGBA image's
+            colour over the evaluation background), in [0, 1].
+        alpha: [...] opacity of each pixel (the rendered opacity, or the image's alpha).
+        background: [3] (or broadcastable) sRGB colour ``rgb`` was composited over.
+
+    Returns:
+        [..., 3] ``linear_to_srgb(srgb_to_linear(c) * alpha)`` clipped to [0, 1], where ``c`` is the
+        straight (un-premultiplied) sRGB colour, clipped to [0, 1] (0 where ``alpha`` is ~0).
+    """
+    a = alpha.float().clamp(0.0, 1.0)[..., None]
+    premultiplied = rgb.float() - (1.0 - a) * background.float()
+    straight = torch.where(a > 1e-6, premultiplied / a.clamp_min(1e-6), torch.zeros_like(premultiplied))
+    return linear_to_srgb(srgb_to_linear(straight.clamp(0.0, 1.0)) * a).clamp(0.0, 1.0)
 
 
 def lpips_weights_path(net: str = "vgg") -> Path | str:
@@ -92,9 +137,11 @@ class ViewMetrics(Metric):
         lpips: ``None`` (LPIPS when its weights are local), ``False`` (never), or a net name
             (``vgg`` like nerfacc, ``alex``, ``squeeze``; skipped when its weights are missing).
 
-    ``update(pred, target, view)`` takes one whole image: ``pred`` and ``target`` float [H, W, 3] in
-    [0, 1] (``pred`` is clamped), ``view`` its index in the evaluated split. ``compute()`` returns
-    ``{"psnr", "ssim"[, "lpips"]}`` means over the distinct views (0-dim tensors), plus ``"views"``
+    ``update(pred, target, view[, ngp])`` takes one whole image: ``pred`` and ``target`` float
+    [H, W, 3] in [0, 1] (``pred`` is clamped), ``view`` its index in the evaluated split, ``ngp`` the
+    pair (prediction, ground truth) as :func:`ngp_composite` makes them, for ``psnr_ngp``.
+    ``compute()`` returns ``{"psnr", "ssim"[, "lpips"][, "psnr_ngp"]}`` means over the distinct views
+    (0-dim tensors), plus ``"views"``
     (int64 [V], sorted) and ``"per_view"`` (dict of float [V] tensors in the same order); with a single
     view torchmetrics squeezes those to 0-dim, so read them with ``.reshape(-1)``.
     """
@@ -107,7 +154,7 @@ class ViewMetrics(Metric):
         net = "vgg" if lpips in (None, True) else lpips
         # A module in a plain list: not a submodule, so not in state dicts or parameter lists.
         self._lpips = [load_lpips(net)] if net else [None]
-        for name in ("views", "psnr", "ssim", "lpips"):
+        for name in ("views", *METRICS):
             self.add_state(name, default=[], dist_reduce_fx="cat")
 
     @property
@@ -142,9 +189,16 @@ class ViewMetrics(Metric):
                 scorer.reset()
         return values
 
-    def update(self, pred: Tensor, target: Tensor, view: int) -> None:  # type: ignore[override]
-        """Score one whole image (see :meth:`score`) as view ``view`` of the evaluated split."""
+    def update(  # type: ignore[override]
+        self, pred: Tensor, target: Tensor, view: int, ngp: tuple[Tensor, Tensor] | None = None
+    ) -> None:
+        """Score one whole image (see :meth:`score`) as view ``view`` of the evaluated split; ``ngp``:
+        also ``psnr_ngp`` of the (prediction, ground truth) pair, both [H, W, 3] from
+        :func:`ngp_composite`."""
         values = self.score(pred, target)
+        if ngp is not None:
+            with torch.autocast(pred.device.type, enabled=False):
+                values["psnr_ngp"] = peak_signal_noise_ratio(ngp[0].float(), ngp[1].float(), data_range=1.0)
         self.views.append(torch.tensor([int(view)], device=pred.device))
         for name, value in values.items():
             getattr(self, name).append(value.reshape(1).float())
@@ -159,10 +213,10 @@ class ViewMetrics(Metric):
         first = torch.ones_like(views, dtype=torch.bool)
         first[1:] = views[1:] != views[:-1]  # a distributed sampler may repeat views: keep one
         out: dict[str, Any] = {"views": views[first], "per_view": {}}
-        for name in ("psnr", "ssim", "lpips"):
+        for name in METRICS:
             state = _cat(getattr(self, name))
-            if state is None or state.numel() == 0:
-                continue
+            if state is None or state.numel() != order.numel():
+                continue  # not scored (no LPIPS weights, no ngp pairs), or not for every view
             values = state[order][first]
             out["per_view"][name] = values
             out[name] = values.mean()
@@ -197,8 +251,8 @@ def final_evaluation(trainer: Any, model: Any, datamodule: Any) -> dict[str, Any
 
     Returns:
         ``val/per_view`` (and ``test/*`` with ``test/per_view`` when the test stage ran), plus the
-        headline ``eval/psnr``, ``eval/ssim`` (``eval/lpips``) and ``eval/split`` (``"test"`` or
-        ``"val"``): the split the final numbers come from.
+        headline ``eval/psnr``, ``eval/ssim`` (``eval/lpips``, ``eval/psnr_ngp``) and ``eval/split``
+        (``"test"`` or ``"val"``): the split the final numbers come from.
     """
     out: dict[str, Any] = {}
     results = model.eval_results
@@ -210,7 +264,7 @@ def final_evaluation(trainer: Any, model: Any, datamodule: Any) -> dict[str, Any
         out.update({k: float(v) for k, v in (tested[0] if tested else {}).items()})
         out["test/per_view"] = per_view_table(results["test"], _names(datamodule.test_set))
         stage = "test"
-    for name in ("psnr", "ssim", "lpips"):
+    for name in METRICS:
         if stage in results and name in results[stage]:
             out[f"eval/{name}"] = float(results[stage][name])
     out["eval/split"] = datamodule.eval_split

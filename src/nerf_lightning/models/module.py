@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from nerf_lightning.models.field import NGPField
-from nerf_lightning.models.metrics import ViewMetrics
+from nerf_lightning.models.metrics import METRICS, ViewMetrics, ngp_composite
 from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
 from nerf_lightning.ops.reference import per_ray_loss
 from nerf_lightning.render.occupancy import OccupancyGrid
@@ -268,7 +268,7 @@ class NeRFModule(L.LightningModule):
 
     def _logging_step(self) -> bool:
         """Whether the loggers write this step. ``self.log`` costs a host->device copy (a sync)
-        per call in Lightning, so the hot path logs only on the steps that are written."""
+        every time in Lightning, so the hot path logs only on the steps that are written."""
         connector = getattr(self.trainer, "_logger_connector", None)
         return bool(getattr(connector, "should_update_logs", True))
 
@@ -334,24 +334,32 @@ class NeRFModule(L.LightningModule):
 
         Returns:
             ``rgb`` prediction [H, W, 3] in [0, 1] over the batch's background, ``gt`` ground truth
-            [H, W, 3], ``depth`` [H, W] (weighted sample distance, not normalized by opacity) and
-            ``opacity`` [H, W].
+            [H, W, 3], ``depth`` [H, W] (weighted sample distance, not normalized by opacity),
+            ``opacity`` [H, W] and ``ngp``: (prediction, ground truth) as instant-ngp scores them
+            (``metrics.ngp_composite``), when the batch carries the image's ``alpha``.
         """
         h, w = batch["height"], batch["width"]
         field = self._eval_field if self._eval_field is not None else self.field
         out = self.renderer.render_image(
             field, batch["rays_o"], batch["rays_d"], batch["background"], chunk=self.hparams.val_chunk
         )
-        return {
+        view = {
             "rgb": out["rgb"].reshape(h, w, 3).clamp(0, 1),
             "gt": batch["rgb"].reshape(h, w, 3),
             "depth": out["depth"].reshape(h, w),
             "opacity": out["opacity"].reshape(h, w),
         }
+        if "alpha" in batch:
+            background = batch["background"][0]
+            view["ngp"] = (
+                ngp_composite(view["rgb"], view["opacity"], background),
+                ngp_composite(view["gt"], batch["alpha"].reshape(h, w), background),
+            )
+        return view
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
         view = self.render_view(batch)
-        self.val_metrics.update(view["rgb"], view["gt"], batch["view"])
+        self.val_metrics.update(view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"))
         if self.hparams.save_val_images and batch_idx == 0 and self.trainer.is_global_zero:
             self._save_panel(batch["view"], view["gt"], view["rgb"], view["depth"])
         # for callbacks (eval writes every view): prediction [H, W, 3], depth and opacity [H, W]
@@ -359,7 +367,7 @@ class NeRFModule(L.LightningModule):
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
         view = self.render_view(batch)
-        self.test_metrics.update(view["rgb"], view["gt"], batch["view"])
+        self.test_metrics.update(view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"))
         return {k: view[k] for k in ("rgb", "depth", "opacity")}
 
     def on_validation_epoch_start(self) -> None:
@@ -389,7 +397,7 @@ class NeRFModule(L.LightningModule):
         result = metrics.compute()
         metrics.reset()
         self.eval_results[stage] = result
-        for name in ("psnr", "ssim", "lpips"):
+        for name in METRICS:
             if name in result:
                 # every rank holds the gathered mean, so no further reduction
                 self.log(f"{stage}/{name}", result[name], prog_bar=name == "psnr", sync_dist=False)

@@ -1,6 +1,6 @@
-"""``python -m nerf_lightning.render`` (the app lives in ``nerf_lightning.render_app``)."""
+"""``python -m nerf_lightning.render``: the render app (``nerf_lightning.apps.render``)."""
 
-from nerf_lightning.render_app import main
+from nerf_lightning.apps.render import main
 
 if __name__ == "__main__":
     main()

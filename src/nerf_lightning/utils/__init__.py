@@ -1,1 +1,1 @@
-"""Small utilities: distributed helpers, atomic file writes, checkpoint IO."""
+"""Small utilities: distributed helpers, atomic file writes, precision choice."""

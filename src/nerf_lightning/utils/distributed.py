@@ -60,7 +60,7 @@ def fsdp_full_precision() -> Any:
     ``precision=bf16-mixed`` / ``16-mixed``. The hash table is then half precision, and the buffers that
     hold the scene box are too. A bfloat16 table cannot take the fp32/fp16 CUDA kernels, so the
     encoding fell back to the PyTorch reference: 3000 lego steps took over 140 s against 59 s in fp32
-    (BENCHMARKS.md, 2026-11-30). With float32 parameters, ``-mixed`` means under FSDP what it means under
+    (docs/benchmarks/2026-11-30.md). With float32 parameters, ``-mixed`` means under FSDP what it means under
     DDP: float32 weights, with autocast computing the MLPs in half precision."""
     from torch.distributed.fsdp import MixedPrecision
 

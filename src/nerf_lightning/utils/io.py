@@ -53,7 +53,7 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
 def remove_stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
     """Delete the temporary files that writes killed mid-way left in ``folder``; returns them.
 
-    Only call it when no other process writes into ``folder``."""
+    Use it only when no other process writes into ``folder``."""
     removed = []
     for tmp in Path(folder).glob(TMP_PATTERN):
         if tmp.is_file():

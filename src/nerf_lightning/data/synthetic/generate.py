@@ -104,7 +104,7 @@ SCENES = tuple(_SCENE_TYPES)
 #: capture's 1/16 resolution (37x50), 5 of them held out. On a CPU (``bench.capture_ab``'s
 #: ``CPU_REPRO`` without the downscale) and without a near plane the default hash grid fails on the
 #: held-out views while a 2^15-entry table reconstructs them; the default near plane (0.2) reconstructs
-#: them at seed 42; numbers in ``BENCHMARKS.md`` (2026-11-30)
+#: them at seed 42; numbers in ``docs/fruit.md``
 FRUIT_FAILURE = {"rig": "phone", "scene": "fruit_bed", "n_views": 40, "width": 37, "height": 50, "seed": 0}
 
 _LOOK_AT = np.array([0.0, 0.0, 0.25])

@@ -506,7 +506,7 @@ class SyntheticScene:
         miss = obj_id < 0
         point = o + np.where(miss, np.nan, t)[:, None] * d
         normal = np.full_like(point, np.nan)
-        for k, obj in enumerate(self.objects):  # loop over objects; each call is vectorized over rays
+        for k, obj in enumerate(self.objects):  # loop over objects; each one's pass is vectorized over rays
             m = obj_id == k
             if m.any():
                 normal[m] = obj.normal(point[m])
@@ -625,7 +625,7 @@ class FruitBedScene(SyntheticScene):
     default scene lacks is a background with almost no texture: the bed looks the same from wherever
     it is seen, so the training views do not pin its depth, and a grid with enough collision-free fine
     cells explains each view with density of its own instead of one surface (measured in
-    ``BENCHMARKS.md``, 2026-11-30). With 40 views it fails clearly on a CPU in minutes.
+    ``docs/fruit.md``). With 40 views it fails clearly on a CPU in minutes.
     """
 
     def __init__(

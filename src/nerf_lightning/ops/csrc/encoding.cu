@@ -166,7 +166,7 @@ static LevelMeta make_meta(const std::vector<double>& scales, const std::vector<
     if (r * r * r <= static_cast<double>(size)) m.dense_mask |= (1u << l);
   }
   m.offset[L] = static_cast<uint32_t>(offsets[L]);
-  // Benchmark switch (default 0); read per call so that a benchmark can compare both orders.
+  // Benchmark switch (default 0); read at every launch so that a benchmark can compare both orders.
   const char* order = std::getenv("NERF_LIGHTNING_HASH_ORDER");
   m.level_major = (order != nullptr && order[0] == 'l') ? 1 : 0;
   return m;

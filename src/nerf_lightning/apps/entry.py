@@ -1,0 +1,124 @@
+"""The shared entry of the Hydra apps: a task function ``task(cfg)`` becomes a command line ``main()``.
+
+    main = hydra_app("export", export, positional="what")
+
+``main()`` rewrites ``sys.argv`` (:func:`normalize_argv`, then the app's own ``prepare_argv``), composes
+``conf/<config_name>.yaml`` with it (``@hydra.main``) and runs the task inside
+:func:`~nerf_lightning.errors.user_errors`: bad input ends as one ``error: ...`` line and exit status 2.
+The task's return value is the job's return value (what a Hydra sweeper optimizes).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from nerf_lightning.errors import user_errors
+from nerf_lightning.run.config import CONF_DIR
+from nerf_lightning.run.run_dir import register_resolvers
+
+__all__ = ["KEY_ALIASES", "device_of", "hydra_app", "nested_overrides", "normalize_argv"]
+
+#: Override keys accepted under another spelling: old key prefix -> the config's key prefix.
+KEY_ALIASES: dict[str, str] = {
+    # instant-ngp's spelling: the hash encoding is the field's
+    "model.encoding.": "model.field.encoding.",
+}
+
+#: Config nodes of the apps that work on a checkpoint (eval, render, export) that hold overrides of the
+#: *checkpoint's* config: empty in the app's own config, so an override must be allowed to add keys.
+CHECKPOINT_NODES = ("data", "model")
+
+_NUMERIC_GROUP_CHOICE = re.compile(r"^(\+{0,2}precision)=(\d+)$")
+_OVERRIDE_PREFIX = re.compile(r"^([+~]{0,2})(.*)$", re.S)
+
+
+def _alias(arg: str) -> str:
+    sign, rest = _OVERRIDE_PREFIX.match(arg).groups()  # type: ignore[union-attr]
+    for old, new in KEY_ALIASES.items():
+        if rest.startswith(old):
+            return f"{sign}{new}{rest[len(old) :]}"
+    return arg
+
+
+def normalize_argv(
+    argv: Sequence[str], positional: str | None = None, open_nodes: Sequence[str] = ()
+) -> list[str]:
+    """The command line as Hydra should read it.
+
+    - a leading bare word -> ``<positional>=word`` (``python -m nerf_lightning.export mesh ...``);
+    - an aliased key (:data:`KEY_ALIASES`) -> the config's key (``model.encoding.x`` ->
+      ``model.field.encoding.x``);
+    - ``precision=32`` -> ``precision='32'`` (a choice of the ``precision`` group; Hydra would parse an int);
+    - ``<node>.k=v`` for a node of ``open_nodes`` -> ``++<node>.k=v`` (adds the key when it is new).
+    """
+    opened = tuple(f"{node}." for node in open_nodes)
+    out = []
+    for i, arg in enumerate(argv):
+        if positional and i == 0 and "=" not in arg and not arg.startswith("-"):
+            arg = f"{positional}={arg}"
+        arg = _NUMERIC_GROUP_CHOICE.sub(r"\1='\2'", _alias(arg))
+        out.append(f"++{arg}" if opened and arg.startswith(opened) else arg)
+    return out
+
+
+def hydra_app(
+    config_name: str,
+    task: Callable[[DictConfig], Any],
+    positional: str | None = None,
+    open_nodes: Sequence[str] = CHECKPOINT_NODES,
+    prepare_argv: Callable[[list[str]], list[str]] | None = None,
+) -> Callable[[], None]:
+    """The ``main()`` of an app that runs ``task`` on ``conf/<config_name>.yaml``.
+
+    Args:
+        config_name: the app's root config.
+        task: ``task(cfg)``; runs with float32 matmuls at ``high`` precision (TF32 on GPUs that have it).
+        positional: the config key that a leading bare word sets (``what`` of ``export mesh``).
+        open_nodes: config nodes whose keys an override may add (default: the checkpoint apps' ``data``
+            and ``model`` overrides; ``()`` for an app whose config defines every key).
+        prepare_argv: the app's own rewrite of the normalized command line (train: device preset, resume).
+    """
+    register_resolvers()  # before Hydra resolves the run directory (conf/hydra/default.yaml)
+
+    # An absolute config path: Hydra would otherwise look for a `nerf_lightning.conf` Python package
+    # whenever the app's module is not `__main__` (console scripts, `python -m nerf_lightning.render`).
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)
+    @functools.wraps(task)  # Hydra names the job after the task's module (hydra.job.name)
+    def run(cfg: DictConfig) -> Any:
+        torch.set_float32_matmul_precision("high")
+        with user_errors():
+            return task(cfg)
+
+    def main() -> None:
+        argv = normalize_argv(sys.argv[1:], positional, open_nodes)
+        if prepare_argv is not None:
+            argv = prepare_argv(argv)
+        sys.argv = [sys.argv[0], *argv]
+        run()
+
+    main.__doc__ = f"``{config_name}``: run ``{task.__name__}`` on the command line's config."
+    return main
+
+
+def nested_overrides(node: Any) -> dict[str, Any]:
+    """A config node of overrides as a plain nested dict ({} when unset)."""
+    if node is None:
+        return {}
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
+    return dict(node)
+
+
+def device_of(accelerator: str) -> torch.device:
+    """``auto``/``gpu``/``cuda``: the first GPU when there is one, else the CPU; ``cpu``: the CPU."""
+    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return torch.device("cuda", 0)
+    return torch.device("cpu")

@@ -1,0 +1,153 @@
+"""Hydra app: evaluate a trained checkpoint — metrics and one image per view.
+
+    python -m nerf_lightning.eval ckpt=PATH [split=auto|val|test|train] [data.path=...] [data.KEY=...]
+
+The model and the DataModule are rebuilt from the config stored in the checkpoint (with the
+``data.*`` / ``model.*`` overrides given here) and the metrics come from the model's own validation
+code (``trainer.validate``): eval reports exactly what training reports for the same views, whatever
+strategy and precision the checkpoint was trained with (eval runs on one device, ``strategy=single``).
+
+Writes into its run folder (``outputs/runs/eval/<date>_<time>/`` unless ``hydra.run.dir=...``):
+``metrics.json`` (``<split>/psnr``, ``<split>/ssim``, ... as logged by the model, plus ``views``: one
+entry per view with its image and PSNR), ``views/<frame>.png`` (prediction) and
+``views/<frame>_depth.png`` (expected depth, 16-bit, normalized per view).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from nerf_lightning.apps.entry import hydra_app, nested_overrides
+from nerf_lightning.errors import UserError
+from nerf_lightning.run.restore import load_run
+from nerf_lightning.utils.io import atomic_write_json
+
+log = logging.getLogger("nerf_lightning.eval")
+
+SPLITS = ("auto", "val", "test", "train")
+
+
+class ViewWriter(L.Callback):
+    """Per-view outputs of a validation pass: prediction / depth PNGs and each view's PSNR.
+
+    Reads what ``NeRFModule.validation_step`` returns (``rgb`` [H, W, 3], ``depth`` and ``opacity``
+    [H, W]) and the batch's ground truth.
+    """
+
+    def __init__(self, out_dir: Path | None, names: list[str]) -> None:
+        self.out_dir = out_dir
+        self.names = names
+        self.rows: list[dict[str, Any]] = []
+
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if outputs is None:  # a placeholder batch (a rank without a view of its own)
+            return
+        if not isinstance(outputs, dict) or "rgb" not in outputs:
+            raise RuntimeError(
+                "eval: the model's validation_step must return {'rgb': [H, W, 3], 'depth': ...}"
+            )
+        pred = outputs["rgb"].float().clamp(0, 1)
+        h, w = pred.shape[:2]
+        gt = batch["rgb"].reshape(h, w, 3).float()
+        mse = float(((pred - gt) ** 2).mean())
+        view = int(batch["view"])
+        name = self.names[view] if view < len(self.names) else f"view{view:03d}"
+        row: dict[str, Any] = {"view": view, "name": name, "psnr": -10.0 * float(np.log10(max(mse, 1e-10)))}
+        if self.out_dir is not None:
+            import imageio.v3 as iio
+
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            rgb8 = (pred.cpu().numpy() * 255).round().astype(np.uint8)
+            iio.imwrite(self.out_dir / f"{name}.png", rgb8)
+            depth = _expected_depth(outputs).cpu().numpy()
+            hi = float(depth.max()) if depth.size else 0.0
+            d16 = (depth / hi * 65535).round().astype(np.uint16) if hi > 0 else depth.astype(np.uint16)
+            iio.imwrite(self.out_dir / f"{name}_depth.png", d16)
+            row["image"] = f"views/{name}.png"
+        self.rows.append(row)
+
+
+def _expected_depth(outputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Depth along the ray where the opacity is > 0 (the renderer's depth is not divided by it)."""
+    depth = outputs["depth"].float()
+    opacity = outputs.get("opacity")
+    if opacity is None:
+        return depth
+    return torch.where(opacity > 1e-3, depth / opacity.float().clamp_min(1e-3), torch.zeros_like(depth))
+
+
+def evaluate(cfg: DictConfig) -> dict[str, Any]:
+    """Run the evaluation described by ``cfg`` (see ``conf/eval.yaml``); returns what metrics.json holds."""
+    split = str(cfg.split)
+    if split not in SPLITS:
+        raise UserError(f"split={split!r}: expected one of {', '.join(SPLITS)}")
+    out_dir = Path(cfg.paths.output_dir)
+    run = load_run(cfg.ckpt)
+    log.info("checkpoint %s (step %d)", run.path, run.global_step)
+
+    data_overrides = nested_overrides(cfg.get("data"))
+    data_overrides["val_split"] = split
+    datamodule = run.build_datamodule(data_overrides)
+    datamodule.prepare_data()
+    try:
+        datamodule.setup("validate")
+    except ValueError as err:
+        raise (err if isinstance(err, UserError) else UserError(f"data: {err}")) from err
+    val_set = getattr(datamodule, "val_set", None)
+    if val_set is None or not val_set.frames:
+        raise UserError(f"split={split}: the capture has no such views; try split=val or split=train")
+    used = "test" if split == "auto" and datamodule.capture.test else ("val" if split == "auto" else split)
+
+    model = run.build_model(nested_overrides(cfg.get("model")))
+    if "save_val_images" in model.hparams:
+        model.hparams.save_val_images = False  # the writer below saves every view
+    names = [Path(f.image_path).stem for f in val_set.frames]
+    if len(set(names)) < len(names):  # same file names in different folders
+        names = [f"{i:03d}_{n}" for i, n in enumerate(names)]
+    writer = ViewWriter(out_dir / "views" if cfg.save_images else None, names)
+    callbacks = [hydra.utils.instantiate(c) for c in cfg.trainer.get("callbacks") or []]
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=[*callbacks, writer])
+    results = trainer.validate(model, datamodule=datamodule, verbose=False)
+
+    metrics = {_rename(k, used): float(v) for k, v in (results[0] if results else {}).items()}
+    doc: dict[str, Any] = {
+        **metrics,
+        "split": used,
+        "checkpoint": str(run.path),
+        "step": run.global_step,
+        "n_views": len(writer.rows),
+        "views": sorted(writer.rows, key=lambda r: r["view"]),
+    }
+    atomic_write_json(out_dir / "metrics.json", doc)
+    shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+    log.info("%s views of %s: %s", len(writer.rows), used, shown)
+    print(f"{used}: {shown}")
+    print(f"eval dir: {out_dir}")
+    return doc
+
+
+def _rename(key: str, split: str) -> str:
+    """``val/psnr`` -> ``<split>/psnr`` (the model logs every validation pass under ``val/``)."""
+    return f"{split}/{key[4:]}" if key.startswith("val/") else key
+
+
+main = hydra_app("eval", evaluate)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Hydra app: render a trained checkpoint along a camera path into MP4 videos.
+
+    python -m nerf_lightning.render ckpt=PATH camera_path=orbit|spiral|FILE frames=120 fps=30
+
+(``nerf_lightning.render`` is also the renderer package; ``python -m`` runs this app.) Writes into
+its run folder (``outputs/runs/render/<date>_<time>/`` unless ``hydra.run.dir=...``): ``rgb.mp4``,
+``depth.mp4`` (expected depth through the Turbo colour map, one depth range for the whole video so
+that it does not flicker), optionally ``frames/rgb_NNNN.png``, and ``render.json`` (frames, size,
+render time and frames/s — rendering only, excluding the video encoding). Each frame is rendered
+``chunk`` rays at a time (``Renderer.render_image``), so memory stays bounded at any resolution;
+a rich progress bar shows the frames. See ``render/camera_path.py`` for the paths and
+``conf/render.yaml`` for every option.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
+from nerf_lightning.data.scene_space import SceneSpace
+from nerf_lightning.data.types import Capture
+from nerf_lightning.errors import UserError
+from nerf_lightning.render.camera_path import PathCamera, camera_rays, orbit_path, read_nerfstudio_path
+from nerf_lightning.render.video import VideoWriter, turbo
+from nerf_lightning.run.restore import load_run
+from nerf_lightning.utils.io import atomic_write_json
+
+log = logging.getLogger("nerf_lightning.render")
+
+
+def path_cameras(cfg: DictConfig, capture: Capture) -> tuple[list[PathCamera], float | None]:
+    """The cameras of ``cfg.camera_path`` (and a file's own fps)."""
+    kind = str(cfg.camera_path)
+    if kind in ("orbit", "spiral"):
+        if not capture.train:
+            raise UserError(f"{capture.root}: no training views to place an {kind} around")
+        f0 = capture.train[0].intrinsics
+        width = int(cfg.width or (round(cfg.height * f0.width / f0.height) if cfg.height else f0.width))
+        height = int(cfg.height or round(width * f0.height / f0.width))
+        fov = math.radians(float(cfg.fov)) if cfg.fov else 2 * math.atan(0.5 * f0.height / f0.fy)
+        fy = 0.5 * height / math.tan(fov / 2)
+        c2w = np.stack([np.asarray(f.c2w) for f in capture.train])
+        cams = orbit_path(
+            c2w, int(cfg.frames), width, height, fy * f0.fx / f0.fy, fy, kind, float(cfg.spiral_height)
+        )
+        return cams, None
+    space = str(cfg.camera_path_space)
+    if space not in ("capture", "ngp"):
+        raise UserError(f"camera_path_space={space!r}: expected capture or ngp")
+    return read_nerfstudio_path(kind, SceneSpace.of(capture) if space == "capture" else None)
+
+
+def render_video(cfg: DictConfig) -> dict[str, Any]:
+    """Render the video described by ``cfg`` (see ``conf/render.yaml``); returns render.json's content."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    out_dir = Path(cfg.paths.output_dir)
+    run = load_run(cfg.ckpt)
+    device = device_of(str(cfg.accelerator))
+    capture = run.load_capture(nested_overrides(cfg.get("data")))
+    cams, file_fps = path_cameras(cfg, capture)
+    fps = float(cfg.fps or file_fps or 30)
+    model = run.build_model(nested_overrides(cfg.get("model"))).to(device)
+    bg = torch.tensor(
+        list(cfg.background) if cfg.background is not None else list(capture.eval_background),
+        dtype=torch.float32,
+        device=device,
+    )
+    log.info(
+        "rendering %d frames %dx%d from %s (step %d) on %s",
+        len(cams),
+        cams[0].width,
+        cams[0].height,
+        run.path,
+        run.global_step,
+        device,
+    )
+
+    depth_range: tuple[float, float] | None = None
+    render_s = 0.0
+    start = time.perf_counter()
+    rgb_video = VideoWriter(out_dir / "rgb.mp4", fps, int(cfg.quality))
+    depth_video = VideoWriter(out_dir / "depth.mp4", fps, int(cfg.quality)) if cfg.depth else None
+    columns = (TextColumn("render"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    try:
+        with Progress(*columns, transient=False) as progress, torch.inference_mode():
+            task = progress.add_task("frames", total=len(cams))
+            for i, cam in enumerate(cams):
+                t0 = time.perf_counter()
+                rays_o, rays_d = camera_rays(cam, device)
+                out = model.renderer.render_image(model.field, rays_o, rays_d, bg, chunk=int(cfg.chunk))
+                rgb = out["rgb"].reshape(cam.height, cam.width, 3).clamp(0, 1)
+                opacity = out["opacity"].reshape(cam.height, cam.width)
+                depth = torch.where(
+                    opacity > 1e-3,
+                    out["depth"].reshape(cam.height, cam.width) / opacity.clamp_min(1e-3),
+                    torch.zeros_like(opacity),
+                )
+                rgb8 = (rgb * 255).round().to(torch.uint8).cpu().numpy()  # waits for the device
+                depth_np = depth.float().cpu().numpy()
+                render_s += time.perf_counter() - t0
+                rgb_video.append(rgb8)
+                if depth_video is not None:
+                    if depth_range is None:
+                        depth_range = _depth_range(depth_np, opacity.cpu().numpy())
+                    lo, hi = depth_range
+                    depth_video.append(turbo((depth_np - lo) / (hi - lo)))
+                if cfg.save_frames:
+                    import imageio.v3 as iio
+
+                    (out_dir / "frames").mkdir(parents=True, exist_ok=True)
+                    iio.imwrite(out_dir / "frames" / f"rgb_{i:04d}.png", rgb8)
+                progress.advance(task)
+        rgb_video.close()
+        if depth_video is not None:
+            depth_video.close()
+    except BaseException:
+        rgb_video.abort()
+        if depth_video is not None:
+            depth_video.abort()
+        raise
+    total_s = time.perf_counter() - start
+    info: dict[str, Any] = {
+        "checkpoint": str(run.path),
+        "step": run.global_step,
+        "camera_path": str(cfg.camera_path),
+        "frames": len(cams),
+        "width": cams[0].width,
+        "height": cams[0].height,
+        "fps": fps,
+        "device": str(device),
+        "render_s": render_s,
+        "render_fps": len(cams) / render_s if render_s > 0 else float("nan"),
+        "total_s": total_s,
+        "videos": ["rgb.mp4"] + (["depth.mp4"] if depth_video is not None else []),
+        "depth_range": list(depth_range) if depth_range else None,
+    }
+    atomic_write_json(out_dir / "render.json", info)
+    print(
+        f"rendered {len(cams)} frames {cams[0].width}x{cams[0].height} in {render_s:.1f} s "
+        f"({info['render_fps']:.2f} frames/s, {device}); video dir: {out_dir}"
+    )
+    return info
+
+
+def _depth_range(depth: np.ndarray, opacity: np.ndarray) -> tuple[float, float]:
+    """Near/far of the colour map from the first frame's opaque pixels (1st/99th percentile, 10% margin)."""
+    valid = depth[opacity > 0.5]
+    if valid.size == 0:
+        return 0.0, 1.0
+    lo, hi = np.percentile(valid, [1, 99])
+    margin = 0.1 * max(hi - lo, 1e-6)
+    return float(max(lo - margin, 0.0)), float(hi + margin)
+
+
+main = hydra_app("render", render_video)
+
+if __name__ == "__main__":
+    main()

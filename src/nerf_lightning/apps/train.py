@@ -1,0 +1,226 @@
+"""The train app: compose the config, instantiate everything, fit, validate, write metrics.json.
+
+    python -m nerf_lightning.train [overrides]
+    python -m nerf_lightning.train data.path=../shared/data/fox data.downscale=4
+    python -m nerf_lightning.train strategy=ddp devices=4 precision=bf16-mixed
+    python -m nerf_lightning.train -m model.field.encoding.log2_hashmap_size=15,17,19
+
+Returns the value of ``optimized_metric`` (val/psnr) so Hydra sweepers can optimize it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import hydra
+import lightning as L
+import torch
+from lightning.pytorch.plugins.environments import SLURMEnvironment
+from omegaconf import DictConfig, OmegaConf
+
+from nerf_lightning.apps.entry import hydra_app
+from nerf_lightning.errors import UserError
+from nerf_lightning.models.metrics import final_evaluation
+from nerf_lightning.run.checkpoint_callbacks import RunState
+from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO
+from nerf_lightning.run.resume import resolve_ckpt_path, select_run_dir
+from nerf_lightning.tracking.wandb_logger import finish_loggers
+from nerf_lightning.utils.distributed import unshard_fsdp_root
+from nerf_lightning.utils.io import atomic_write_json
+
+log = logging.getLogger("nerf_lightning.train")
+
+# Known-harmless noise: our step loader is an IterableDataset with __len__ (no workers), and a
+# deprecation inside Lightning's own pytree helper.
+warnings.filterwarnings("ignore", message=".*IterableDataset.*has `__len__` defined.*")
+warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
+warnings.filterwarnings("ignore", message=".*is smaller than the logging interval.*")
+
+
+def instantiate_group(group: DictConfig | None) -> list[Any]:
+    """Instantiate every ``_target_`` entry of a dict-of-configs group (callbacks, loggers)."""
+    if not group:
+        return []
+    return [
+        hydra.utils.instantiate(node) for node in group.values() if node is not None and "_target_" in node
+    ]
+
+
+def run_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as plain data, stored in every checkpoint (``hydra`` section dropped).
+
+    ``data.path`` is made absolute (relative to the launch directory), so that eval/render/export
+    find the capture from any working directory."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(plain, dict)
+    plain.pop("hydra", None)
+    data = plain.get("data")
+    if isinstance(data, dict) and data.get("path"):
+        root = Path(str(OmegaConf.select(cfg, "paths.root_dir", default=".") or "."))
+        data["path"] = str((root / Path(str(data["path"])).expanduser()).resolve())
+    return plain
+
+
+def _load_state_error(err: RuntimeError, ckpt_path: str) -> UserError | None:
+    """A checkpoint whose weights do not fit this run's model, as one actionable line."""
+    text = str(err)
+    if "Error(s) in loading state_dict" not in text:
+        return None
+    detail = next((ln.strip() for ln in text.splitlines()[1:] if ln.strip()), "")
+    return UserError(
+        f"ckpt_path={ckpt_path}: its weights do not fit this run's model ({detail[:200]}); resume with the "
+        "model config the checkpoint was trained with (stored in it; see `python -m nerf_lightning.eval`)"
+    )
+
+
+def validate_trained(trainer: L.Trainer, model: L.LightningModule, datamodule: Any) -> list[dict[str, float]]:
+    """Validate the weights just trained. Under SLURM, ``validate(ckpt_path=None)`` would load the run's
+    newest ``hpc_ckpt_<n>.ckpt`` (what a requeued job resumed from) instead: Lightning picks it whenever
+    it detects SLURM, so detection is switched off for this call. Under FSDP the module first gets its
+    full parameters back (``unshard_fsdp_root``)."""
+    unshard_fsdp_root(trainer, model)
+    with mock.patch.object(SLURMEnvironment, "detect", staticmethod(lambda: False)):
+        return trainer.validate(model, datamodule=datamodule, verbose=False)
+
+
+def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> dict[str, float]:
+    """Run one training job described by ``cfg``; returns the final metrics (also in metrics.json).
+
+    ``extra_callbacks`` (benchmarks, tests) are added to the configured ones."""
+    output_dir = Path(cfg.paths.output_dir)
+    plain_config = run_config(cfg)  # resolves every value first: an unset one names its key here
+    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), str(cfg.get("resume") or "never"), output_dir)
+    if ckpt_path is not None:
+        log.info("resuming from %s", ckpt_path)
+    elif cfg.get("ckpt_path") == "last":
+        log.info("ckpt_path=last: no %s yet, starting from scratch", output_dir / "checkpoints" / "last.ckpt")
+    L.seed_everything(cfg.seed, workers=True)
+
+    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    # The model's box (aabb_scale) comes from the capture, so read the capture first.
+    datamodule.prepare_data()
+    try:
+        datamodule.setup("fit")
+    except ValueError as err:  # data.* values the loaders reject (CaptureError is a UserError already)
+        raise (err if isinstance(err, UserError) else UserError(f"data: {err}")) from err
+    model_kwargs = {"aabb_scale": datamodule.aabb_scale}
+    model: L.LightningModule = hydra.utils.instantiate(cfg.model, **model_kwargs)
+
+    callbacks = [*instantiate_group(cfg.get("callbacks")), *(extra_callbacks or [])]
+    # Always on: the run's config and exact-resume state go into every checkpoint.
+    callbacks.append(RunState(plain_config, {"model": model_kwargs}, seed=int(cfg.seed)))
+    loggers = instantiate_group(cfg.get("logger"))
+    # cluster=slurm|torchelastic|...: the ClusterEnvironment plugin (none: Lightning detects it)
+    cluster = [hydra.utils.instantiate(cfg.cluster)] if cfg.get("cluster") else []
+    trainer: L.Trainer = hydra.utils.instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO(), *cluster]
+    )
+    metrics: dict[str, float] = {}
+    exit_code = 1
+    try:  # a W&B run is closed even when training fails, so the next multirun job gets its own run
+        for lg in loggers:
+            lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))  # the resolved Hydra config
+
+        start = time.perf_counter()
+        try:
+            trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+        except RuntimeError as err:
+            user = _load_state_error(err, str(ckpt_path)) if ckpt_path else None
+            if user is None:
+                raise
+            raise user from err
+        wall_s = time.perf_counter() - start
+        results = validate_trained(trainer, model, datamodule)
+
+        metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+        # per-view numbers, and the final evaluation on the test split when the capture has one
+        metrics.update(final_evaluation(trainer, model, datamodule))
+        for cb in callbacks:
+            summary = getattr(cb, "summary", None)
+            if callable(summary):
+                metrics.update(summary())
+        metrics["steps"] = trainer.global_step  # also when a resumed run had nothing left to train
+        metrics["time/wall_s"] = wall_s
+        metrics["model/occupied_fraction"] = float(model.occupancy.occupied_fraction())
+        exit_code = 0
+    finally:
+        finish_loggers(loggers, metrics, exit_code=exit_code)
+    if trainer.is_global_zero:
+        atomic_write_json(output_dir / "metrics.json", metrics)
+        log.info(
+            "val/psnr %.2f dB  val/ssim %.4f  final evaluation (%s): %.2f dB  (%d steps, %.0f s training)",
+            metrics.get("val/psnr", float("nan")),
+            metrics.get("val/ssim", float("nan")),
+            metrics.get("eval/split", "?"),
+            metrics.get("eval/psnr", float("nan")),
+            metrics["steps"],
+            metrics.get("time/train_s", metrics["time/wall_s"]),
+        )
+        print(f"val/psnr: {metrics.get('val/psnr', float('nan')):.2f} dB")
+        if metrics.get("eval/split") == "test":  # eval/*: also when the test split is the val views
+            print(f"test/psnr: {metrics.get('eval/psnr', float('nan')):.2f} dB")
+        print(f"run dir: {output_dir}")
+    return metrics
+
+
+def with_device_preset(argv: list[str], has_cuda: bool) -> list[str]:
+    """Add ``experiment=cpu`` when there is no CUDA GPU and the user picked no experiment.
+
+    instant-ngp's defaults assume a GPU; on a CPU they would take hours. The CPU preset keeps the
+    same scene and pipeline with a smaller grid and coarser marching. ``experiment=null`` opts out.
+    """
+    if has_cuda or any(a.lstrip("+~").startswith(("experiment=", "hparams_search=")) for a in argv):
+        return argv
+    if any(a in ("--help", "-h", "--hydra-help", "--info") for a in argv):
+        return argv
+    print(
+        "[nerf_lightning] no CUDA GPU: using the CPU preset (experiment=cpu) (experiment=null: off)",
+        file=sys.stderr,
+    )
+    return [*argv, "experiment=cpu"]  # after the user's args: before `-m` Hydra would reject them
+
+
+_MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def with_resume_dir(argv: list[str]) -> list[str]:
+    """``resume=auto`` on a single run whose folder Hydra would choose: point ``hydra.run.dir`` at the
+    newest earlier run with the same overrides (see ``run/resume.py``), so it continues there."""
+    if "resume=auto" not in argv or any(a in _MULTIRUN_FLAGS for a in argv):
+        return argv
+    if any(a.lstrip("+~").startswith(("hydra.run.dir=", "hydra.mode=", "hparams_search=")) for a in argv):
+        return argv  # a fixed folder (resumed in train()) or a sweep (each job resumes its own folder)
+    if any(a in ("--help", "-h", "--hydra-help", "--info", "--cfg", "-c") for a in argv):
+        return argv
+    try:
+        found, message = select_run_dir(argv)
+    except Exception:  # noqa: BLE001 - a config that does not compose: Hydra reports it properly next
+        return argv
+    print(f"[nerf_lightning] {message}", file=sys.stderr)
+    return argv if found is None else [*argv, f"hydra.run.dir='{found}'"]
+
+
+def prepare_argv(argv: list[str]) -> list[str]:
+    """The train app's own rewrite of its command line: the CPU preset, ``resume=auto``'s run folder."""
+    return with_resume_dir(with_device_preset(argv, torch.cuda.is_available()))
+
+
+def train_and_score(cfg: DictConfig) -> float | None:
+    """:func:`train`; returns the value of ``optimized_metric`` (what a Hydra sweeper optimizes)."""
+    if cfg.get("print_config", False):
+        print(OmegaConf.to_yaml(cfg, resolve=True))
+    metrics = train(cfg)
+    value = metrics.get(cfg.get("optimized_metric") or "")
+    return float(value) if value is not None else None
+
+
+main = hydra_app("train", train_and_score, open_nodes=(), prepare_argv=prepare_argv)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""The named experiments of the benchmark runner: every number in BENCHMARKS.md names one of these.
+
+    python -m nerf_lightning.bench.suite --list          # names, jobs, expected seconds, data
+    python -m nerf_lightning.bench.suite NAME --dry-run  # the exact command lines
+
+Times are sized for one H200: an experiment fits a 10-minute machine slot unless its summary says
+otherwise, and ``--limit`` skips what would not end in time. Captures come from ``--data``: ``lego``
+(NeRF-synthetic, Blender format), ``fox`` (instant-ngp's) and ``fruit`` (a phone capture).
+
+**Adding an experiment** is one :func:`add` below, built from :mod:`nerf_lightning.bench.jobs`:
+``ab(scene, {variant: overrides}, seeds, steps)`` for a quality A/B at fixed steps (each variant paired
+with ``default`` at its seed; wrap it in ``in_lanes`` when the jobs may share the GPU), ``train`` for one
+run, ``curve`` for held-out PSNR after fixed seconds of training, and ``pytest``, ``module`` or ``command``
+for anything else, with a reader from :mod:`nerf_lightning.bench.readers` (``jsonl(...)`` reads a
+JSON-lines results file, e.g. another implementation's driver run side by side). Give a job a
+``baseline`` of the same experiment whenever a ratio is the number to report.
+"""
+
+from __future__ import annotations
+
+from nerf_lightning.bench import readers
+from nerf_lightning.bench.jobs import (
+    QUIET,
+    Experiment,
+    Job,
+    ab,
+    command,
+    cost,
+    curve,
+    in_lanes,
+    module,
+    peers,
+    pytest,
+    train,
+)
+
+EXPERIMENTS: dict[str, Experiment] = {}
+
+
+def add(name: str, summary: str, *jobs: Job, data: tuple[str, ...] = ()) -> None:
+    """Register an experiment (names are unique)."""
+    if name in EXPERIMENTS:
+        raise ValueError(f"experiment {name} is defined twice")
+    EXPERIMENTS[name] = Experiment(name, summary, tuple(jobs), data)
+
+
+FRUIT_SEEDS = (42, 5, 6, 8, 1, 2, 3)
+SEEDS = (1, 2, 3)
+DEFAULT: dict[str, tuple[str, ...]] = {"default": ()}
+
+# --------------------------------------------------------------------------------------- variants
+INGP_PIXELS = ("data.pixel_jitter=true", "data.train_background=random")  # instant-ngp: jitter, random bg
+NO_GS = ("model.gradient_scaling_distance=null",)
+NO_NEAR = ("model.near_plane=0.0",)
+_LW = "data.samplers.loss_weighted"
+LW = ("data.sampler=loss_weighted",)
+ERROR_MAP = (*LW, f"{_LW}.error_map_resolution=16")
+LW_STRONG = (*LW, f"{_LW}.alpha=2.0", f"{_LW}.uniform_floor=0.1")
+LW_WEAK = (*LW, f"{_LW}.alpha=0.5", f"{_LW}.uniform_floor=0.5")
+SAMPLERS = {**DEFAULT, "lw": LW, "error_map": ERROR_MAP}
+_ENC = "model.field.encoding"
+TABLE = {f"t{n}": (f"{_ENC}.log2_hashmap_size={n}",) for n in (19, 20, 21, 24)}
+LEVELS_8 = (f"{_ENC}.n_levels=8",)
+LAYOUTS = {
+    **DEFAULT,
+    "8x4": (f"{_ENC}.n_levels=8", f"{_ENC}.n_features_per_level=4"),
+    "6x8": (f"{_ENC}.n_levels=6", f"{_ENC}.n_features_per_level=8"),
+}
+RES_SCHEDULE = ("data.resolution_schedule=[[0.0,4],[0.1,2],[0.25,1]]",)
+WARMUP = ("+model.scheduler.warmup_steps=100",)
+MLP_L2 = ("model.mlp_weight_decay=1e-6",)
+#: candidates for the background of real captures (fruit's garbled wall, blurred bed, floaters)
+PHOTO_BACKGROUND = {**DEFAULT, "t21": TABLE["t21"], "dist_0.001": ("model.distortion_weight=0.001",)}
+FAR_CONE = {**DEFAULT, "cone_512": ("model.large_scene_cone_angle=0.001953125",)}  # 1/512: 2x far samples
+#: this project's recipe before it followed the images: a Blender-layout capture got the render recipe
+RENDER_RECIPE = ("--", "data.pixel_jitter=false", "data.train_background=eval")
+PRECISIONS = {"p32": ("precision=32",), "bf16": ("precision=bf16-mixed",), "fp16": ("precision=16-mixed",)}
+TWO_GPUS = {"NCCL_NVLS_ENABLE": "0"}  # NVLink multicast stays off on the GPU machines
+GPU_0 = {"CUDA_VISIBLE_DEVICES": "0"}
+
+#: The CPU test's tiny run (seconds on 2 cores): small grid, coarse marching, a 24x24 scene.
+TINY = (
+    "accelerator=cpu", "experiment=cpu", "data.path={exp_dir}/scene", "data.batch_size=128",
+    "data.steps_per_epoch=8", "model.grid_resolution=16", "model.grid_warmup_steps=4",
+    "model.grid_update_every=4", f"{_ENC}.n_levels=4", f"{_ENC}.log2_hashmap_size=12",
+    f"{_ENC}.max_resolution=64", "model.max_samples_per_ray=32", "model.step_size=0.054",
+    "model.save_val_images=false",
+)  # fmt: skip
+#: ``make test-repro``'s recipe on the generated fruit-like capture: ``bench.capture_ab.CPU_REPRO``
+#: without the downscale (the generated views have the real capture's 1/16 size).
+GENERATED_RECIPE = (
+    "accelerator=cpu data.batch_size=512 model.sample_budget=null model.ops_backend=torch "
+    f"{_ENC}.backend=torch model.grid_resolution=32 model.step_size=0.03 "
+    "model.large_scene_cone_angle=0.0625 model.max_samples_per_ray=64"
+)
+
+
+Block = tuple[str, dict[str, tuple[str, ...]], tuple[int, ...], int]  # scene, variants, seeds, steps
+
+
+def lanes_ab(blocks: list[Block], **job: object) -> tuple[Job, ...]:
+    """Several :func:`~nerf_lightning.bench.jobs.ab` blocks, spread over three lanes."""
+    return in_lanes([j for scene, var, seeds, steps in blocks for j in ab(scene, var, seeds, steps, **job)])
+
+
+# Registrations below are laid out by hand (one experiment per statement); a formatter leaves them.
+# fmt: off
+# ------------------------------------------------------------------------------------------ checks
+add("cpu-smoke", "two tiny CPU runs in lanes on a generated 24x24 scene (seconds; the runner's own test)",
+    module("scene", "nerf_lightning.data.synthetic", "{run_dir}", "--views", "8", "--width", "24",
+           "--height", "24", "--supersample", "1", "--overwrite", gpus=0, expected_s=10, timeout_s=120),
+    *in_lanes([
+        train("tiny", "default", *TINY, steps=8, seed=1, gpus=0, expected_s=20, timeout_s=180),
+        train("tiny_t10", "default", *TINY, f"{_ENC}.log2_hashmap_size=10", steps=8, seed=1,
+              baseline="tiny", gpus=0, expected_s=20, timeout_s=180),
+    ], 2))
+add("cuda-tests", "the GPU tests: every CUDA kernel against the PyTorch reference",
+    pytest("cuda_tests", "-m", "cuda", "tests", expected_s=45, timeout_s=300))
+
+# --------------------------------------------------------------------------------- time to quality
+add("lego-curve", "lego: held-out PSNR after 15, 60 and 300 s of training, alone on the GPU (~8 min)",
+    curve("curve", "lego", (15, 60, 300), 330), data=("lego",))
+add("hash-table-300s", "lego's 300 s point, 2^20 table against 2^19 (~11 min: one job per slot, --only)",
+    curve("t19", "lego", (300,), 360), curve("t20", "lego", (300,), 300, *TABLE["t20"], baseline="t19"),
+    data=("lego",))
+add("peers-fox", "fox beside instant-ngp (its driver, JIT on) at 15 and 60 s, each alone on the GPU, on "
+    "the same views: both metrics, per view; instant-ngp with train extrinsics at 60 s (carry .peers)",
+    peers("ngp", "fox", "ngp", (15, 60)),
+    peers("ngp_extrinsics", "fox", "ngp", (60,), "--ngp-train-extrinsics"),
+    peers("ours", "fox", "ours", (15, 60)), data=("fox",))
+add("peers-fruit", "fruit beside instant-ngp at 15 and 60 s; its Blender-layout copy at 60 s with `auto` "
+    "(the photo recipe) and with the render recipe the layout used to pick (carry .peers)",
+    peers("ngp", "fruit", "ngp", (15, 60)), peers("ours", "fruit", "ours", (15, 60)),
+    peers("ours_blender", "fruit", "ours", (60,), "--layout", "blender"),
+    peers("ours_blender_before", "fruit", "ours", (60,), "--layout", "blender", "--label", "before-fix",
+          *RENDER_RECIPE), data=("fruit",))
+add("peers-lego", "lego beside instant-ngp at 15 and 60 s, each alone on the GPU, on the same views "
+    "(carry .peers)",
+    peers("ngp", "lego", "ngp", (15, 60)), peers("ours", "lego", "ours", (15, 60)), data=("lego",))
+add("default-scene", "`make train` on a GPU: the generated default scene, 20k steps",
+    train("default", "default", "logger=csv", "callbacks.progress_bar=null", quiet=False,
+          expected_s=150, timeout_s=420))
+
+# ------------------------------------------------------------------ quality at fixed steps (lanes)
+add("lego-20k", "lego 20k steps, seeds 1-3: the default (pixel centres, white) against instant-ngp's "
+    "jitter over random colours",
+    *lanes_ab([("lego", {**DEFAULT, "ingp_pixels": INGP_PIXELS}, SEEDS, 20000)]), data=("lego",))
+add("lego-recipe", "lego 20k steps, seed 1: each half of the pixel recipe, a finest level of 4096",
+    *lanes_ab([("lego", {**DEFAULT, "jitter": ("data.pixel_jitter=true",),
+                         "random_bg": ("data.train_background=random",),
+                         "res4096": (f"{_ENC}.max_resolution=4096",)}, (1,), 20000)]), data=("lego",))
+add("fox-5k", "fox 5k steps, seeds 1-3: the default (jitter) against pixel centres",
+    *lanes_ab([("fox", {**DEFAULT, "centres": ("data.pixel_jitter=false",)}, SEEDS, 5000)]), data=("fox",))
+add("fox-20k", "fox 20k steps (the default run), seeds 1-3, against no near-camera gradient scaling",
+    *lanes_ab([("fox", {**DEFAULT, "no_gs": NO_GS}, SEEDS, 20000)]), data=("fox",))
+add("fruit-2k-seeds", "the fruit phone capture, 2000 steps, 7 seeds, against no near-camera gradient scaling",
+    *lanes_ab([("fruit", {**DEFAULT, "no_gs": NO_GS}, FRUIT_SEEDS, 2000)]), data=("fruit",))
+add("gradient-scaling", "lego and fox 5k steps, seeds 1-3: near-camera gradient scaling on / off",
+    *lanes_ab([("lego", {**DEFAULT, "no_gs": NO_GS}, SEEDS, 5000),
+               ("fox", {**DEFAULT, "no_gs": NO_GS}, SEEDS, 5000)]), data=("lego", "fox"))
+add("near-plane", "near plane 0.2 (default) against 0: fruit 2000 steps at 7 seeds, lego and fox 5k seed 1",
+    *lanes_ab([("fruit", {**DEFAULT, "near_0": NO_NEAR}, FRUIT_SEEDS, 2000),
+               ("lego", {**DEFAULT, "near_0": NO_NEAR}, (1,), 5000),
+               ("fox", {**DEFAULT, "near_0": NO_NEAR}, (1,), 5000)]), data=("lego", "fox", "fruit"))
+
+# ------------------------------------------------------------------------- options that stay off
+add("photo-background", "fox and fruit 5k steps, seeds 1-3: a 2^21 table and the distortion loss at 1e-3 "
+    "against the default (the background of real captures)",
+    *lanes_ab([("fox", PHOTO_BACKGROUND, SEEDS, 5000), ("fruit", PHOTO_BACKGROUND, SEEDS, 5000)]),
+    data=("fox", "fruit"))
+add("photo-far-cone", "fox and fruit 5k steps, seeds 1-3: a cone angle of 1/512 (twice the far-field "
+    "samples) against the default",
+    *lanes_ab([("fox", FAR_CONE, SEEDS, 5000), ("fruit", FAR_CONE, SEEDS, 5000)]), data=("fox", "fruit"))
+add("sampler-ab", "lego and fox 5k steps, seeds 1-3: uniform (default), loss-weighted, its error map",
+    *lanes_ab([("lego", SAMPLERS, SEEDS, 5000), ("fox", SAMPLERS, SEEDS, 5000)]), data=("lego", "fox"))
+add("sampler-strength", "lego and fox 5k steps, seeds 1-3: loss-weighted alpha 2 / floor 0.1 (fox 0.5 / 0.5)",
+    *lanes_ab([("lego", {**DEFAULT, "lw_2_0.1": LW_STRONG}, SEEDS, 5000),
+               ("fox", {**DEFAULT, "lw_2_0.1": LW_STRONG, "lw_0.5_0.5": LW_WEAK}, SEEDS, 5000)]),
+    data=("lego", "fox"))
+add("sampler-fox-20k", "fox 20k steps, seeds 1-3: uniform against the per-view error map",
+    *lanes_ab([("fox", {**DEFAULT, "error_map": ERROR_MAP}, SEEDS, 20000)]), data=("fox",))
+add("sampler-fruit", "fruit 2000 steps, 7 seeds: uniform against the per-view error map",
+    *lanes_ab([("fruit", {**DEFAULT, "error_map": ERROR_MAP}, FRUIT_SEEDS, 2000)]), data=("fruit",))
+add("hash-table", "lego 20k steps: hash tables of 2^19 (default) and 2^20 at seeds 1-3, 2^21 at seed 1",
+    *in_lanes([*ab("lego", {"t19": (), "t20": TABLE["t20"]}, SEEDS, 20000, baseline="t19"),
+               *ab("lego", {"t21": TABLE["t21"]}, (1,), 20000, baseline="t19")]), data=("lego",))
+add("hash-table-fox", "fox 5k steps, seeds 1-3: hash tables of 2^19 (default) and 2^20",
+    *in_lanes(ab("fox", {"t19": (), "t20": TABLE["t20"]}, SEEDS, 5000, baseline="t19")), data=("fox",))
+add("hash-levels", "8 hash levels against 16: lego and fox 5k steps, fruit 2000 steps, seeds 1-3",
+    *lanes_ab([(s, {**DEFAULT, "levels_8": LEVELS_8}, SEEDS, 2000 if s == "fruit" else 5000)
+               for s in ("lego", "fox", "fruit")]), data=("lego", "fox", "fruit"))
+add("hash-layout", "hash grids of one size: 16x2 (default), 8x4, 6x8 levels x features; lego, fruit",
+    *lanes_ab([("lego", LAYOUTS, (1,), 5000), ("fruit", LAYOUTS, (42,), 2000)]), data=("lego", "fruit"))
+add("resolution-schedule", "coarse-to-fine training resolution: lego, fox 5k steps seeds 1-3, fruit 42, 5, 6",
+    *lanes_ab([("lego", {**DEFAULT, "schedule": RES_SCHEDULE}, SEEDS, 5000),
+               ("fox", {**DEFAULT, "schedule": RES_SCHEDULE}, SEEDS, 5000),
+               ("fruit", {**DEFAULT, "schedule": RES_SCHEDULE}, (42, 5, 6), 2000)]),
+    data=("lego", "fox", "fruit"))
+add("warmup", "a 100-step learning-rate warm-up: lego and fox 5k steps seed 1, fruit seeds 42, 5, 6",
+    *lanes_ab([("lego", {**DEFAULT, "warmup": WARMUP}, (1,), 5000),
+               ("fox", {**DEFAULT, "warmup": WARMUP}, (1,), 5000),
+               ("fruit", {**DEFAULT, "warmup": WARMUP}, (42, 5, 6), 2000)]), data=("lego", "fox", "fruit"))
+add("distortion", "mip-NeRF 360's distortion loss (weights 0.01, 0.001) on fruit, seeds 8 and 6",
+    *lanes_ab([("fruit", {**DEFAULT, "dist_0.01": ("model.distortion_weight=0.01",),
+                          "dist_0.001": ("model.distortion_weight=0.001",)}, (8, 6), 2000)]),
+    data=("fruit",))
+add("weight-decay", "instant-ngp's L2 (1e-6) on the MLP matrices: lego and fox 5k steps, seeds 1-3",
+    *lanes_ab([("lego", {**DEFAULT, "mlp_l2": MLP_L2}, SEEDS, 5000),
+               ("fox", {**DEFAULT, "mlp_l2": MLP_L2}, SEEDS, 5000)]), data=("lego", "fox"))
+add("sample-budget", "lego 20k steps alone: 2^18 samples per step (default) against a fixed 8192 rays",
+    train("budget", "lego", steps=20000, seed=1, shared=False),
+    train("rays_8192", "lego", "model.sample_budget=null", "data.batch_size=8192", steps=20000, seed=1,
+          baseline="budget", expected_s=240, timeout_s=420), data=("lego",))
+
+# ------------------------------------------------------------------------------------------ speed
+add("precision", "lego and fox 5k steps alone: 32 (the baseline), bf16-mixed, 16-mixed; lego bf16 with "
+    "torch MLPs",
+    *ab("lego", {**PRECISIONS, "bf16_torch_mlp": ("precision=bf16-mixed", "model.field.mlp_backend=torch")},
+        (1,), 5000, baseline="p32", shared=False),
+    *ab("fox", PRECISIONS, (1,), 5000, baseline="p32", shared=False), data=("lego", "fox"))
+add("step-census", "the graphed lego step outside Lightning per precision: wall, GPU span, kernels",
+    *[module(f"census_{p}", "nerf_lightning.bench.census", "--precision", p, "--path", "{data}/lego",
+             "--json", "{run_dir}/census.json", read=readers.census_json, expected_s=45, timeout_s=180,
+             baseline=None if p == "32-true" else "census_32-true")
+      for p in ("32-true", "bf16-mixed", "16-mixed")], data=("lego",))
+add("ops", "each CUDA op against the PyTorch reference, measured in the same run (bench.ops)",
+    module("ops", "nerf_lightning.bench.ops", "--profile", "--json", "{run_dir}/ops.json",
+           read=readers.ops_json, expected_s=120, timeout_s=400))
+add("data-path", "fox at full resolution: data time per step against the training step (bench.data)",
+    module("fox", "nerf_lightning.bench.data", "--path", "{data}/fox", "--downscale", "1",
+           "--steps", "100", read=readers.log_lines(r"decode|data ms|train step ms|data /"),
+           expected_s=60, timeout_s=240), data=("fox",))
+add("apps", "lego 3000 steps with checkpoints, then eval (the same PSNR), an 800x800 orbit video, a "
+    "mesh (the GPU machine needs imageio-ffmpeg, trimesh, PyMCubes)",
+    train("lego_3k", "lego", "logger=csv", "callbacks.progress_bar=null", steps=3000, quiet=False,
+          shared=False),
+    module("eval", "nerf_lightning.eval", "ckpt={exp_dir}/lego_3k", "hydra.run.dir={run_dir}",
+           read=readers.metrics_json, baseline="lego_3k", expected_s=30, timeout_s=180),
+    module("render", "nerf_lightning.render", "ckpt={exp_dir}/lego_3k", "camera_path=orbit", "frames=120",
+           "width=800", "height=800", "hydra.run.dir={run_dir}", read=readers.render_json,
+           expected_s=40, timeout_s=240),
+    module("mesh", "nerf_lightning.export", "mesh", "ckpt={exp_dir}/lego_3k", "resolution=256",
+           "hydra.run.dir={run_dir}", expected_s=40, timeout_s=240), data=("lego",))
+
+# ------------------------------------------------------------------------------ several GPUs
+_DDP2 = {"gpus": 2, "env": TWO_GPUS, "shared": False, "expected_s": 60.0, "timeout_s": 180.0}
+add("ddp-scaling", "2 GPUs, lego and fox 3000 steps: 1 GPU against DDP (Lightning's launcher, torchrun, "
+    "the global batch split)",
+    train("lego_1gpu", "lego", steps=3000, shared=False, env=GPU_0),
+    train("lego_ddp2", "lego", "strategy=ddp", "devices=2", steps=3000, baseline="lego_1gpu",
+          ratio_of="rays_per_s", **_DDP2),
+    command("lego_torchrun2", "{python}", "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node=2", "-m", "nerf_lightning.train", *QUIET, "experiment=blender",
+            "data.path={data}/lego", "strategy=ddp", "devices=2", "trainer.max_steps=3000",
+            "hydra.run.dir={run_dir}", read=readers.metrics_json, baseline="lego_ddp2", ratio_of="rays_per_s",
+            gpus=2, env=TWO_GPUS, expected_s=60, timeout_s=180),
+    train("lego_ddp2_global", "lego", "strategy=ddp", "devices=2", "data.batch_scaling=global", steps=3000,
+          baseline="lego_1gpu", ratio_of="train_s", **_DDP2),
+    train("fox_1gpu", "fox", steps=3000, seed=42, shared=False, env=GPU_0),
+    train("fox_ddp2", "fox", "strategy=ddp", "devices=2", steps=3000, seed=42, baseline="fox_1gpu",
+          ratio_of="rays_per_s", **_DDP2), data=("lego", "fox"))
+add("fsdp", "2 GPUs: FSDP per precision (lego 3000 steps), peak memory per GPU with a 2^24 table",
+    *[train(f"fsdp_{p}", "lego", "strategy=fsdp", "devices=2", f"precision={p}", steps=3000,
+            baseline=None if p == "32" else "fsdp_32", **{**_DDP2, "expected_s": 90.0, "timeout_s": 240.0})
+      for p in ("32", "bf16-mixed", "16-mixed")],
+    train("mem_1gpu", "lego", *TABLE["t24"], steps=200, shared=False, env=GPU_0),
+    *[train(f"mem_{s}2", "lego", f"strategy={s}", "devices=2", *TABLE["t24"], steps=200, baseline="mem_1gpu",
+            ratio_of="mem_gb", **_DDP2) for s in ("ddp", "fsdp")], data=("lego",))
+
+# ---------------------------------------------------------------------------------- the 2-core CPU
+add("cpu-train", "`make train` without a GPU: the CPU preset on the default scene (minutes)",
+    train("default", "default", "experiment=cpu", "logger=csv", "callbacks.progress_bar=null",
+          quiet=False, gpus=0, expected_s=240, timeout_s=900))
+add("cpu-suite", "`make test`: the CPU test suite on two pytest-xdist workers",
+    pytest("make_test", "-m", "not cuda and not repro", "-n", "2", "--dist", "loadfile", gpus=0,
+           expected_s=70, timeout_s=900))
+add("cpu-repro", "`make test-repro`: the fruit-like failure reproduced on a generated capture (minutes)",
+    pytest("make_test_repro", "-m", "repro and not cuda", gpus=0, expected_s=270, timeout_s=1200))
+add("cpu-resume", "a run killed with SIGKILL and resumed ends bit-identical to the uninterrupted run",
+    pytest("kill_9_resume", "tests/test_resume.py::test_kill_9_then_same_command_resumes_exactly",
+           gpus=0, expected_s=60, timeout_s=600))
+add("fruit-cpu-grid", "fruit at 1/16 resolution on the CPU: which part of the hash grid decides (~25 min)",
+    module("capture_ab", "nerf_lightning.bench.capture_ab", "--path", "{data}/fruit", "--cpu-repro",
+           "--steps", "400", "--variants", "baseline,small_hash,table_15,levels_8,res_512,res_64,base_512",
+           "--out", "{run_dir}/capture_ab.json", read=readers.capture_ab_json, gpus=0,
+           expected_s=1500, timeout_s=3600), data=("fruit",))
+add("fruit-generated", "the generated fruit-like capture on the CPU: neither fix, each fix alone, both, "
+    "the 2^15 table (~10 min)",
+    module("capture", "nerf_lightning.data.synthetic", "{run_dir}", "--rig", "phone", "--scene",
+           "fruit_bed", "--views", "40", "--width", "37", "--height", "50", "--overwrite", gpus=0,
+           expected_s=20, timeout_s=300),
+    module("capture_ab", "nerf_lightning.bench.capture_ab", "--path", "{exp_dir}/capture", "--steps", "400",
+           "--variants", "baseline,table_15",
+           "--variant", "neither=model.near_plane=0.0 model.gradient_scaling_distance=null",
+           "--variant", "near_plane_only=model.gradient_scaling_distance=null",
+           "--variant", "scaling_only=model.near_plane=0.0", "--common", GENERATED_RECIPE,
+           "--out", "{run_dir}/capture_ab.json", read=readers.capture_ab_json, gpus=0,
+           expected_s=600, timeout_s=1800))
+FOX_20K = ("trainer.max_steps=20000", "hydra.run.dir={run_dir}")
+add("process-fox", "fox's 50 photos through `process` (pycolmap on the CPU: carry its cp312 wheel in "
+    ".whl), then 20k steps, seeds 1-2, on the recovered poses against the transforms.json fox ships with",
+    module("sfm", "nerf_lightning.process", "images={data}/fox/images", "out={exp_dir}/fox_sfm",
+           "overwrite=true", "hydra.run.dir={run_dir}",
+           read=readers.log_lines(r"^(registered|mean reproj|cameras|aabb_scale|structure)"),
+           gpus=0, expected_s=240, timeout_s=900),
+    *in_lanes([Job(f"fox_{kind}_s{s}",
+                   ("{python}", "-m", "nerf_lightning.train", *QUIET, f"data.path={path}", f"seed={s}",
+                    *FOX_20K),
+                   read=readers.metrics_json, baseline=None if kind == "shipped" else f"fox_shipped_s{s}",
+                   expected_s=cost("fox", 20000)[0], timeout_s=cost("fox", 20000)[1])
+               for s in (1, 2) for kind, path in (("shipped", "{data}/fox"), ("sfm", "{exp_dir}/fox_sfm"))],
+              n=2), data=("fox",))
+# fmt: on

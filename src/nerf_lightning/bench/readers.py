@@ -1,0 +1,210 @@
+"""How the benchmark runner reads a finished job's results: (run folder, log) -> rows.
+
+A row is a flat dict with any of the keys of the results table (:data:`COLUMNS` of
+:mod:`nerf_lightning.bench.suite`): ``psnr`` [dB], ``psnr_ngp`` [dB] (instant-ngp's run.py metric), ``ssim``,
+``steps``, ``train_s``, ``steps_per_s``,
+``rays_per_s``, ``samples_per_s``, ``gpu_util`` [%], ``mem_gb``, ``note``, plus ``part`` (a suffix of the
+job's name when one job gives several rows: a curve's checkpoints, an op benchmark's cases) and anything
+else worth keeping in ``rows.jsonl``. A reader raises ``FileNotFoundError`` / ``ValueError`` when the
+results are missing or unreadable; the runner then marks the job failed with that message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Row = dict[str, Any]
+
+
+def nothing(run_dir: Path, log: Path) -> list[Row]:
+    """No results of its own: the row reports the exit status and the wall time."""
+    return []
+
+
+def _load(path: Path) -> Any:
+    if not path.is_file():
+        raise FileNotFoundError(f"no {path.name} in {path.parent}")
+    return json.loads(path.read_text())
+
+
+def _num(m: dict[str, Any], key: str) -> float | None:
+    v = m.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def metrics_json(run_dir: Path, log: Path) -> list[Row]:
+    """A training run's (or eval's) ``metrics.json``: held-out PSNR, speed, GPU use."""
+    m = _load(run_dir / "metrics.json")
+    split = m.get("eval/split") if isinstance(m.get("eval/split"), str) else None
+    psnr_key = next((k for k in ("val/psnr", "eval/psnr", "test/psnr") if k in m), None)
+    psnr_key = psnr_key or next((k for k in sorted(m) if k.endswith("/psnr")), None)
+    prefix = psnr_key.rsplit("/", 1)[0] if psnr_key else "val"
+    steps, train_s = _num(m, "steps"), _num(m, "time/train_s")
+    row: Row = {
+        "psnr": _num(m, psnr_key) if psnr_key else None,
+        "psnr_ngp": _num(m, f"{prefix}/psnr_ngp"),
+        "ssim": _num(m, f"{prefix}/ssim"),
+        "steps": int(steps) if steps is not None else None,
+        "train_s": train_s,
+        "steps_per_s": steps / train_s if steps and train_s else None,
+        "rays_per_s": _num(m, "train/rays_per_s"),
+        "samples_per_s": _num(m, "train/samples_per_s"),
+        "gpu_util": _num(m, "gpu/utilization_mean"),
+        "mem_gb": _num(m, "gpu/mem_peak_gb"),
+    }
+    notes = []
+    if "test/psnr" in m and psnr_key != "test/psnr":
+        notes.append(f"test {m['test/psnr']:.3f} dB")
+    if split and _num(m, "eval/psnr") is not None and psnr_key and abs(m["eval/psnr"] - m[psnr_key]) > 1e-9:
+        notes.append(f"final eval ({split}) {m['eval/psnr']:.3f} dB")
+    if _num(m, "perf/forward_imbalance") is not None:
+        notes.append(f"imbalance {m['perf/forward_imbalance']:.2f}")
+    row["note"] = "; ".join(notes)
+    return [row]
+
+
+def curve_json(run_dir: Path, log: Path) -> list[Row]:
+    """``bench.curve``'s ``curve.json``: one row per checkpoint (part ``@15s``)."""
+    result = _load(run_dir / "curve.json")
+    rows = []
+    for p in result["points"]:
+        note = ""
+        if p.get("bin_steps_per_s_min") is not None:
+            note = f"bins {p['bin_steps_per_s_min']:.0f}-{p['bin_steps_per_s_max']:.0f} steps/s"
+        gpu = [b["gpu_utilization"] for b in p.get("timeline", []) if b.get("gpu_utilization") is not None]
+        if gpu:
+            note += f", {min(gpu):.0f}-{max(gpu):.0f} % busy"
+        prof = p.get("profile") or {}
+        if "wall_over_kernel" in prof:
+            note += f"; wall/kernels {prof['wall_over_kernel']:.2f}"
+        rows.append({
+            "part": f"@{p['checkpoint_s']:g}s",
+            "psnr": p.get("psnr"), "psnr_ngp": p.get("psnr_ngp"), "ssim": p.get("ssim"),
+            "steps": p.get("steps"),
+            "train_s": p.get("train_s"), "steps_per_s": p.get("steps_per_s"),
+            "rays_per_s": p.get("rays_per_s"), "samples_per_s": p.get("samples_per_s"),
+            "gpu_util": p.get("gpu_utilization"), "mem_gb": p.get("mem_peak_gb"),
+            "note": note.lstrip(", "), "timeline": p.get("timeline"),
+        })  # fmt: skip
+    return rows
+
+
+_PYTEST_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
+
+
+def peers_json(run_dir: Path, log: Path) -> list[Row]:
+    """``bench.peers --json``: one row per program and time point of the call (part ``@instant_ngp_60s``,
+    ``@nerf_lightning_60s``): PSNR in sRGB over white, instant-ngp's own metric as ``psnr_ngp``, the worst
+    view in the note, the per-view PSNRs in ``per_view``."""
+    data = _load(run_dir / "peers.json")
+    rows = []
+    for r in data["rows"]:
+        program = re.sub(r"[^a-z0-9]+", "_", r["program"].lower()).strip("_")
+        worst = r.get("worst")
+        rows.append({
+            "part": f"@{program}_{float(r['checkpoint_s']):g}s", "psnr": r.get("psnr"),
+            "psnr_ngp": r.get("psnr_ngp"), "steps": r.get("steps"), "train_s": r.get("train_s"),
+            "steps_per_s": r.get("steps_per_s"), "per_view": r.get("per_view"),
+            "note": f"{r['program']}" + (f"; worst view {worst[0]} {worst[1][0]:.2f} dB" if worst else ""),
+        })  # fmt: skip
+    return rows
+
+
+def pytest_summary(run_dir: Path, log: Path) -> list[Row]:
+    """pytest's last summary line (``190 passed, 411 deselected in 29.1s``) and its failed test ids."""
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    summary = next((ln for ln in reversed(lines) if _PYTEST_COUNT.search(ln)), None)
+    if summary is None:
+        raise ValueError("no pytest summary line in the log")
+    counts = {
+        k.rstrip("s") if k.startswith("error") else k: int(n) for n, k in _PYTEST_COUNT.findall(summary)
+    }
+    failed = [ln.split()[1] for ln in lines if ln.startswith(("FAILED ", "ERROR ")) and len(ln.split()) > 1]
+    note = summary.strip("= ")
+    if failed:
+        note += " | " + " ".join(failed[:5]) + (" ..." if len(failed) > 5 else "")
+    return [{"note": note, "tests": counts, "failed_tests": failed}]
+
+
+def census_json(run_dir: Path, log: Path) -> list[Row]:
+    """``bench.census``: a step's wall time, GPU span and kernel time; ``steps_per_s`` = 1000 / wall ms."""
+    c = _load(run_dir / "census.json")
+    return [{
+        "steps_per_s": 1e3 / c["wall_ms"],
+        "note": (
+            f"{c['precision']}: wall {c['wall_ms']:.3f} ms, GPU span {c['gpu_span_ms']:.3f}, kernels "
+            f"{c['kernel_ms']:.3f} ms in {c['kernels_per_step']:.0f}/step, "
+            f"wall/kernels {c['wall_over_kernels']:.2f}"
+        ),
+        "census": c,
+    }]  # fmt: skip
+
+
+def ops_json(run_dir: Path, log: Path) -> list[Row]:
+    """``bench.ops --json``: one row per op benchmark; its ratio is CUDA over the reference (same run)."""
+    data = _load(run_dir / "ops.json")
+    rows = []
+    for r in data["results"]:
+        part = re.sub(r"[^a-z0-9]+", "_", r["name"].lower()).strip("_")
+        rows.append({
+            "part": f"@{part}", "ratio": r["cuda"] / r["reference"],
+            "note": f"{r['cuda']:.3g} vs reference {r['reference']:.3g} {r['unit']}", "op": r,
+        })  # fmt: skip
+    return rows
+
+
+def capture_ab_json(run_dir: Path, log: Path) -> list[Row]:
+    """``bench.capture_ab``: one row per variant, held-out and training PSNR, the constant-image floor."""
+    data = _load(run_dir / "capture_ab.json")
+    return [{
+        "part": f"@{name}", "psnr": r["heldout_psnr"], "ssim": r["heldout_ssim"], "train_s": r["train_s"],
+        "note": f"training {r['train_psnr']:.2f} dB, constant image {r['constant_psnr']:.2f} dB",
+    } for name, r in data["rows"].items()]  # fmt: skip
+
+
+def render_json(run_dir: Path, log: Path) -> list[Row]:
+    """``python -m nerf_lightning.render``'s ``render.json``: frames per second of rendering alone."""
+    r = _load(run_dir / "render.json")
+    return [{
+        "frames_per_s": r["render_fps"],
+        "note": f"{r['frames']} frames {r['width']}x{r['height']} in {r['render_s']:.1f} s = "
+                f"{r['render_fps']:.1f} frames/s",
+    }]  # fmt: skip
+
+
+def log_lines(pattern: str, limit: int = 6) -> Callable[[Path, Path], list[Row]]:
+    """The log's lines that match ``pattern`` (a regex), joined into the note (tools that print a table)."""
+    rx = re.compile(pattern)
+
+    def read(run_dir: Path, log: Path) -> list[Row]:
+        lines = [ln.strip(" │|") for ln in log.read_text(errors="replace").splitlines() if rx.search(ln)]
+        if not lines:
+            raise ValueError(f"no line of the log matches {pattern!r}")
+        return [{"note": " | ".join(re.sub(r"\s*[│|]\s*", " ", ln) for ln in lines[-limit:])}]
+
+    return read
+
+
+def jsonl(filename: str, part: str = "tag", **keys: str) -> Callable[[Path, Path], list[Row]]:
+    """One row per line of ``{run_dir}/FILENAME`` (a JSON object per line); ``keys`` maps row keys to its
+    keys, e.g. ``jsonl("ngp_eval.jsonl", psnr="psnr_srgb_white", steps_per_s="steps_per_s")``."""
+
+    def read(run_dir: Path, log: Path) -> list[Row]:
+        path = run_dir / filename
+        if not path.is_file():
+            raise FileNotFoundError(f"no {filename} in {run_dir}")
+        rows = []
+        for line in path.read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                row: Row = {k: rec.get(src) for k, src in keys.items()}
+                row["part"] = f"@{rec.get(part, len(rows))}"
+                row["record"] = rec
+                rows.append(row)
+        return rows
+
+    return read

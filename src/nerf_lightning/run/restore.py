@@ -1,0 +1,150 @@
+"""Rebuild a trained run from its checkpoint alone: config, model, data (eval / render / export).
+
+A checkpoint written by ``nerf_lightning.train`` carries the run's resolved config as plain data
+(``checkpoint["nerf_lightning"]["config"]``, see ``run/checkpoint_callbacks.py``). The model and the
+DataModule are rebuilt from it with ``hydra.utils.instantiate`` — the same path ``train`` takes — and
+the weights (hash grid, MLPs, occupancy grid) loaded from ``state_dict``. Nothing needs the original
+Python objects, so the file loads with ``torch.load(weights_only=True)``; checkpoints written under
+DDP, FSDP (``state_dict_type: full``) or any precision hold full-precision, unwrapped weights and
+rebuild the same way on one device.
+
+The stored config names classes by their import path (``_target_``) at the time of writing; paths that
+have moved since are mapped to their new place when the file is read (:data:`MOVED_TARGETS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+from omegaconf import DictConfig, OmegaConf
+
+from nerf_lightning.data.types import Capture
+from nerf_lightning.errors import UserError
+from nerf_lightning.run.checkpoint_callbacks import CHECKPOINT_KEY
+from nerf_lightning.run.checkpoint_io import read_checkpoint
+
+__all__ = ["MOVED_TARGETS", "RestoredRun", "load_run", "resolve_ckpt_file", "upgrade_targets"]
+
+#: ``_target_`` paths a checkpoint's stored config may hold that have moved: old -> new.
+MOVED_TARGETS: dict[str, str] = {
+    "nerf_lightning.callbacks.checkpointing.LastCheckpoint": (
+        "nerf_lightning.run.checkpoint_callbacks.LastCheckpoint"
+    ),
+    "nerf_lightning.callbacks.prometheus.PrometheusExporter": (
+        "nerf_lightning.tracking.prometheus.PrometheusExporter"
+    ),
+    "nerf_lightning.utils.tracking.CSVLogger": "nerf_lightning.tracking.loggers.CSVLogger",
+    "nerf_lightning.utils.tracking.TensorBoardLogger": "nerf_lightning.tracking.loggers.TensorBoardLogger",
+    "nerf_lightning.utils.tracking.WandbLogger": "nerf_lightning.tracking.wandb_logger.WandbLogger",
+}
+
+
+def upgrade_targets(node: Any) -> Any:
+    """``node`` (plain config data) with every ``_target_`` of :data:`MOVED_TARGETS` at its new path."""
+    if isinstance(node, Mapping):
+        return {
+            k: MOVED_TARGETS.get(v, v) if k == "_target_" and isinstance(v, str) else upgrade_targets(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [upgrade_targets(v) for v in node]
+    return node
+
+
+def resolve_ckpt_file(ckpt: str | Path | None) -> Path:
+    """``ckpt`` as a file: a ``.ckpt`` path, or a run folder (its ``checkpoints/last.ckpt``)."""
+    if ckpt in (None, "", "???"):
+        raise UserError("ckpt: no checkpoint given; pass ckpt=PATH (a .ckpt file or a training run folder)")
+    path = Path(str(ckpt)).expanduser()
+    if path.is_dir():
+        last = path / "checkpoints" / "last.ckpt"
+        if not last.is_file():
+            raise UserError(
+                f"ckpt={ckpt}: the folder has no checkpoints/last.ckpt; pass the .ckpt file itself"
+            )
+        return last
+    if not path.is_file():
+        raise UserError(f"ckpt={ckpt}: no such file; expected a .ckpt file or a training run folder")
+    return path
+
+
+@dataclass
+class RestoredRun:
+    """A checkpoint and the config of the run that wrote it."""
+
+    path: Path
+    checkpoint: dict[str, Any]
+    config: DictConfig
+    instantiate_kwargs: dict[str, dict[str, Any]]
+
+    @property
+    def global_step(self) -> int:
+        return int(self.checkpoint.get("global_step", 0))
+
+    def node(self, name: str, overrides: Mapping[str, Any] | None = None) -> DictConfig:
+        """Config node ``name`` of the run with ``overrides`` (a nested mapping) merged in."""
+        base = self.config.get(name)
+        if base is None:
+            raise UserError(f"{self.path}: the stored run config has no `{name}` section")
+        node = OmegaConf.merge(base, OmegaConf.create(dict(overrides or {})))
+        assert isinstance(node, DictConfig)
+        return node
+
+    def build_model(self, overrides: Mapping[str, Any] | None = None) -> L.LightningModule:
+        """The trained LightningModule (on the CPU, in eval mode)."""
+        node = self.node("model", overrides)
+        model = hydra.utils.instantiate(node, **self.instantiate_kwargs.get("model", {}))
+        try:
+            model.load_state_dict(self.checkpoint["state_dict"], strict=True)
+        except RuntimeError as err:
+            first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
+            raise UserError(
+                f"{self.path}: its weights do not fit the model built from its config with the "
+                f"overrides {dict(overrides or {})} ({first}); drop model overrides that change shapes"
+            ) from err
+        return model.eval()
+
+    def build_datamodule(self, overrides: Mapping[str, Any] | None = None) -> L.LightningDataModule:
+        """The run's DataModule (not set up)."""
+        return hydra.utils.instantiate(self.node("data", overrides))
+
+    def load_capture(self, overrides: Mapping[str, Any] | None = None) -> Capture:
+        """The run's capture (cameras, splits, scene box; no pixels), as its DataModule reads it."""
+        from nerf_lightning.data.formats import load_capture
+
+        dm = self.build_datamodule(overrides)
+        return load_capture(
+            dm.resolve_path(),
+            format=dm.format,
+            downscale=dm.downscale,
+            test_every=dm.test_every,
+            min_sharpness=dm.min_sharpness,
+        )
+
+
+def load_run(ckpt: str | Path | None) -> RestoredRun:
+    """Read ``ckpt`` (weights only) and its stored run config.
+
+    Raises:
+        UserError: no such file, unreadable, or written without a stored config.
+    """
+    path = resolve_ckpt_file(ckpt)
+    checkpoint = read_checkpoint(path)
+    section = checkpoint.get(CHECKPOINT_KEY)
+    if not isinstance(section, dict) or "config" not in section:
+        raise UserError(
+            f"{path}: no stored run config (checkpoint[{CHECKPOINT_KEY!r}]); it was not written by "
+            "nerf_lightning.train (or by a version before checkpoints carried their config)"
+        )
+    return RestoredRun(
+        path=path,
+        checkpoint=checkpoint,
+        config=OmegaConf.create(upgrade_targets(section["config"])),
+        instantiate_kwargs=dict(section.get("instantiate_kwargs") or {}),
+    )
+

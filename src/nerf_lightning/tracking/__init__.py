@@ -1,0 +1,1 @@
+"""Experiment tracking: loggers (CSV, TensorBoard, W&B), the multirun summary, Prometheus metrics."""

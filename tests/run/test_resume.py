@@ -1,0 +1,213 @@
+"""Resume after a crash: a real training process killed with SIGKILL, restarted with the same command.
+
+- The restarted run (``resume=auto``, no run folder given) finds the killed run's folder, continues its
+  ``last.ckpt`` and ends bit-identical to an uninterrupted run of the same command: same step count,
+  weights, occupancy grid, optimizer, scheduler and sampler state (anything not restored would show).
+- A process killed in the middle of a checkpoint write leaves the previous checkpoint loadable.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from runs import TINY_TRAIN, fork_app
+
+from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO, read_checkpoint
+from nerf_lightning.run.resume import comparable, find_matching_run, resolve_ckpt_path
+from nerf_lightning.utils.io import remove_stale_temporaries
+
+# Checkpoints every 8 steps = one epoch of 8 steps = the occupancy-grid update interval: the killed
+# run resumes from a checkpoint taken at an epoch boundary on a grid-update step, written before the
+# module's end-of-step hooks ran (see run/checkpoint_callbacks.py); grid updates and weighted sampling
+# go on after it (warm-up ends at step 16).
+STEPS = 32
+EVERY = 8
+
+
+def _step_of(path: Path) -> int | None:
+    try:
+        return int(read_checkpoint(path)["global_step"])
+    except Exception:  # noqa: BLE001 - not there yet
+        return None
+
+
+@pytest.mark.slow
+def test_kill_9_then_same_command_resumes_exactly(tiny_scene: Path, tmp_path: Path) -> None:
+    args = [
+        *TINY_TRAIN,
+        f"data.path={tiny_scene}",
+        f"trainer.max_steps={STEPS}",
+        f"data.steps_per_epoch={EVERY}",
+        f"callbacks.last_checkpoint.every_n_train_steps={EVERY}",
+        f"model.grid_update_every={EVERY}",
+        "data.batch_size=256",
+        "data.sampler=loss_weighted",  # its per-view weights are state that must survive the kill
+        "trainer.log_every_n_steps=4",
+    ]
+    work = tmp_path / "work"
+    work.mkdir()
+    log = tmp_path / "victim.log"
+    reference = fork_app(
+        "train",
+        *args,
+        f"hydra.run.dir={tmp_path / 'reference'}",
+        cwd=tmp_path,
+        log=tmp_path / "reference.log",
+    )
+    victim = fork_app("train", *args, "resume=auto", cwd=work, log=log)
+
+    # kill -9 once a checkpoint of step >= 2 * EVERY exists (the process is somewhere after it)
+    runs_dir = work / "outputs" / "runs" / "train"
+    deadline = time.monotonic() + 240
+    killed_at = None
+    while time.monotonic() < deadline and victim.is_alive():
+        lasts = list(runs_dir.glob("*/checkpoints/last.ckpt"))
+        step = _step_of(lasts[0]) if lasts else None
+        if step is not None and step >= 2 * EVERY:
+            os.kill(victim.pid, signal.SIGKILL)
+            killed_at = step
+            break
+        time.sleep(0.05)
+    victim.join(timeout=30)
+    assert killed_at is not None, "the run ended before it could be killed\n" + log.read_text()[-2000:]
+    assert victim.exitcode == -signal.SIGKILL
+    (run_dir,) = list(runs_dir.iterdir())
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert last.is_file() and not last.is_symlink()  # a real file, not Lightning's save_last="link"
+    saved = read_checkpoint(last)  # weights-only: plain data
+    assert EVERY * 2 <= saved["global_step"] < STEPS and not (run_dir / "metrics.json").exists()
+
+    # the same command again: continues in the same folder, from last.ckpt
+    resumed = fork_app("train", *args, "resume=auto", cwd=work, log=tmp_path / "resumed.log")
+    resumed.join(timeout=240)
+    out = (tmp_path / "resumed.log").read_text()
+    assert resumed.exitcode == 0, out[-3000:]
+    assert f"resume=auto: continuing {run_dir}" in out.replace("\n", "")
+    assert list(runs_dir.iterdir()) == [run_dir]
+    reference.join(timeout=240)
+    assert reference.exitcode == 0, (tmp_path / "reference.log").read_text()[-3000:]
+
+    ref_dir = tmp_path / "reference"
+    a = read_checkpoint(ref_dir / "checkpoints" / "last.ckpt")
+    b = read_checkpoint(last)
+    assert a["global_step"] == b["global_step"] == STEPS
+    assert a["state_dict"].keys() == b["state_dict"].keys()
+    assert any(k.endswith("occupancy.density_grid") for k in b["state_dict"])
+    for k, v in a["state_dict"].items():
+        assert torch.equal(v, b["state_dict"][k]), f"{k} differs after resume"
+    for sa, sb in zip(
+        a["optimizer_states"][0]["state"].values(), b["optimizer_states"][0]["state"].values(), strict=True
+    ):
+        assert torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
+    assert a["lr_schedulers"] == b["lr_schedulers"]
+    (dm_key,) = [k for k in a if k.endswith("DataModule")]
+    torch.testing.assert_close(b[dm_key], a[dm_key], rtol=0, atol=0)  # sampler weights and RNG
+    metrics_a = json.loads((ref_dir / "metrics.json").read_text())
+    metrics_b = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics_b["steps"] == STEPS
+    assert metrics_b["val/psnr"] == metrics_a["val/psnr"]
+    # the CSV log of the killed process is continued, not replaced
+    rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
+    steps = [int(r["step"]) for r in rows if r.get("train/loss")]
+    assert min(steps) < saved["global_step"] and max(steps) >= STEPS - 4
+
+
+def _writer(path: str, ready) -> None:
+    """Save checkpoints to ``path`` forever (the first small, then 24 MB ones: each write takes a while)."""
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}, "global_step": 1}, path)
+    ready.set()
+    big = torch.randn(6 << 20)
+    step = 2
+    while True:
+        io.save_checkpoint({"state_dict": {"w": big}, "global_step": step}, path)
+        step += 1
+
+
+def test_kill_during_checkpoint_write_keeps_previous_checkpoint(tmp_path: Path) -> None:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")  # a real process, killed with SIGKILL, without interpreter start-up
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    for _attempt in range(5):
+        ready = ctx.Event()
+        proc = ctx.Process(target=_writer, args=(str(path), ready))
+        proc.start()
+        assert ready.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not list(path.parent.glob(".last.ckpt.*.tmp")):
+            time.sleep(0.001)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(timeout=30)
+        partial = list(path.parent.glob(".last.ckpt.*.tmp"))
+        if partial:  # killed while a write was in progress
+            break
+    else:
+        pytest.fail("never caught the writer mid-write")
+    ckpt = read_checkpoint(path)  # the previous complete checkpoint, intact
+    assert ckpt["global_step"] >= 1
+    assert ckpt["global_step"] == 1 or ckpt["state_dict"]["w"].numel() == 6 << 20
+    assert remove_stale_temporaries(path.parent) == partial and not list(path.parent.glob("*.tmp"))
+    assert read_checkpoint(path)["global_step"] == ckpt["global_step"]
+
+
+def test_find_matching_run_ignores_how_runs_were_started(tmp_path: Path) -> None:
+    def make(name: str, overrides: list[str], age: float) -> Path:
+        d = tmp_path / name / ".hydra"
+        d.mkdir(parents=True)
+        (d / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+        t = time.time() - age
+        os.utime(d / "overrides.yaml", (t, t))
+        return d.parent
+
+    make("old", ["trainer.max_steps=400", "resume=auto"], age=100)
+    newest = make("new", ["resume=auto", "trainer.max_steps=400", "ckpt_path=last"], age=10)
+    make("other", ["trainer.max_steps=500", "resume=auto"], age=1)
+    assert comparable(["b=1", "resume=auto", "a=2", "hydra.run.dir=x"]) == ["a=2", "b=1"]
+    assert find_matching_run(tmp_path, ["trainer.max_steps=400", "resume=auto"]) == newest
+    assert find_matching_run(tmp_path, ["trainer.max_steps=300"]) is None
+
+
+def test_resolve_ckpt_path(tmp_path: Path) -> None:
+    from nerf_lightning.errors import UserError
+
+    assert resolve_ckpt_path(None, "never", tmp_path) is None
+    assert resolve_ckpt_path("last", "never", tmp_path) is None  # nothing yet: fresh start
+    assert resolve_ckpt_path(None, "auto", tmp_path) is None
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.parent.mkdir()
+    last.write_bytes(b"x")
+    assert resolve_ckpt_path(None, "auto", tmp_path) == str(last)
+    assert resolve_ckpt_path(None, "never", tmp_path) is None
+    assert resolve_ckpt_path(str(tmp_path), "never", tmp_path / "elsewhere") == str(last)  # a run folder
+    with pytest.raises(UserError, match="ckpt_path=/nope.ckpt: no such checkpoint"):
+        resolve_ckpt_path("/nope.ckpt", "never", tmp_path)
+    with pytest.raises(UserError, match="resume='sometimes'"):
+        resolve_ckpt_path(None, "sometimes", tmp_path)
+
+
+def test_read_checkpoint_errors_name_the_file(tmp_path: Path) -> None:
+    import pickle
+
+    from nerf_lightning.errors import UserError
+
+    good = tmp_path / "good.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(2)}, "global_step": 3}, good)
+    assert read_checkpoint(good)["global_step"] == 3
+    truncated = tmp_path / "truncated.ckpt"
+    truncated.write_bytes(good.read_bytes()[:100])
+    with pytest.raises(UserError, match=f"{truncated}: not a readable checkpoint"):
+        read_checkpoint(truncated)
+    objects = tmp_path / "objects.ckpt"  # a pickled Python object, as the old hparams factories were
+    torch.save({"state_dict": {}, "hyper_parameters": {"field": pickle.PickleError}}, objects)
+    with pytest.raises(UserError, match="weights-only load refuses"):
+        read_checkpoint(objects)
+    with pytest.raises(UserError, match="no such checkpoint file"):
+        read_checkpoint(tmp_path / "missing.ckpt")
