@@ -20,3 +20,33 @@ class RankFault(L.Callback):
             if self.mode == "hang":
                 time.sleep(3600)
             raise RuntimeError(f"injected fault on rank {self.rank} at step {trainer.global_step}")
+
+
+class SignalAt(L.Callback):
+    """Sends this process ``signum`` (default SIGTERM, as ``timeout``, SLURM or Kubernetes do) when optimizer
+    step ``step`` starts; Python runs the handler before the next bytecode, in the middle of that step."""
+
+    def __init__(self, step: int = 2, signum: int = 15) -> None:
+        self.step, self.signum = step, signum
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        import os
+
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
+class PoisonWeights(L.Callback):
+    """Writes NaN into the first parameter of the model when optimizer step ``step`` starts (a training
+    that diverges at a known step, whatever the learning rate)."""
+
+    def __init__(self, step: int = 2) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        import torch
+
+        if trainer.global_step == self.step:
+            with torch.no_grad():
+                next(pl_module.parameters()).fill_(float("nan"))
+

@@ -158,3 +158,23 @@ def test_ddp_rank_failure_ends_the_run(mode: str, tiny_scene: Path, tmp_path: Pa
                 p.kill()
                 p.join(timeout=30)
     assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_every_stop_has_its_exit_status(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from nerf_lightning.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, Diverged, Interrupted
+
+    for raised, code in (
+        (Diverged("training diverged at step 3"), EXIT_DIVERGED),
+        (Interrupted("stopped by SIGTERM"), EXIT_INTERRUPTED),
+        (SIGTERMException(), EXIT_INTERRUPTED),  # Lightning's own: a SystemExit of status 0
+    ):
+        with pytest.raises(SystemExit) as exit_info, user_errors():
+            raise raised
+        assert exit_info.value.code == code
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(("error: training diverged", "error: stopped by SIGTERM")), line
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # a traceback instead of the line, still not status 0
+    with pytest.raises(Interrupted), user_errors():
+        raise SIGTERMException()

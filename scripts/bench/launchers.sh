@@ -21,7 +21,8 @@ TOLERANCE=${TOLERANCE:-0.05}
 mkdir -p "$OUT"
 
 read -r -a extra <<< "${EXTRA:-}"
-common=(strategy=ddp "devices=$GPUS" "data.path=$DATA" "trainer.max_steps=$STEPS" logger=csv
+# overwrite=true: a second invocation with the same $OUT measures fresh runs in the same folders
+common=(strategy=ddp "devices=$GPUS" "data.path=$DATA" "trainer.max_steps=$STEPS" logger=csv overwrite=true
         callbacks.progress_bar=null model.save_val_images=false ${extra[@]+"${extra[@]}"})
 
 # build or check the CUDA extension once, outside the timings

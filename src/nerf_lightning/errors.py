@@ -1,48 +1,94 @@
-"""Errors a user can act on, and the entry points' boundary that prints them in one line.
+"""Errors a user can act on, the exit statuses of the apps, and the boundary that prints them in one line.
 
-A :class:`UserError` means the input is wrong (a capture, a config value, a checkpoint path), not the
-code. Its message names the file or config key, what was expected and what to do. The Hydra apps
-(``train``, ``eval``, ``render``, ``export``) run their task inside :func:`user_errors`, which prints
-``error: <message>`` to stderr, logs it to the job's log file and exits with status 2 — no Python
-traceback. ``HYDRA_FULL_ERROR=1`` re-raises instead, so the full trace is one variable away.
+Every app (``train``, ``eval``, ``render``, ``export``) exits with 0 when it did what was asked, 1 on a
+bug (a traceback), and otherwise with the status of the :class:`StopRun` that ended it:
+:data:`EXIT_USER_ERROR` (2), :data:`EXIT_DIVERGED` (3) or :data:`EXIT_INTERRUPTED` (143);
+``docs/exit_codes.md`` says what each leaves on disk.
+
+A :class:`StopRun` ends a run with one line ``error: <message>`` on stderr (also in the job's log file)
+and its exit status, no Python traceback; ``HYDRA_FULL_ERROR=1`` re-raises it instead, so the full
+trace is one variable away. :class:`UserError` means the input is wrong, not the code: its message
+names the file or config key, what was expected and what to do.
 
 Errors raised by libraries for bad user input are converted at that boundary as well:
 ``ValueError`` raised while *instantiating* a config node (a constructor rejecting a value; Hydra
-wraps it in ``InstantiationException``), and OmegaConf's missing-value / interpolation errors (an
-unset ``???`` key or environment variable).
+wraps it in ``InstantiationException``), OmegaConf's missing-value / interpolation errors (an unset
+``???`` key or environment variable), an ``OSError`` that says the disk is full or the folder cannot
+be written, and Lightning's ``SIGTERMException``.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["UserError", "as_user_error", "user_errors", "EXIT_USER_ERROR"]
+__all__ = [
+    "EXIT_DIVERGED",
+    "EXIT_INTERRUPTED",
+    "EXIT_USER_ERROR",
+    "Diverged",
+    "Interrupted",
+    "StopRun",
+    "UserError",
+    "as_stop",
+    "user_errors",
+]
 
 log = logging.getLogger("nerf_lightning")
 
 #: exit status of a run stopped by a :class:`UserError` (1 stays "the code failed")
 EXIT_USER_ERROR = 2
+#: exit status of a training run that diverged (:class:`Diverged`)
+EXIT_DIVERGED = 3
+#: exit status of a run stopped by SIGTERM (:class:`Interrupted`): 128 + 15, as a shell reports it
+EXIT_INTERRUPTED = 128 + 15
+
+#: errno values of an ``OSError`` that the user fixes (space, permissions), not the code
+_IO_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.ENOTDIR}
 
 
-class UserError(Exception):
+class StopRun(Exception):
+    """A run that stops with a one-line message and an exit status of its own (:attr:`exit_code`)."""
+
+    exit_code = 1
+
+
+class UserError(StopRun):
     """Bad input the user can fix; the message is one actionable line (file/key, expected, what to do)."""
 
+    exit_code = EXIT_USER_ERROR
 
-def as_user_error(err: BaseException) -> UserError | None:
-    """The :class:`UserError` that ``err`` stands for, or None when it is a bug (keep the traceback)."""
+
+class Diverged(StopRun):
+    """Training produced a non-finite loss or non-finite weights; the message names the step."""
+
+    exit_code = EXIT_DIVERGED
+
+
+class Interrupted(StopRun):
+    """The run was stopped by SIGTERM (preemption, ``timeout``, eviction) before it finished."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+def as_stop(err: BaseException) -> StopRun | None:
+    """The :class:`StopRun` that ``err`` stands for, or None when it is a bug (keep the traceback)."""
     from hydra.errors import InstantiationException
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
     from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
     seen: set[int] = set()
     cur: BaseException | None = err
     while cur is not None and id(cur) not in seen:  # look through exception chains (Hydra wraps)
         seen.add(id(cur))
-        if isinstance(cur, UserError):
+        if isinstance(cur, StopRun):
             return cur
+        if isinstance(cur, SIGTERMException):
+            return Interrupted("stopped by SIGTERM before the run finished")
         if isinstance(cur, MissingMandatoryValue):
             key = getattr(cur, "full_key", None) or "?"
             return UserError(f"config key `{key}` has no value (???): pass `{key}=...` on the command line")
@@ -50,6 +96,8 @@ def as_user_error(err: BaseException) -> UserError | None:
             key = getattr(cur, "full_key", None) or "?"
             msg = str(cur).splitlines()[0].split("resolving interpolation: ", 1)[-1].strip("\"'")
             return UserError(f"config key `{key}`: {msg} (set it on the command line or in the environment)")
+        if isinstance(cur, OSError) and cur.errno in _IO_ERRNOS:
+            return UserError(io_error_line(cur))
         cur = cur.__cause__ or cur.__context__
     if isinstance(err, InstantiationException):
         cause = err.__cause__
@@ -58,6 +106,18 @@ def as_user_error(err: BaseException) -> UserError | None:
             where = f"config `{key}`: " if key else ""
             return UserError(f"{where}{cause}")
     return None
+
+
+def io_error_line(err: OSError) -> str:
+    """``<file>: <cause>`` of a failed write, e.g. ``run/checkpoints/last.ckpt: no space left on device``."""
+    cause = (err.strerror or os.strerror(err.errno or 0)).lower()
+    where = err.filename if err.filename is not None else "a file"
+    hint = {
+        errno.ENOSPC: "free space there or write elsewhere (hydra.run.dir=...)",
+        errno.EDQUOT: "free space there or write elsewhere (hydra.run.dir=...)",
+        errno.EFBIG: "the file system or a ulimit refuses a file this large",
+    }.get(err.errno or 0, "choose a folder you can write (hydra.run.dir=...)")
+    return f"{where}: {cause}; {hint}"
 
 
 def _full_key(err: BaseException) -> str | None:
@@ -69,16 +129,23 @@ def _full_key(err: BaseException) -> str | None:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Run the body; a user error becomes one ``error: ...`` line on stderr and exit status 2."""
+    """Run the body; a :class:`StopRun` (or what stands for one) becomes one ``error: ...`` line on
+    stderr and its exit status (2: bad input, 3: diverged, 143: SIGTERM)."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
     try:
         yield
-    except Exception as err:
-        user = as_user_error(err)
-        if user is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
+    except (Exception, SIGTERMException) as err:
+        stop = as_stop(err)
+        if stop is None:
             raise
-        _to_log_files(f"error: {user}")
-        print(f"error: {user}", file=sys.stderr, flush=True)
-        raise SystemExit(EXIT_USER_ERROR) from None
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the traceback (exit status 1), never status 0
+            if isinstance(err, Exception):
+                raise
+            raise stop from err  # Lightning's SIGTERMException is a SystemExit with status 0
+        _to_log_files(f"error: {stop}")
+        print(f"error: {stop}", file=sys.stderr, flush=True)
+        raise SystemExit(stop.exit_code) from None
 
 
 def _to_log_files(message: str) -> None:
@@ -87,4 +154,3 @@ def _to_log_files(message: str) -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
-

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import imageio.v3 as iio
@@ -187,6 +188,65 @@ def test_nerfstudio_camera_path_lands_on_the_capture_cameras(tiny_scene: Path, t
         read_nerfstudio_path(path, None)
     with pytest.raises(UserError, match="no such file"):
         read_nerfstudio_path(tmp_path / "missing.json", None)
+
+
+def _keyframe(matrix: list[float] | None = None, fov: float = 50) -> dict:
+    return {"camera_to_world": sum(np.eye(4).tolist(), []) if matrix is None else matrix, "fov": fov}
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"camera_path": [_keyframe([float("nan")] * 16)]}, r"camera_path\[0\]: .*NaN or inf"),
+        ({"render_width": 0}, "render_width x render_height is 0x30; expected >= 1 pixel each"),
+        ({"render_height": -30}, "render_width x render_height is 40x-30"),
+        ({"camera_path": [_keyframe([0.0] * 16)]}, r"camera_path\[0\]: .*not a camera pose"),
+        ({"camera_path": [_keyframe(fov=0)]}, r"camera_path\[0\]: `fov` is 0; expected"),
+        ({"fps": -24}, "`fps` is -24; expected a number > 0"),
+    ],
+)
+def test_camera_path_files_that_cannot_make_a_video(tmp_path: Path, edit: dict, message: str) -> None:
+    doc = {
+        "camera_type": "perspective",
+        "render_width": 40,
+        "render_height": 30,
+        "camera_path": [_keyframe()],
+        **edit,
+    }
+    path = tmp_path / "camera_path.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match=f"^{re.escape(str(path))}: {message}"):
+        read_nerfstudio_path(path, None)
+
+
+def test_sigterm_during_a_render_leaves_no_video_and_exits_143(trained_run, app_cfg, monkeypatch) -> None:
+    import os
+    import signal
+
+    import nerf_lightning.apps.render as render_app
+    from nerf_lightning.apps.entry import _raise_interrupted
+    from nerf_lightning.errors import EXIT_INTERRUPTED, user_errors
+
+    run_dir, _ = trained_run
+    cfg = app_cfg("render", f"ckpt={run_dir}", "frames=4", "width=16", "height=16")
+    real_rays, calls = render_app.camera_rays, []
+
+    def rays_then_sigterm(cam, device):
+        calls.append(1)
+        if len(calls) == 3:  # a real SIGTERM in the middle of the video
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_rays(cam, device)
+
+    monkeypatch.setattr(render_app, "camera_rays", rays_then_sigterm)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted("render"))  # what the entry point installs
+    try:
+        with pytest.raises(SystemExit) as exit_info, user_errors():
+            render_app.render_video(cfg)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert exit_info.value.code == EXIT_INTERRUPTED and len(calls) == 3
+    out = Path(cfg.paths.output_dir)
+    assert not out.exists() or sorted(p.name for p in out.iterdir() if p.suffix in (".mp4", ".json")) == []
 
 
 def test_turbo_colour_map() -> None:

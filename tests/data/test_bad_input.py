@@ -172,3 +172,40 @@ def test_non_numeric_aabb_scale(make_ngp):
     root = make_ngp(n=2, header={"aabb_scale": "big"})
     with pytest.raises(CaptureError, match=r"transforms\.json: top level: key 'aabb_scale' must be a number"):
         load_capture(root)
+
+
+@pytest.mark.parametrize("value", [0, 1000, 3, 2.5, -4])
+def test_aabb_scale_out_of_range_names_the_file_and_key(make_ngp, value):
+    root = make_ngp(n=2, header={"aabb_scale": value})
+    with pytest.raises(CaptureError) as err:
+        load_capture(root)
+    where = f"{root / 'transforms.json'}: key 'aabb_scale'"
+    assert str(err.value).startswith(f"{where} is {value:g}: expected a power of two")
+    assert "from 1 to 128" in str(err.value)
+    assert load_capture(make_ngp(n=2, header={"aabb_scale": 16}, name="ok")).aabb_scale == 16
+
+
+def test_aabb_scale_override_names_the_config_key(make_ngp):
+    with pytest.raises(CaptureError, match=r"^data\.aabb_scale is 1000: expected a power of two"):
+        load_capture(make_ngp(n=2), aabb_scale=1000)
+
+
+@pytest.mark.parametrize(
+    ("header", "keys"),
+    [
+        ({"fl_x": -20.0, "fl_y": -21.0}, "'fl_x'/'fl_y'"),
+        ({"fl_x": 0.0, "fl_y": 21.0}, "'fl_x'/'fl_y'"),
+        ({"fl_x": None, "fl_y": None, "camera_angle_x": -0.7}, "'camera_angle_x'/'camera_angle_y'"),
+    ],
+)
+def test_non_positive_focal_length_is_refused(make_ngp, header, keys):
+    root = make_ngp(n=2, header=header)
+    data = json.loads((root / "transforms.json").read_text())
+    for k in [k for k, v in header.items() if v is None]:
+        data.pop(k)
+    (root / "transforms.json").write_text(json.dumps(data))
+    with pytest.raises(CaptureError) as err:
+        load_capture(root)
+    line = str(err.value)
+    assert line.startswith(f"{root / 'transforms.json'}: frame 0 (") and "focal length" in line
+    assert keys in line and line.endswith("expected > 0")

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from nerf_lightning.models.encoding import HashEncoding, SHEncoding, hash_encode_torch, sh_encode_torch
+from nerf_lightning.models.encoding import HashEncoding, SHEncoding
+from nerf_lightning.ops.reference import hash_encode as hash_encode_torch
+from nerf_lightning.ops.reference import sh_encode as sh_encode_torch
 
 
 def naive_hash_encode(enc: HashEncoding, x: np.ndarray) -> np.ndarray:

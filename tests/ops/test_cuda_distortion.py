@@ -24,6 +24,7 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU CI
     pytest.skip("needs an NVIDIA GPU", allow_module_level=True)
 
 from nerf_lightning.ops import cuda as cu  # noqa: E402
+from nerf_lightning.ops.cuda import _support  # noqa: E402
 
 DEV = torch.device("cuda")
 
@@ -35,7 +36,7 @@ def extension_loaded():
     from nerf_lightning.ops import _ext
 
     assert cu.is_available(), f"the CUDA extension did not load: {_ext.error()}"
-    assert hasattr(cu._ext(), "distortion_loss_fwd"), "stale extension build without the distortion kernels"
+    assert hasattr(_support.ext(), "distortion_loss_fwd"), "stale build: no distortion kernels"
 
 
 def _poison() -> None:
@@ -176,14 +177,14 @@ def test_distortion_loss_of_half_weights_and_under_autocast(dtype):
 def test_auto_and_cuda_backends_dispatch_to_the_kernel(monkeypatch):
     w, ts, te, rays, info, _ = _layout(100, 50, 10, seed=3, dirty_padding=False)
     calls = []
-    real = cu._ext()
+    real = _support.ext()
 
     class Spy:
         def __getattr__(self, name):
             calls.append(name)
             return getattr(real, name)
 
-    monkeypatch.setattr(cu, "_ext", lambda: Spy())
+    monkeypatch.setattr(_support, "ext", lambda: Spy())
     for backend in ("auto", "cuda"):
         get_ops(backend).distortion_loss(w.requires_grad_(), ts, te, rays, info).sum().backward()
     assert calls.count("distortion_loss_fwd") == 2 and calls.count("distortion_loss_bwd") == 2

@@ -1,4 +1,4 @@
-"""CUDA ray ops equal the reference (ops/reference.py) on fresh random inputs. GPU only: ``pytest -m cuda``.
+"""CUDA ray ops equal the reference (ops/reference) on fresh random inputs. GPU only: ``pytest -m cuda``.
 
 Outputs are poisoned before each call: the caching allocator is filled with NaN blocks and
 released, so ``torch.empty`` outputs of the kernels start as NaN and any unwritten element shows.
@@ -26,10 +26,11 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU CI
     pytest.skip("needs an NVIDIA GPU", allow_module_level=True)
 
 from nerf_lightning.ops import cuda as cu  # noqa: E402
+from nerf_lightning.ops.cuda import _support  # noqa: E402
 
 DEV = torch.device("cuda")
-#: functions ``ops/cuda.py`` takes from the reference as they are (documented there)
-REFERENCE_REUSED = {"cascade_of", "grid_cell_indices", "grid_occupancy", "accumulate_along_rays"}
+#: functions ``ops/cuda`` takes from the reference as they are (documented there)
+REFERENCE_REUSED = set(cu.REFERENCE_OPS)
 
 
 @pytest.fixture(autouse=True)
@@ -353,14 +354,13 @@ def test_no_op_falls_back_to_the_reference(backend, monkeypatch):
     from nerf_lightning.render.renderer import Renderer
 
     ext_calls, cu_calls, ref_calls = Counter(), Counter(), Counter()
-    real_ext = cu._ext()
-    monkeypatch.setattr(cu, "_ext", lambda: _CountingModule(real_ext, ext_calls))
-    for name in (*OP_NAMES, "hash_encode", "sh_encode"):
+    real_ext = _support.ext()
+    monkeypatch.setattr(_support, "ext", lambda: _CountingModule(real_ext, ext_calls))
+    for name in OP_NAMES:
         monkeypatch.setattr(cu, name, _counted(getattr(cu, name), cu_calls, name))
-    for name in set(OP_NAMES) - REFERENCE_REUSED:
+    for name in set(OP_NAMES) - REFERENCE_REUSED:  # hash_encode and sh_encode among them
         monkeypatch.setattr(ref, name, _counted(getattr(ref, name), ref_calls, name))
-    for name in ("hash_encode_torch", "hash_encode_fused", "sh_encode_torch"):
-        monkeypatch.setattr(enc_mod, name, _counted(getattr(enc_mod, name), ref_calls, name))
+    monkeypatch.setattr(enc_mod, "hash_encode_fused", _counted(enc_mod.hash_encode_fused, ref_calls, "fused"))
 
     torch.manual_seed(0)
     field = NGPField(aabb_scale=2, encoding=dict(n_levels=8, log2_hashmap_size=14, backend="cuda")).to(DEV)

@@ -66,13 +66,17 @@ def test_build_line_only_when_sources_change(tmp_path, monkeypatch, capsys):
     assert len(calls) == 3 and _ext.cache_dir().parent == tmp_path
 
 
-def test_cuda_module_imports_and_falls_back_on_cpu():
+def test_cuda_module_imports_and_falls_back_on_cpu(monkeypatch: pytest.MonkeyPatch):
     from nerf_lightning.ops import cuda as cu
     from nerf_lightning.ops import reference as ref
+    from nerf_lightning.ops.cuda import _support
+
+    monkeypatch.setattr(_support, "_warned", set())  # the warning is once per process
 
     o = torch.rand(5, 3)
     d = torch.nn.functional.normalize(torch.randn(5, 3), dim=-1)
     box = torch.tensor([0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
-    got = cu.ray_aabb_intersect(o, d, box)  # CPU tensors: the reference, no build attempted
+    with pytest.warns(RuntimeWarning, match="ray_aabb_intersect: its input is not on a CUDA device"):
+        got = cu.ray_aabb_intersect(o, d, box)  # CPU tensors: the reference, no build attempted
     want = ref.ray_aabb_intersect(o, d, box)
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))

@@ -37,9 +37,10 @@ def test_get_ops_backends() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only fallback")
 def test_cuda_backend_falls_back_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    import nerf_lightning.ops as ops_pkg
+    from nerf_lightning.ops import registry
 
-    monkeypatch.setattr(ops_pkg, "_cuda_state", {"probed": False, "module": None, "warned": False})
+    monkeypatch.setattr(registry, "_cuda_state", {"probed": False, "module": None, "warned": False})
+    monkeypatch.setattr(registry, "_resolved", {})
     with pytest.warns(RuntimeWarning, match="CUDA extension is unavailable"):
         assert get_ops("cuda") is ref
     with warnings.catch_warnings():
@@ -246,7 +247,7 @@ def test_march_cap_keeps_first_samples_and_chunking_is_invisible(monkeypatch: py
     assert torch.equal(capped.packed_info[:, 1], full.packed_info[:, 1].clamp(max=cap))
     rank = torch.arange(full.t_starts.numel()) - full.packed_info[full.ray_indices, 0]
     assert torch.equal(capped.t_starts, full.t_starts[rank < cap])
-    monkeypatch.setattr(ref, "MAX_CHUNK_ENTRIES", 3000)  # many chunks of a few rays
+    monkeypatch.setattr(ref.marching, "MAX_CHUNK_ENTRIES", 3000)  # many chunks of a few rays
     chunked = ref.march_rays(o, d, t_near, t_far, occ)
     for a, b in zip(chunked, full, strict=True):
         assert torch.equal(a, b)

@@ -1,4 +1,4 @@
-"""Reference contracts of the fused training-step ops (``ops/reference.py``): sample positions,
+"""Reference contracts of the fused training-step ops (``ops/reference``): sample positions,
 box normalization, the masked per-ray loss and the adaptive ray count, against numbers worked out
 by hand. The CUDA kernels are held to these functions in ``tests/ops/test_cuda_step_ops.py``."""
 

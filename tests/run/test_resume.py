@@ -211,3 +211,42 @@ def test_read_checkpoint_errors_name_the_file(tmp_path: Path) -> None:
         read_checkpoint(objects)
     with pytest.raises(UserError, match="no such checkpoint file"):
         read_checkpoint(tmp_path / "missing.ckpt")
+
+
+def test_files_that_are_no_checkpoint_are_said_to_be_none(tmp_path: Path) -> None:
+    """Never a traceback, and never the advice to load an unknown file without the weights-only guard."""
+    import pickle
+    import zipfile
+
+    from nerf_lightning.errors import UserError
+
+    text = tmp_path / "notes.ckpt"  # a text file renamed .ckpt (torch.load: KeyError / IndexError)
+    text.write_text("step 20000: val/psnr 35.1\n" * 20)
+    binary = tmp_path / "random.ckpt"
+    binary.write_bytes(bytes(range(256)) * 16)
+    archive = tmp_path / "archive.ckpt"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("readme.txt", "hello")
+    plain_pickle = tmp_path / "pickle.ckpt"
+    plain_pickle.write_bytes(pickle.dumps({"state_dict": {}}))
+    objects = tmp_path / "objects.ckpt"  # a torch file, not Lightning's, holding a Python class
+    torch.save({"model": pickle.PickleError}, objects)
+    tensors = tmp_path / "tensors.pt"
+    torch.save({"w": torch.ones(2)}, tensors)
+    for path in (text, binary, archive, plain_pickle, objects, tensors):
+        with pytest.raises(UserError) as err:
+            read_checkpoint(path)
+        message = str(err.value)
+        assert message.startswith(f"{path}: not a nerf_lightning checkpoint ("), message
+        assert "weights_only=False" not in message and "older nerf_lightning" not in message
+        assert "\n" not in message
+    empty = tmp_path / "empty.ckpt"
+    empty.write_bytes(b"")
+    with pytest.raises(UserError, match="an empty file, not a readable checkpoint"):
+        read_checkpoint(empty)
+    lightning = tmp_path / "lightning.ckpt"  # Lightning's layout with a pickled object in it
+    torch.save({"state_dict": {}, "pytorch-lightning_version": "2.6", "hp": pickle.PickleError}, lightning)
+    with pytest.raises(UserError) as err:
+        read_checkpoint(lightning)
+    assert "a Lightning checkpoint holding Python objects (pickle.PickleError)" in str(err.value)
+    assert "weights_only=False" not in str(err.value)

@@ -22,6 +22,7 @@ from omegaconf import open_dict
 
 from nerf_lightning.apps.train import train
 from nerf_lightning.callbacks.rank_state import tensor_digest
+from nerf_lightning.errors import Interrupted
 from nerf_lightning.run.config import compose_train_config
 
 from .conftest import REPO_ROOT, TINY_RUN, clean_env, tool
@@ -195,8 +196,9 @@ def test_requeue_signal_name_is_checked() -> None:
 
 # ------------------------------------------------------------------------------ requeue, resume
 class SignalAt(L.Callback):
-    """Plays SLURM's part: sends the requeue signal at a step; SLURM would then end the job. Records where
-    each start of the job began and the weights it trained and then validated."""
+    """Plays SLURM's part: sends the requeue signal at a step, then SIGTERM, as SLURM ends a job that
+    `scontrol requeue` put back in the queue. Records where each start of the job began and the weights
+    it trained and then validated."""
 
     step = 6
     started_at: list[int] = []
@@ -215,7 +217,7 @@ class SignalAt(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.global_step == SignalAt.step and len(SignalAt.started_at) == 1:
             os.kill(os.getpid(), signal.SIGUSR1)  # handled before the next bytecode
-            trainer.should_stop = True
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 @pytest.mark.slow
@@ -249,14 +251,20 @@ def test_requeue_signal_saves_a_checkpoint_the_requeued_job_resumes(
         finally:
             GlobalHydra.instance().clear()
 
-    job()
+    with pytest.raises(Interrupted, match=f"stopped by SIGTERM at step {SignalAt.step} of 10"):
+        job()  # the job SLURM ended: exit status 143, not a success
     assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
     hpc = run_dir / "hpc_ckpt_1.ckpt"
     assert hpc.is_file()
     assert torch.load(hpc, map_location="cpu", weights_only=False)["global_step"] == SignalAt.step
+    last = run_dir / "checkpoints" / "last.ckpt"  # written at the SIGTERM too
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == SignalAt.step
+    assert not (run_dir / "metrics.json").exists()
 
     metrics = job()  # the requeued job
     assert SignalAt.started_at == [0, SignalAt.step]  # resumed from the signal's checkpoint
     assert metrics["steps"] == 10 and metrics["train/rays_per_s"] > 0, metrics  # measured after resuming
-    # the final validation scores the weights just trained, not the checkpoint the job resumed from
-    assert SignalAt.weights["validated"][1] == SignalAt.weights["trained"][1]
+    # the final validation scores the weights just trained, not the checkpoint the job resumed from (the
+    # job SLURM ended neither finished training nor validated)
+    assert len(SignalAt.weights["trained"]) == 1
+    assert SignalAt.weights["validated"] == SignalAt.weights["trained"]

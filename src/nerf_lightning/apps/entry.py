@@ -4,7 +4,8 @@
 
 ``main()`` rewrites ``sys.argv`` (:func:`normalize_argv`, then the app's own ``prepare_argv``), composes
 ``conf/<config_name>.yaml`` with it (``@hydra.main``) and runs the task inside
-:func:`~nerf_lightning.errors.user_errors`: bad input ends as one ``error: ...`` line and exit status 2.
+:func:`~nerf_lightning.errors.user_errors`: bad input ends as one ``error: ...`` line and exit status 2
+(a diverged training 3, SIGTERM 143; ``errors.py`` lists them).
 The task's return value is the job's return value (what a Hydra sweeper optimizes).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,7 +22,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from nerf_lightning.errors import user_errors
+from nerf_lightning.errors import Interrupted, user_errors
 from nerf_lightning.run.config import CONF_DIR
 from nerf_lightning.run.run_dir import register_resolvers
 
@@ -75,6 +77,7 @@ def hydra_app(
     positional: str | None = None,
     open_nodes: Sequence[str] = CHECKPOINT_NODES,
     prepare_argv: Callable[[list[str]], list[str]] | None = None,
+    stop_on_sigterm: bool = False,
 ) -> Callable[[], None]:
     """The ``main()`` of an app that runs ``task`` on ``conf/<config_name>.yaml``.
 
@@ -85,6 +88,9 @@ def hydra_app(
         open_nodes: config nodes whose keys an override may add (default: the checkpoint apps' ``data``
             and ``model`` overrides; ``()`` for an app whose config defines every key).
         prepare_argv: the app's own rewrite of the normalized command line (train: device preset, resume).
+        stop_on_sigterm: SIGTERM raises :class:`~nerf_lightning.errors.Interrupted` in the task (its
+            ``finally`` / ``except`` clauses remove partial outputs; exit status 143). Not for apps that
+            run a Lightning Trainer: Lightning handles SIGTERM itself.
     """
     register_resolvers()  # before Hydra resolves the run directory (conf/hydra/default.yaml)
 
@@ -95,6 +101,8 @@ def hydra_app(
     def run(cfg: DictConfig) -> Any:
         torch.set_float32_matmul_precision("high")
         with user_errors():
+            if stop_on_sigterm:
+                signal.signal(signal.SIGTERM, _raise_interrupted(config_name))
             return task(cfg)
 
     def main() -> None:
@@ -106,6 +114,13 @@ def hydra_app(
 
     main.__doc__ = f"``{config_name}``: run ``{task.__name__}`` on the command line's config."
     return main
+
+
+def _raise_interrupted(app: str) -> Callable[[int, Any], None]:
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(f"{app} stopped by SIGTERM before it finished; no partial output is left")
+
+    return handler
 
 
 def nested_overrides(node: Any) -> dict[str, Any]:

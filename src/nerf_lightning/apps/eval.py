@@ -25,15 +25,13 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from nerf_lightning.apps.config_checks import EVAL, check_config
 from nerf_lightning.apps.entry import hydra_app, nested_overrides
 from nerf_lightning.errors import UserError
 from nerf_lightning.run.restore import load_run
 from nerf_lightning.utils.io import atomic_write_json
 
 log = logging.getLogger("nerf_lightning.eval")
-
-SPLITS = ("auto", "val", "test", "train")
-
 
 class ViewWriter(L.Callback):
     """Per-view outputs of a validation pass: prediction / depth PNGs and each view's PSNR.
@@ -94,9 +92,8 @@ def _expected_depth(outputs: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Run the evaluation described by ``cfg`` (see ``conf/eval.yaml``); returns what metrics.json holds."""
+    check_config(cfg, EVAL)
     split = str(cfg.split)
-    if split not in SPLITS:
-        raise UserError(f"split={split!r}: expected one of {', '.join(SPLITS)}")
     out_dir = Path(cfg.paths.output_dir)
     run = load_run(cfg.ckpt)
     log.info("checkpoint %s (step %d)", run.path, run.global_step)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from nerf_lightning.apps.config_checks import EXPORT, check_bounds, check_config
 from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
 from nerf_lightning.data.cameras import intrinsics_tensor, pixel_rays, poses_tensor
 from nerf_lightning.data.scene_space import SceneSpace
@@ -32,9 +33,6 @@ from nerf_lightning.run.restore import RestoredRun, load_run
 from nerf_lightning.utils.io import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger("nerf_lightning.export")
-
-WHAT = ("mesh", "pointcloud")
-
 
 def _write_ply(path: Path, geometry: Any) -> None:
     data = geometry.export(file_type="ply")  # binary PLY with vertex colours
@@ -92,8 +90,6 @@ def export_pointcloud(
     import trimesh
 
     k = int(cfg.pointcloud_downscale)
-    if k < 1:
-        raise UserError(f"pointcloud_downscale={k}: expected an integer >= 1")
     frames = capture.train
     poses, intr = poses_tensor(frames).to(device), intrinsics_tensor(frames).to(device)
     model_name = frames[0].intrinsics.model if frames else "pinhole"
@@ -135,13 +131,8 @@ def export_pointcloud(
 
 def export(cfg: DictConfig) -> dict[str, Any]:
     """Run the export described by ``cfg`` (see ``conf/export.yaml``); returns export.json's content."""
+    check_config(cfg, EXPORT, (check_bounds,))
     what = str(cfg.what)
-    if what not in WHAT:
-        raise UserError(
-            f"export {what!r}: expected `mesh` or `pointcloud` (python -m nerf_lightning.export mesh ...)"
-        )
-    if cfg.space not in ("capture", "ngp"):
-        raise UserError(f"space={cfg.space!r}: expected capture or ngp")
     run = load_run(cfg.ckpt)
     device = device_of(str(cfg.accelerator))
     capture = run.load_capture(nested_overrides(cfg.get("data")))
@@ -157,7 +148,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     return info
 
 
-main = hydra_app("export", export, positional="what")
+main = hydra_app("export", export, positional="what", stop_on_sigterm=True)
 
 if __name__ == "__main__":
     main()

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from nerf_lightning.apps.config_checks import RENDER, check_background, check_config
 from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.data.types import Capture
@@ -53,8 +54,6 @@ def path_cameras(cfg: DictConfig, capture: Capture) -> tuple[list[PathCamera], f
         )
         return cams, None
     space = str(cfg.camera_path_space)
-    if space not in ("capture", "ngp"):
-        raise UserError(f"camera_path_space={space!r}: expected capture or ngp")
     return read_nerfstudio_path(kind, SceneSpace.of(capture) if space == "capture" else None)
 
 
@@ -62,6 +61,7 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
     """Render the video described by ``cfg`` (see ``conf/render.yaml``); returns render.json's content."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    check_config(cfg, RENDER, (check_background,))
     out_dir = Path(cfg.paths.output_dir)
     run = load_run(cfg.ckpt)
     device = device_of(str(cfg.accelerator))
@@ -161,7 +161,7 @@ def _depth_range(depth: np.ndarray, opacity: np.ndarray) -> tuple[float, float]:
     return float(max(lo - margin, 0.0)), float(hi + margin)
 
 
-main = hydra_app("render", render_video)
+main = hydra_app("render", render_video, stop_on_sigterm=True)
 
 if __name__ == "__main__":
     main()

@@ -22,13 +22,16 @@ import hydra
 import lightning as L
 import torch
 from lightning.pytorch.plugins.environments import SLURMEnvironment
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from nerf_lightning.apps.config_checks import TRAIN, check_config, check_devices
 from nerf_lightning.apps.entry import hydra_app
-from nerf_lightning.errors import UserError
+from nerf_lightning.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, Diverged, Interrupted, UserError
 from nerf_lightning.models.metrics import final_evaluation
-from nerf_lightning.run.checkpoint_callbacks import RunState
+from nerf_lightning.run.checkpoint_callbacks import LastCheckpoint, RunState
 from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO
+from nerf_lightning.run.divergence import DivergenceGuard
 from nerf_lightning.run.resume import resolve_ckpt_path, select_run_dir
 from nerf_lightning.tracking.wandb_logger import finish_loggers
 from nerf_lightning.utils.distributed import unshard_fsdp_root
@@ -79,6 +82,21 @@ def _load_state_error(err: RuntimeError, ckpt_path: str) -> UserError | None:
     )
 
 
+def _of_max(trainer: L.Trainer) -> str:
+    return f" of {trainer.max_steps}" if trainer.max_steps and trainer.max_steps > 0 else ""
+
+
+def _last_checkpoint_note(trainer: L.Trainer) -> str:
+    """Which step ``last.ckpt`` holds after training stopped early (for the one-line message)."""
+    for cb in trainer.checkpoint_callbacks:
+        if isinstance(cb, LastCheckpoint):
+            path = Path(cb.dirpath or ".") / "last.ckpt"
+            if path.is_file() and cb._last_global_step_saved >= 0:
+                return f"{path} holds step {cb._last_global_step_saved}"
+            return f"no {path} was written yet"
+    return "no last.ckpt is written (callbacks.last_checkpoint is off)"
+
+
 def validate_trained(trainer: L.Trainer, model: L.LightningModule, datamodule: Any) -> list[dict[str, float]]:
     """Validate the weights just trained. Under SLURM, ``validate(ckpt_path=None)`` would load the run's
     newest ``hpc_ckpt_<n>.ckpt`` (what a requeued job resumed from) instead: Lightning picks it whenever
@@ -92,9 +110,16 @@ def validate_trained(trainer: L.Trainer, model: L.LightningModule, datamodule: A
 def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> dict[str, float]:
     """Run one training job described by ``cfg``; returns the final metrics (also in metrics.json).
 
-    ``extra_callbacks`` (benchmarks, tests) are added to the configured ones."""
+    ``extra_callbacks`` (benchmarks, tests) are added to the configured ones.
+
+    Raises:
+        UserError: a bad config value (checked before the data loads), capture or checkpoint.
+        Diverged: the loss or the weights became NaN/inf (no checkpoint of that state is written).
+        Interrupted: SIGTERM stopped training (``last.ckpt`` was written at that step first).
+    """
     output_dir = Path(cfg.paths.output_dir)
     plain_config = run_config(cfg)  # resolves every value first: an unset one names its key here
+    check_config(cfg, TRAIN, (check_devices,))  # types and ranges, before the data loads
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), str(cfg.get("resume") or "never"), output_dir)
     if ckpt_path is not None:
         log.info("resuming from %s", ckpt_path)
@@ -115,6 +140,7 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     callbacks = [*instantiate_group(cfg.get("callbacks")), *(extra_callbacks or [])]
     # Always on: the run's config and exact-resume state go into every checkpoint.
     callbacks.append(RunState(plain_config, {"model": model_kwargs}, seed=int(cfg.seed)))
+    callbacks.append(DivergenceGuard())  # NaN/inf loss or weights: stop, never checkpoint them
     loggers = instantiate_group(cfg.get("logger"))
     # cluster=slurm|torchelastic|...: the ClusterEnvironment plugin (none: Lightning detects it)
     cluster = [hydra.utils.instantiate(cfg.cluster)] if cfg.get("cluster") else []
@@ -135,12 +161,31 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
             if user is None:
                 raise
             raise user from err
+        except SIGTERMException:
+            exit_code = EXIT_INTERRUPTED
+            raise Interrupted(
+                f"training stopped by SIGTERM at step {trainer.global_step}{_of_max(trainer)}; "
+                f"{_last_checkpoint_note(trainer)}: the same command plus ckpt_path=last (or resume=auto) "
+                "continues it"
+            ) from None
+        except Diverged as err:
+            exit_code = EXIT_DIVERGED
+            raise Diverged(f"{err}; {_last_checkpoint_note(trainer)}") from None
         wall_s = time.perf_counter() - start
-        results = validate_trained(trainer, model, datamodule)
+        try:
+            results = validate_trained(trainer, model, datamodule)
+            # per-view numbers, and the final evaluation on the test split when the capture has one
+            evaluation = final_evaluation(trainer, model, datamodule)
+        except SIGTERMException:
+            exit_code = EXIT_INTERRUPTED
+            raise Interrupted(
+                f"stopped by SIGTERM during the final validation, after {trainer.global_step} steps of "
+                f"training; {_last_checkpoint_note(trainer)}: `python -m nerf_lightning.eval ckpt=...` "
+                "scores it"
+            ) from None
 
         metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
-        # per-view numbers, and the final evaluation on the test split when the capture has one
-        metrics.update(final_evaluation(trainer, model, datamodule))
+        metrics.update(evaluation)
         for cb in callbacks:
             summary = getattr(cb, "summary", None)
             if callable(summary):

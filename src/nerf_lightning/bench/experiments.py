@@ -226,6 +226,14 @@ add("step-census", "the graphed lego step outside Lightning per precision: wall,
 add("ops", "each CUDA op against the PyTorch reference, measured in the same run (bench.ops)",
     module("ops", "nerf_lightning.bench.ops", "--profile", "--json", "{run_dir}/ops.json",
            read=readers.ops_json, expected_s=120, timeout_s=400))
+add("tcnn", "tiny-cuda-nn's hash grid against our kernels: its GPU tests against our reference, then "
+    "bench.tcnn (the encoding at 2^18 and 2^20 points, the training step, lego 60 s per backend); needs "
+    "the tinycudann wheel of scripts/tcnn/build_wheel.sh in .whl/",
+    pytest("tcnn_tests", "-m", "cuda", "-s", "tests/models/test_encoding_tcnn.py", expected_s=40,
+           timeout_s=180),
+    module("bench", "nerf_lightning.bench.tcnn", "--lego", "{data}/lego", "--out", "{run_dir}/runs",
+           "--json", "{run_dir}/tcnn.json", "--markdown", "{run_dir}/tcnn_table.txt", read=readers.tcnn_json,
+           expected_s=330, timeout_s=560), data=("lego",))
 add("data-path", "fox at full resolution: data time per step against the training step (bench.data)",
     module("fox", "nerf_lightning.bench.data", "--path", "{data}/fox", "--downscale", "1",
            "--steps", "100", read=readers.log_lines(r"decode|data ms|train step ms|data /"),
@@ -277,7 +285,7 @@ add("cpu-suite", "`make test`: the CPU test suite on two pytest-xdist workers",
 add("cpu-repro", "`make test-repro`: the fruit-like failure reproduced on a generated capture (minutes)",
     pytest("make_test_repro", "-m", "repro and not cuda", gpus=0, expected_s=270, timeout_s=1200))
 add("cpu-resume", "a run killed with SIGKILL and resumed ends bit-identical to the uninterrupted run",
-    pytest("kill_9_resume", "tests/test_resume.py::test_kill_9_then_same_command_resumes_exactly",
+    pytest("kill_9_resume", "tests/run/test_resume.py::test_kill_9_then_same_command_resumes_exactly",
            gpus=0, expected_s=60, timeout_s=600))
 add("fruit-cpu-grid", "fruit at 1/16 resolution on the CPU: which part of the hash grid decides (~25 min)",
     module("capture_ab", "nerf_lightning.bench.capture_ab", "--path", "{data}/fruit", "--cpu-repro",

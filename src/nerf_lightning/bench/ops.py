@@ -34,19 +34,27 @@ DEV = torch.device("cuda")
 
 
 def timeit(fn: Callable[[], Any], warmup: int = 3, iters: int = 10, max_s: float = 10.0) -> float:
-    """Median seconds per call (CUDA events around each call)."""
+    """Median seconds per call: CUDA events around each call on a GPU, the wall clock without one (dry
+    runs); at least 3 calls, fewer than ``iters`` once ``max_s`` has passed."""
+    cuda = torch.cuda.is_available()
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     times = []
     t_start = time.perf_counter()
     for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
         if time.perf_counter() - t_start > max_s and len(times) >= 3:
             break
     return statistics.median(times)
@@ -81,8 +89,9 @@ def camera_rays(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tenso
 
 # ------------------------------------------------------------------------------ benchmarks
 def bench_hash(results: list[dict], quick: bool, copy_bw: float) -> None:
-    from nerf_lightning.models.encoding import HashEncoding, hash_encode_torch
+    from nerf_lightning.models.encoding import HashEncoding
     from nerf_lightning.ops import cuda as cu
+    from nerf_lightning.ops.reference import hash_encode as hash_encode_reference
 
     enc = HashEncoding(backend="cuda").to(DEV)
     L, F = enc.n_levels, enc.n_features_per_level
@@ -121,7 +130,7 @@ def bench_hash(results: list[dict], quick: bool, copy_bw: float) -> None:
 
         def ref_step(pr: torch.Tensor = pr, x: torch.Tensor = x, g: torch.Tensor = g) -> None:
             pr.grad = None
-            out = hash_encode_torch(x, pr, enc.scales, enc.resolutions, enc.offsets)
+            out = hash_encode_reference(x, pr, enc.scales, enc.resolutions, enc.offsets)
             out.backward(g)
 
         row["reference"] = n / timeit(ref_step, warmup=1, iters=3 if quick else 5)

@@ -157,6 +157,19 @@ def ops_json(run_dir: Path, log: Path) -> list[Row]:
     return rows
 
 
+def tcnn_json(run_dir: Path, log: Path) -> list[Row]:
+    """``bench.tcnn --json``: one row per benchmark; its ratio is tcnn over our kernels (same run), a cell
+    that did not run (tcnn absent, a failed capture) in the note."""
+    rows = []
+    for r in _load(run_dir / "tcnn.json")["rows"]:
+        part = re.sub(r"[^a-z0-9]+", "_", r["name"].lower()).strip("_")
+        ours, theirs = r.get("cuda", r.get("torch")), r.get("tcnn")
+        both = isinstance(ours, float) and isinstance(theirs, float)
+        note = f"tcnn {theirs:.4g} vs ours {ours:.4g} {r['unit']}" if both else f"ours {ours}, tcnn {theirs}"
+        rows.append({"part": f"@{part}", "ratio": theirs / ours if both else None, "note": note, "tcnn": r})
+    return rows
+
+
 def capture_ab_json(run_dir: Path, log: Path) -> list[Row]:
     """``bench.capture_ab``: one row per variant, held-out and training PSNR, the constant-image floor."""
     data = _load(run_dir / "capture_ab.json")

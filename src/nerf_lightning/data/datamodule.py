@@ -42,6 +42,7 @@ from nerf_lightning.data.resolution import BlockImages, ResolutionSchedule, bloc
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
 from nerf_lightning.data.types import Capture, Frame
 from nerf_lightning.errors import UserError
+from nerf_lightning.ops import data_kernel
 
 log = logging.getLogger(__name__)
 
@@ -160,12 +161,8 @@ class _ViewSet:
         self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor
     ) -> tuple[Tensor, Tensor, Tensor] | None:
         shapes_ok = background.shape == ux.shape + (3,) and self.poses.dtype == torch.float32
-        if not self.pixels.is_cuda or not shapes_ok:
-            return None
-        from nerf_lightning.ops import cuda_ops
-
-        ops = cuda_ops()
-        if ops is None:
+        kernel = data_kernel("training_rays", self.pixels, view_ids) if shapes_ok else None
+        if kernel is None:
             return None
         table = self.undistortion
         if not table.enabled:
@@ -174,7 +171,7 @@ class _ViewSet:
                 return None  # Newton undistortion per ray: the torch path
         args = (self.poses, self.intrinsics, self.pixels, self.offsets, self.widths, view_ids, ix, iy)
         extra = (table.table, table.camera_of_view) if table.enabled else (None, None)
-        return ops.training_rays(*args, ux.float(), uy.float(), background.float(), *extra)
+        return kernel(*args, ux.float(), uy.float(), background.float(), *extra)
 
     def batch(
         self, view_ids: Tensor, ix: Tensor, iy: Tensor, px: Tensor, py: Tensor, background: Tensor

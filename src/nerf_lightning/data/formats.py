@@ -67,6 +67,8 @@ NGP_DEFAULT_SCALE = 0.33
 NGP_DEFAULT_OFFSET = (0.5, 0.5, 0.5)
 NERFSTUDIO_DEFAULT_SCALE = 0.5
 NERFSTUDIO_DEFAULT_AABB_SCALE = 4
+#: instant-ngp's largest aabb_scale
+MAX_AABB_SCALE = 128
 
 _FOCAL_KEYS = ("fl_x", "fl_y", "camera_angle_x", "camera_angle_y")
 _DISTORTION_KEYS = ("k1", "k2", "k3", "k4", "p1", "p2")
@@ -253,6 +255,21 @@ def _number(json_path: Path, where: str, key: str, value: Any) -> float:
     return v
 
 
+def _aabb_scale(json_path: Path, data: dict[str, Any], default: int, override: int | None) -> int:
+    """The capture's ``aabb_scale`` (``override``: ``data.aabb_scale``): a power of two in 1..128."""
+    if override is not None:
+        value, where = override, "data.aabb_scale"
+    else:
+        value = _number(json_path, "top level", "aabb_scale", data.get("aabb_scale", default))
+        where = f"{json_path}: key 'aabb_scale'"
+    if value != int(value) or not 1 <= value <= MAX_AABB_SCALE or int(value) & (int(value) - 1):
+        raise CaptureError(
+            f"{where} is {value:g}: expected a power of two from 1 to {MAX_AABB_SCALE} (the outer box in "
+            "units of the unit cube: 1 for an object, 16-128 for a scene with a far background)"
+        )
+    return int(value)
+
+
 def _intrinsics(
     json_path: Path,
     index: int,
@@ -293,6 +310,7 @@ def _intrinsics(
         )
     fx, fy = get("fl_x", focal_src), get("fl_y", focal_src)
     ax, ay = get("camera_angle_x", focal_src), get("camera_angle_y", focal_src)
+    from_focal = fx is not None or fy is not None
     if fx is None and ax is not None:
         fx = 0.5 * w / math.tan(0.5 * ax)
     if fy is None and ay is not None:
@@ -304,6 +322,11 @@ def _intrinsics(
         )
     fx = fy if fx is None else fx
     fy = fx if fy is None else fy
+    if not (fx > 0 and fy > 0):  # a negative focal length flips the image; 0 has no rays
+        keys = "'fl_x'/'fl_y'" if from_focal else "'camera_angle_x'/'camera_angle_y' (radians in (0, pi))"
+        raise CaptureError(
+            f"{json_path}: {where}: focal length {fx:g}, {fy:g} pixels from {keys}; expected > 0"
+        )
     cx, cy = get("cx"), get("cy")
     dist = {k: (get(k) or 0.0) for k in _DISTORTION_KEYS}
     if model == "pinhole":
@@ -459,11 +482,7 @@ def _load_ngp(
         else float(scale)
     )
     offset = _offset3(data.get("offset", NGP_DEFAULT_OFFSET) if offset is None else offset, json_path)
-    aabb = (
-        int(_number(json_path, "top level", "aabb_scale", data.get("aabb_scale", 1)))
-        if aabb_scale is None
-        else int(aabb_scale)
-    )
+    aabb = _aabb_scale(json_path, data, 1, aabb_scale)
     frames = _to_frames(usable, lambda m: nerf_to_ngp(m, scale, offset))
     frames, blurry = _filter_sharpness(frames, min_sharpness, json_path)
     if not frames:
@@ -521,11 +540,7 @@ def _load_blender(root: Path, downscale: int, test_every: int, scale, offset, aa
         else float(scale)
     )
     offset3 = _offset3(head.get("offset", NGP_DEFAULT_OFFSET) if offset is None else offset, train_json)
-    aabb = (
-        int(_number(train_json, "top level", "aabb_scale", head.get("aabb_scale", 1)))
-        if aabb_scale is None
-        else int(aabb_scale)
-    )
+    aabb = _aabb_scale(train_json, head, 1, aabb_scale)
     splits: dict[str, list[Frame]] = {}
     all_missing: list[str] = []
     total = 0
@@ -599,15 +614,7 @@ def _load_nerfstudio(
     )
     scale = NERFSTUDIO_DEFAULT_SCALE if scale is None else float(scale)
     offset3 = _offset3(NGP_DEFAULT_OFFSET if offset is None else offset, json_path)
-    aabb = (
-        int(
-            _number(
-                json_path, "top level", "aabb_scale", data.get("aabb_scale", NERFSTUDIO_DEFAULT_AABB_SCALE)
-            )
-        )
-        if aabb_scale is None
-        else int(aabb_scale)
-    )
+    aabb = _aabb_scale(json_path, data, NERFSTUDIO_DEFAULT_AABB_SCALE, aabb_scale)
     usable = [(f, img, normed[i], intr) for i, (f, img, _, intr) in enumerate(usable)]
     frames = _to_frames(usable, lambda m: nerf_to_ngp(m, scale, offset3))
     frames, blurry = _filter_sharpness(frames, min_sharpness, json_path)

@@ -42,6 +42,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from nerf_lightning.ops import data_kernel
+
 __all__ = ["RaySampler", "UniformRaySampler", "LossWeightedRaySampler", "build_sampler"]
 
 SizeLike = Tensor | Sequence[int]
@@ -197,12 +199,9 @@ class RaySampler(torch.nn.Module):
                              f"state is on {dev}; create it with torch.Generator(device='{dev.type}')")
         # float64: the view CDF resolves small probabilities and floor(u * w) stays inside the image
         u = torch.rand(3, n_rays, generator=generator, device=dev, dtype=torch.float64)
-        if dev.type == "cuda":
-            from nerf_lightning.ops import cuda_ops
-
-            ops = cuda_ops()
-            if ops is not None:  # _pixels_of in one kernel (about 20 fewer launches per batch)
-                return ops.sample_pixels(u, self.cdf, self.widths, self.heights, self._res)
+        kernel = data_kernel("sample_pixels", u, self.cdf)
+        if kernel is not None:  # _pixels_of in one kernel (about 20 fewer launches per batch)
+            return kernel(u, self.cdf, self.widths, self.heights, self._res)
         return self._pixels_of(u)
 
     def _pixels_of(self, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -3,69 +3,47 @@
 Both follow tiny-cuda-nn's conventions (``encodings/grid.h`` and ``encodings/spherical_harmonics.h``)
 so that parameters and outputs can move between our backends and tcnn's.
 
-Backends of :class:`HashEncoding` (``backend=``):
+Backends of :class:`HashEncoding` (``backend=``), resolved per input by the ops registry
+(``nerf_lightning.ops.hash_encoding_backend``, which says what ``auto`` chose, once):
 
-- ``"torch"``: the reference, vectorized PyTorch on any device; uint32 hash arithmetic is emulated in
-  int64 masked to 32 bits. Differentiable w.r.t. ``params`` and ``x``.
-- ``"cuda"``: our own extension (``nerf_lightning.ops.cuda``): one thread per (point, level), gradient
-  by atomic scatter into the table; fp32 and fp16 ``params``. Differentiable w.r.t. ``params`` only
-  (positions of a NeRF field never need gradients; ``x.requires_grad`` falls back to ``"torch"``).
-- ``"tcnn"``: ``tinycudann.Encoding`` with ``{"otype": "HashGrid", ...}``; our ``params`` table is
-  handed to it, so checkpoints are shared. Written against tcnn's documented Python API; UNTESTED here
-  (tcnn cannot be installed on our machines).
-- ``"auto"``: tcnn when importable and the input is on CUDA, else ``cuda`` when the extension loads and
-  the input is on CUDA, else ``torch``. Resolved lazily at each forward from the input's device, so a
-  module built on the CPU and moved to the GPU by Lightning picks the fast path.
+- ``"torch"``: vectorized PyTorch on any device (``ops/hashgrid_torch.py``: one gather, one scatter;
+  the differentiable oracle ``ops.reference.hash_encode`` when positions need a gradient).
+- ``"cuda"``: our kernels (``ops.cuda.hash_encode``): one thread per (point, level), gradient by
+  atomic scatter into the table; fp32 and fp16 tables. The table only is differentiated: positions
+  that need a gradient take the torch reference.
+- ``"tcnn"``: tiny-cuda-nn's ``HashGrid`` kernels (``ops/tcnn.py``) on our ``params`` table: the same
+  hash, level sizes and layout, so the table (and a checkpoint) is the same for every backend; a grid
+  tcnn would size differently is refused at construction. Its level scales differ from ours by a
+  few float32 ulps (said once at construction). ``auto`` picks it only on GPUs the registry lists as
+  tested and faster (``ops.TCNN_FASTER_ON``).
+- ``"auto"``: our kernels for CUDA input when the extension loads (tcnn instead on a GPU listed in
+  ``ops.TCNN_FASTER_ON`` when it imports), else ``torch``. Resolved at each
+  forward from the input's device, so a module built on the CPU and moved to the GPU by Lightning
+  takes the fast path.
 
 Output dtype: float32 for float32/float16 params (float64 for float64 params, used by gradcheck);
 all backends return float32 under autocast too (the following Linear layers cast it themselves),
-except ``tcnn``, whose output is cast back to float32 from tcnn's half precision.
+``tcnn``'s output (in the table's dtype) included.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import warnings
 
 import numpy as np
 import torch
 from torch import nn
 
-from nerf_lightning.ops.encoding_reference import hash_encode_torch, sh_encode_torch
+from nerf_lightning.ops import HASH_BACKENDS, get_ops, hash_encoding_backend, tcnn
+from nerf_lightning.ops import reference as ref
 from nerf_lightning.ops.hashgrid_torch import LevelTables, hash_encode_fused
 
 log = logging.getLogger(__name__)
 
-HASH_BACKENDS = ("auto", "cuda", "tcnn", "torch")
-
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, msg: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
-
 
 def _next_multiple(v: int, m: int) -> int:
     return (v + m - 1) // m * m
-
-
-def _tcnn_available() -> bool:
-    try:
-        import tinycudann  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
-def _cuda_ext_available() -> bool:
-    try:
-        from nerf_lightning.ops import cuda as cuda_ops
-    except Exception:  # never let the fast path break the model
-        return False
-    return bool(cuda_ops.is_available())
 
 
 class HashEncoding(nn.Module):
@@ -96,7 +74,7 @@ class HashEncoding(nn.Module):
     ) -> None:
         super().__init__()
         if backend not in HASH_BACKENDS:
-            raise ValueError(f"model.encoding.backend must be one of {HASH_BACKENDS}, got {backend!r}")
+            raise ValueError(f"model.field.encoding.backend must be one of {HASH_BACKENDS}, got {backend!r}")
         if isinstance(param_dtype, str):
             name = param_dtype.replace("torch.", "")
             if name not in ("float32", "float16", "half", "float", "float64"):
@@ -145,8 +123,36 @@ class HashEncoding(nn.Module):
         self.params = nn.Parameter(
             torch.empty(offsets[-1], n_features_per_level, dtype=param_dtype).uniform_(-1e-4, 1e-4)
         )
-        self._tcnn_holder: list = []  # tcnn module kept out of the nn.Module tree (params are ours)
         self._level_tables = LevelTables(scales, resolutions, offsets)  # per-device constants, fused path
+        # tiny-cuda-nn's kernels on our table (built on first use; ``auto`` may pick them too)
+        config = tcnn.hashgrid_config(
+            n_levels, n_features_per_level, log2_hashmap_size, base_resolution, self.per_level_scale
+        )
+        self._tcnn = tcnn.TcnnHashGrid(config, offsets[-1])
+        if backend == "tcnn":
+            self._check_tcnn_layout()
+
+    def _check_tcnn_layout(self) -> None:
+        """Refuse a grid whose tables tcnn lays out differently (one line), and say once how far its
+        features are from ours (the level scales: ``ops/tcnn.py``)."""
+        args = (self.n_levels, self.n_features_per_level, self.log2_hashmap_size, self.base_resolution)
+        theirs, unsure = tcnn.tcnn_level_offsets(*args, self.per_level_scale)
+        if theirs != self.offsets:
+            level = next(i for i, (a, b) in enumerate(zip(theirs, self.offsets, strict=True)) if a != b) - 1
+            raise ValueError(
+                f"model.field.encoding.backend=tcnn: tiny-cuda-nn sizes level {level} of this grid "
+                f"differently ({theirs[level + 1] - theirs[level]} entries, ours "
+                f"{self.offsets[level + 1] - self.offsets[level]}): use backend=cuda, or another "
+                "base_resolution / max_resolution"
+            )
+        mismatch = tcnn.scale_mismatch(self.scales, self.n_levels, self.base_resolution, self.per_level_scale)
+        log.info(
+            "hash encoding backend=tcnn: the same table layout (%d x %d); tiny-cuda-nn's level scales "
+            "differ from ours by up to %.1e relative, so its features equal ours to that shift of the "
+            "positions, not bit for bit%s",
+            self.offsets[-1], self.n_features_per_level, mismatch,
+            f" (levels {unsure}: size checked at first use)" if unsure else "",
+        )  # fmt: skip
 
     @property
     def n_output_dims(self) -> int:
@@ -161,79 +167,27 @@ class HashEncoding(nn.Module):
         )
 
     def resolve_backend(self, x: torch.Tensor) -> str:
-        """Backend actually used for input ``x`` (``torch`` | ``cuda`` | ``tcnn``)."""
-        on_cuda = x.is_cuda
-        if self.backend == "torch":
-            return "torch"
-        if self.backend == "tcnn":
-            if on_cuda and _tcnn_available():
-                return "tcnn"
-            _warn_once(
-                "tcnn",
-                "model.encoding.backend=tcnn: tinycudann is not importable or the input "
-                "is not on CUDA; using the torch reference hash encoding.",
-            )
-            return "torch"
-        if self.backend == "cuda":
-            if on_cuda and _cuda_ext_available():
-                return "cuda" if not x.requires_grad else "torch"
-            _warn_once(
-                "cuda",
-                "model.encoding.backend=cuda: the CUDA extension is unavailable or the "
-                "input is not on CUDA; using the torch reference hash encoding.",
-            )
-            return "torch"
-        # auto
-        if not on_cuda:
-            return "torch"
-        if _tcnn_available():
-            return "tcnn"
-        if _cuda_ext_available() and not x.requires_grad:
-            return "cuda"
-        return "torch"
+        """Backend used for input ``x``: ``torch`` | ``cuda`` | ``tcnn`` (see the module docstring)."""
+        return hash_encoding_backend(self.backend, x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.ndim != 2 or x.shape[-1] != 3:
             raise ValueError(f"HashEncoding expects x of shape [N, 3] in [0, 1]^3, got {tuple(x.shape)}")
         backend = self.resolve_backend(x)
         if backend == "cuda":
-            from nerf_lightning.ops import cuda as cuda_ops
-
-            return cuda_ops.hash_encode(x, self.params, self.scales, self.resolutions, self.offsets)
+            return get_ops("cuda").hash_encode(x, self.params, self.scales, self.resolutions, self.offsets)
         if backend == "tcnn":
             return self._forward_tcnn(x)
         if not x.requires_grad:
             # Same numbers as the oracle below, several times faster (one gather, one scatter).
             return hash_encode_fused(x, self.params, self._level_tables)
-        return hash_encode_torch(x, self.params, self.scales, self.resolutions, self.offsets)
+        return ref.hash_encode(x, self.params, self.scales, self.resolutions, self.offsets)
 
-    # ------------------------------------------------------------------ tcnn (untested here)
     def _forward_tcnn(self, x: torch.Tensor) -> torch.Tensor:
-        import tinycudann as tcnn
-
-        if not self._tcnn_holder:
-            config = {
-                "otype": "HashGrid",
-                "n_levels": self.n_levels,
-                "n_features_per_level": self.n_features_per_level,
-                "log2_hashmap_size": self.log2_hashmap_size,
-                "base_resolution": self.base_resolution,
-                "per_level_scale": self.per_level_scale,
-            }
-            enc = tcnn.Encoding(n_input_dims=3, encoding_config=config, dtype=self.params.dtype)
-            if enc.params.numel() != self.params.numel():
-                raise RuntimeError(
-                    f"tinycudann HashGrid has {enc.params.numel()} params, ours {self.params.numel()}; "
-                    "use model.encoding.backend=cuda or torch"
-                )
-            enc = enc.to(x.device)
-            self._tcnn_holder.append(enc)
-        enc = self._tcnn_holder[0]
-        # tcnn's forward reads ``self.params``; hand it a fresh view of OUR table on every forward so that
-        # gradients, the optimizer and checkpoints all see a single parameter.
-        enc._parameters["params"] = self.params.reshape(-1)
-        out = enc(x.float().contiguous())
-        return out.float()
+        params = self.params
+        if params.dtype == torch.bfloat16:  # cast by a framework: tcnn reads fp32 / fp16 tables
+            params = params.float()
+        return self._tcnn(x, params)
 
 
 class SHEncoding(nn.Module):
@@ -261,9 +215,5 @@ class SHEncoding(nn.Module):
     def forward(self, d: torch.Tensor) -> torch.Tensor:
         if d.ndim != 2 or d.shape[-1] != 3:
             raise ValueError(f"SHEncoding expects directions of shape [N, 3], got {tuple(d.shape)}")
-        if d.is_cuda and not d.requires_grad and d.dtype == torch.float32 and _cuda_ext_available():
-            from nerf_lightning.ops import cuda as cuda_ops
-
-            if hasattr(cuda_ops, "sh_encode"):
-                return cuda_ops.sh_encode(d, self.degree)
-        return sh_encode_torch(d, self.degree)
+        # our kernel for CUDA input (forward only: directions never need a gradient), else the reference
+        return get_ops("auto").sh_encode(d, self.degree)

@@ -25,8 +25,11 @@ from nerf_lightning.ops.fused_mlp_support import fused_mlp_shapes_ok, has_mma_m1
 
 __all__ = ["NGPField"]
 
-# per call: one CUDA kernel for CUDA tensors when the extension is built, else the reference
-_OPS = get_ops("auto")
+
+def _ops() -> Any:
+    """``auto``'s ops (cached by the registry; its first call logs what they resolve to): per call, one
+    CUDA kernel for CUDA tensors when the extension is built, else the reference."""
+    return get_ops("auto")
 
 
 def _mlp(n_in: int, n_hidden: int, n_layers: int, n_out: int) -> nn.Sequential:
@@ -78,6 +81,11 @@ class NGPField(nn.Module):
         mlp_backend: str = "auto",
     ) -> None:
         super().__init__()
+        if mlp_backend == "tcnn":
+            raise ValueError(
+                "model.field.mlp_backend=tcnn: tiny-cuda-nn's FullyFusedMLP has no bias terms and this "
+                "field's layers have them; mlp_backend=auto runs them as fused kernels with its rounding"
+            )
         if mlp_backend not in ("auto", "torch"):
             raise ValueError(f"model.field.mlp_backend must be 'auto' or 'torch', got {mlp_backend!r}")
         self.mlp_backend = mlp_backend
@@ -108,7 +116,7 @@ class NGPField(nn.Module):
         return [w for mlp in (self.density_mlp, self.color_mlp) for w in _weights_and_biases(mlp)[0]]
 
     def _normalize(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        return _OPS.normalize_to_box(positions, self.aabb_min, self.aabb_size)
+        return _ops().normalize_to_box(positions, self.aabb_min, self.aabb_size)
 
     def _fused_dtype(self, x: Tensor) -> torch.dtype | None:
         """The half type of the fused MLP kernels for this call, or None for the ``torch.nn`` layers."""
@@ -124,12 +132,12 @@ class NGPField(nn.Module):
         dtype = self._fused_dtype(x)
         if dtype is None:
             return mlp(x if extra is None else torch.cat([x, extra.to(x.dtype)], dim=-1))
-        return _OPS.fused_mlp(x, extra, *_weights_and_biases(mlp), dtype)
+        return _ops().fused_mlp(x, extra, *_weights_and_biases(mlp), dtype)
 
     def _geometry(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         x, inside = self._normalize(positions)
         h = self._run_mlp(self.density_mlp, self.encoding(x))
-        sigma = _OPS.density_activation(h, inside, self.density_bias)
+        sigma = _ops().density_activation(h, inside, self.density_bias)
         return sigma, h
 
     def density(self, positions: Tensor) -> Tensor:

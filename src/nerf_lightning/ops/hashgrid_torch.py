@@ -1,6 +1,6 @@
 """A fused PyTorch hash-grid encoding: the fast path on CPUs (and GPUs without our extension).
 
-Same numbers as ``ops.encoding_reference.hash_encode_torch`` (the readable oracle), computed for all
+Same numbers as ``ops.reference.hash_encode`` (the readable oracle), computed for all
 levels at once, with one gather in the forward pass and one ``index_add_`` in the backward pass
 instead of an autograd graph of a few hundred element-wise ops. Gradients flow to the feature
 table only: NeRF positions never need them (use the oracle when ``x.requires_grad``).
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .encoding_reference import _MASK32, _PRIMES
+from .reference.encoding import MASK32, PRIMES
 
 
 def _corner_indices_and_weights(
@@ -27,11 +27,11 @@ def _corner_indices_and_weights(
     p0 = p0f.to(torch.int64)
     # Per axis: the two candidate coordinates, each already multiplied by its dense stride or hash prime.
     dense_mult = torch.stack([torch.ones_like(resolutions), resolutions, resolutions * resolutions], -1)
-    hash_mult = torch.tensor(_PRIMES, dtype=torch.int64, device=x.device).expand_as(dense_mult)
+    hash_mult = torch.tensor(PRIMES, dtype=torch.int64, device=x.device).expand_as(dense_mult)
     mult = torch.where(dense[:, None], dense_mult, hash_mult)  # [L, 3]
     lo = p0 * mult[None]  # [N, L, 3]
     hi = (p0 + 1) * mult[None]
-    lo_h, hi_h = lo & _MASK32, hi & _MASK32
+    lo_h, hi_h = lo & MASK32, hi & MASK32
     w_lo, w_hi = 1.0 - frac, frac
     idx_corners, w_corners = [], []
     is_dense = dense[None, :]
@@ -46,7 +46,7 @@ def _corner_indices_and_weights(
         w = (w_hi if pick[0] else w_lo)[..., 0] * (w_hi if pick[1] else w_lo)[..., 1]
         w_corners.append(w * (w_hi if pick[2] else w_lo)[..., 2])
     idx = torch.stack(idx_corners, dim=-1)  # [N, L, 8]
-    idx = torch.remainder(idx & _MASK32, sizes[None, :, None]) + offsets[None, :, None]
+    idx = torch.remainder(idx & MASK32, sizes[None, :, None]) + offsets[None, :, None]
     return idx, torch.stack(w_corners, dim=-1)
 
 
@@ -107,5 +107,5 @@ def hash_encode_fused(x: Tensor, params: Tensor, tables: LevelTables) -> Tensor:
     Output dtype: float64 for float64 params, else float32 (as the oracle). No gradient to ``x``.
     """
     if x.requires_grad:
-        raise ValueError("hash_encode_fused does not differentiate positions; use hash_encode_torch")
+        raise ValueError("hash_encode_fused does not differentiate positions; use ops.reference.hash_encode")
     return _FusedHashGrid.apply(x, params, tables.on(x.device))

@@ -24,3 +24,16 @@ class PackedSamples(NamedTuple):
     t_starts: Tensor
     t_ends: Tensor
     packed_info: Tensor
+
+
+def check_sample_arrays(where: str, **arrays: Tensor) -> int:
+    """``S``, after checking that every array of packed samples is one-dimensional of that length.
+
+    Raises ``ValueError`` naming the op ``where``, the arrays and their shapes otherwise.
+    """
+    shapes = [tuple(a.shape) for a in arrays.values()]
+    n = shapes[0][0] if shapes and len(shapes[0]) == 1 else -1
+    if n < 0 or any(s != (n,) for s in shapes):
+        got = ", ".join(str(s) for s in shapes)
+        raise ValueError(f"{where}: {', '.join(arrays)} must all be [S], got {got}")
+    return n

@@ -159,7 +159,9 @@ def read_nerfstudio_path(path: str | Path, space: SceneSpace | None) -> tuple[li
             f"{path}: missing or invalid {err}; expected `render_width`, `render_height` and a "
             "`camera_path` list"
         ) from err
-    if not keyframes:
+    if width < 1 or height < 1:
+        raise UserError(f"{path}: render_width x render_height is {width}x{height}; expected >= 1 pixel each")
+    if not isinstance(keyframes, list) or not keyframes:
         raise UserError(f"{path}: `camera_path` is empty; expected one entry per frame")
     cams = []
     for i, cam in enumerate(keyframes):
@@ -170,10 +172,21 @@ def read_nerfstudio_path(path: str | Path, space: SceneSpace | None) -> tuple[li
             raise UserError(
                 f"{path}: camera_path[{i}] needs `camera_to_world` (16 numbers) and `fov` (degrees): {err}"
             ) from err
+        if not np.isfinite(m).all():
+            raise UserError(f"{path}: camera_path[{i}]: `camera_to_world` contains NaN or inf")
+        if not np.allclose(m[3], [0, 0, 0, 1]) or abs(np.linalg.det(m[:3, :3])) < 1e-9:
+            raise UserError(
+                f"{path}: camera_path[{i}]: `camera_to_world` is not a camera pose (last row [0, 0, 0, 1] "
+                "and an invertible rotation expected)"
+            )
+        if not 0 < fov < 180:
+            raise UserError(f"{path}: camera_path[{i}]: `fov` is {fov:g}; expected degrees in (0, 180)")
         c2w = space.pose_to_ngp(m) if space is not None else opengl_to_opencv(m)
         f = 0.5 * height / math.tan(math.radians(fov) / 2)
         cams.append(PathCamera(c2w, width, height, f, f, width / 2, height / 2))
     fps = doc.get("fps")
+    if fps is not None and (not isinstance(fps, int | float) or isinstance(fps, bool) or not 0 < fps < 1e4):
+        raise UserError(f"{path}: `fps` is {fps!r}; expected a number > 0")
     return cams, (float(fps) if fps else None)
 
 

@@ -73,7 +73,7 @@ class Renderer(nn.Module):
         self.gradient_scaling_distance = gradient_scaling_distance
         # Keep the name, not the namespace: modules cannot be deep-copied/pickled with the renderer.
         self.ops_backend = ops_backend
-        get_ops(ops_backend)  # validate the name now
+        get_ops(ops_backend)  # validate the name now (and log, once, what it resolves to)
 
     @property
     def ops(self) -> Any:

@@ -4,7 +4,8 @@ Two callbacks, both added by ``nerf_lightning.train``:
 
 - :class:`LastCheckpoint` (config ``callbacks.last_checkpoint``): ``<run>/checkpoints/last.ckpt``
   every ``every_n_seconds`` of training (or every ``every_n_train_steps`` optimizer steps), after
-  every validation during ``fit`` and at the end of training, always overwritten in place (written
+  every validation during ``fit``, at the end of training and when SIGTERM stops training (at the
+  end of the step it arrived in), always overwritten in place (written
   atomically by ``run.checkpoint_io.AtomicCheckpointIO``: a kill during the write leaves the
   previous file). It is a plain file, never a symlink (Lightning's ``save_last="link"`` is not
   used).
@@ -39,6 +40,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from nerf_lightning.utils.io import remove_stale_temporaries
 
@@ -156,6 +158,14 @@ class LastCheckpoint(ModelCheckpoint):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._save_last_now(trainer)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        # SIGTERM (preemption, `timeout`, eviction): Lightning stops at the end of the current step
+        # (or validation batch); write last.ckpt now, so that ckpt_path=last continues from here.
+        if isinstance(exception, SIGTERMException) and trainer.state.fn == TrainerFn.FITTING:
+            self._save_last_now(trainer)
 
 
 class RunState(Callback):

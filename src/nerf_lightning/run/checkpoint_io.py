@@ -6,13 +6,15 @@ write, sees either the complete previous file or the complete new one, never a t
 
 Reading: always ``torch.load(weights_only=True)`` (checkpoints hold plain data only, see
 ``run/checkpoint_callbacks.py``); a missing, truncated or foreign file raises :class:`UserError`
-naming the file.
+naming the file (a file that is no PyTorch checkpoint at all is said to be one, with no advice to load
+it unguarded).
 """
 
 from __future__ import annotations
 
 import io
 import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -26,28 +28,103 @@ __all__ = ["AtomicCheckpointIO", "read_checkpoint"]
 
 
 def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
-    """``torch.load(path, weights_only=True)``; :class:`UserError` when the file cannot be used."""
+    """``torch.load(path, weights_only=True)``; :class:`UserError` when the file cannot be used.
+
+    The file is looked at before it is unpickled: a checkpoint is a zip archive holding a pickle
+    (``<name>/data.pkl``), so any other file (text, a random binary, another archive) is "not a
+    nerf_lightning checkpoint", never a file to load without the weights-only guard.
+    """
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint file; expected a .ckpt written by nerf_lightning.train")
+    _check_container(path)
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise UserError(_objects_message(path)) from err
+    except Exception as err:  # noqa: BLE001 - a damaged archive raises whatever its parser meets
+        reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
         raise UserError(
-            f"{path}: holds Python objects a weights-only load refuses ({first}); it was written by "
-            "an older nerf_lightning (before checkpoints held plain data): retrain, or load it once with "
-            "torch.load(weights_only=False) if you trust it and re-save its state_dict"
-        ) from err
-    except (RuntimeError, EOFError, OSError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(
-            f"{path}: not a readable checkpoint ({reason}); "
+            f"{path}: not a readable checkpoint ({type(err).__name__}: {reason}); "
             "expected a complete .ckpt file (a copy still in progress?)"
         ) from err
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise UserError(f"{path}: not a Lightning checkpoint (no `state_dict`)")
+        raise UserError(
+            f"{path}: not a nerf_lightning checkpoint (a PyTorch file without a Lightning `state_dict`); "
+            "expected a .ckpt written by nerf_lightning.train"
+        )
     return ckpt
+
+
+def _check_container(path: Path) -> None:
+    """:class:`UserError` unless ``path`` is a (complete) PyTorch zip archive."""
+    with path.open("rb") as f:
+        head = f.read(4)
+    if not head:
+        raise UserError(f"{path}: an empty file, not a readable checkpoint (a copy still in progress?)")
+    if not zipfile.is_zipfile(path):
+        if head == b"PK\x03\x04":  # a zip archive whose end is missing
+            raise UserError(
+                f"{path}: not a readable checkpoint (truncated or damaged archive); "
+                "expected a complete .ckpt file (a copy still in progress?)"
+            )
+        raise UserError(
+            f"{path}: not a nerf_lightning checkpoint (not a PyTorch checkpoint file at all); "
+            "expected a .ckpt written by nerf_lightning.train"
+        )
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError) as err:
+        raise UserError(f"{path}: not a readable checkpoint ({err}); expected a complete .ckpt file") from err
+    if not any(n.endswith("/data.pkl") for n in names):
+        raise UserError(
+            f"{path}: not a nerf_lightning checkpoint (a zip archive, not a PyTorch checkpoint); "
+            "expected a .ckpt written by nerf_lightning.train"
+        )
+
+
+def _objects_message(path: Path) -> str:
+    """Why a weights-only load refused ``path``, read from its pickle without running it."""
+    globals_, lightning = _pickle_globals(path)
+    objects = [g for g in globals_ if not g.startswith(("torch.", "collections.", "_codecs."))]
+    what = f" ({', '.join(objects[:2])})" if objects else ""
+    if lightning:
+        return (
+            f"{path}: a Lightning checkpoint holding Python objects{what} that a weights-only load refuses; "
+            "nerf_lightning's checkpoints hold plain data only, so another program or an older "
+            "nerf_lightning wrote it: train again with this version"
+        )
+    return (
+        f"{path}: not a nerf_lightning checkpoint (a PyTorch file holding Python objects{what} that a "
+        "weights-only load refuses); expected a .ckpt written by nerf_lightning.train"
+    )
+
+
+def _pickle_globals(path: Path) -> tuple[list[str], bool]:
+    """The classes/functions a checkpoint's pickle names, and whether it carries Lightning's version key.
+
+    ``pickletools.genops`` only parses the opcodes: nothing is imported or run."""
+    import pickletools
+
+    found: list[str] = []
+    lightning = False
+    try:
+        with zipfile.ZipFile(path) as archive:
+            name = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
+            data = archive.read(name)
+        strings: list[str] = []
+        for op, arg, _ in pickletools.genops(data):
+            if op.name == "GLOBAL" and isinstance(arg, str):
+                found.append(arg.replace(" ", "."))
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                found.append(f"{strings[-2]}.{strings[-1]}")
+            elif isinstance(arg, str):
+                strings.append(arg)
+                lightning = lightning or arg == "pytorch-lightning_version"
+    except Exception:  # noqa: BLE001 - a description only; the caller reports the refusal anyway
+        pass
+    return list(dict.fromkeys(found)), lightning
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -25,15 +25,19 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to a temporary file next to ``path``, fsync it, then rename it over ``path``.
 
     The file gets the mode a plain ``open(path, "wb")`` would give it (the old file's mode when it
-    exists, else ``0o666 & ~umask``), not ``mkstemp``'s private 0600.
+    exists, else ``0o666 & ~umask``), not ``mkstemp``'s private 0600. A failed write raises the
+    ``OSError`` with ``filename`` set to ``path`` (``error: <path>: no space left on device``).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        mode = 0o666 & ~_UMASK
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            mode = 0o666 & ~_UMASK
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise _naming(err, path) from err
     try:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), mode)
@@ -41,9 +45,19 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno is not None:
+            raise _naming(err, path) from err
         raise
+
+
+def _naming(err: OSError, path: Path) -> OSError:
+    """``err`` about ``path`` (the file the caller asked for, not the temporary file or no file at all):
+    a full disk (ENOSPC) surfaces in ``write`` or ``fsync``, whose errors name no file."""
+    if err.errno is None:
+        return err
+    return type(err)(err.errno, err.strerror or os.strerror(err.errno), str(path))
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:

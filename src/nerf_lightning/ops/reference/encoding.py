@@ -1,9 +1,17 @@
-"""Reference (oracle) encodings in plain PyTorch: multiresolution hash grid and spherical harmonics.
+"""Input encodings of the field: multiresolution hash grid and spherical harmonics.
 
 Both follow tiny-cuda-nn's conventions (``encodings/grid.h``, ``encodings/spherical_harmonics.h``);
 the CUDA kernels (``ops/csrc/encoding.cu``) and the fused torch path (``ops/hashgrid_torch.py``) must
-equal them. They live in ``ops`` (the bottom layer) so that every backend can fall back to them
-without importing ``models``.
+equal them. ``models/encoding.py`` holds the modules (level sizes, parameters, backend choice).
+
+Hash-grid conventions (the table layout every backend shares):
+
+- level ``l`` has ``scale_l`` (float32) and ``res_l = ceil(scale_l) + 1``; a point ``x`` in [0, 1]^3
+  sits at ``pos = x * scale_l + 0.5`` (two float32 roundings, no fma), corner ``floor(pos)``;
+- a level of ``T_l`` rows is dense when ``res_l^3 <= T_l`` (row ``ix + iy * res + iz * res^2``), else
+  hashed (``(ix * 1) ^ (iy * 2654435761) ^ (iz * 805459861)`` in uint32), then ``mod T_l``;
+- the levels' tables are stacked in ``params`` [sum_l T_l, F], level ``l`` at rows
+  ``[offsets[l], offsets[l + 1])``; the output is level-major ``[l0 f0, l0 f1, l1 f0, ...]``.
 """
 
 from __future__ import annotations
@@ -12,11 +20,11 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["hash_encode_torch", "sh_encode_torch"]
+__all__ = ["hash_encode", "sh_encode"]
 
-# tiny-cuda-nn coherent_prime_hash primes (first dimension multiplied by 1).
-_PRIMES = (1, 2654435761, 805459861)
-_MASK32 = 0xFFFFFFFF
+#: tiny-cuda-nn coherent_prime_hash primes (first dimension multiplied by 1).
+PRIMES = (1, 2654435761, 805459861)
+MASK32 = 0xFFFFFFFF
 
 
 def _corner_bits(device: torch.device) -> torch.Tensor:
@@ -25,7 +33,7 @@ def _corner_bits(device: torch.device) -> torch.Tensor:
     return torch.stack([(c >> d) & 1 for d in range(3)], dim=-1)
 
 
-def hash_encode_torch(
+def hash_encode(
     x: torch.Tensor,
     params: torch.Tensor,
     scales: Sequence[float],
@@ -51,7 +59,7 @@ def hash_encode_torch(
     n_levels = len(scales)
     n_feat = params.shape[1]
     bits = _corner_bits(x.device)  # [8, 3]
-    primes = torch.tensor(_PRIMES, dtype=torch.int64, device=x.device)
+    primes = torch.tensor(PRIMES, dtype=torch.int64, device=x.device)
     outs = []
     for lvl in range(n_levels):
         res = int(resolutions[lvl])
@@ -64,9 +72,9 @@ def hash_encode_torch(
         if res**3 <= size:  # dense level: plain row-major index (x fastest)
             idx = corners[..., 0] + corners[..., 1] * res + corners[..., 2] * (res * res)
         else:  # hashed level: uint32 products and xor
-            hp = (corners * primes) & _MASK32
+            hp = (corners * primes) & MASK32
             idx = hp[..., 0] ^ hp[..., 1] ^ hp[..., 2]
-        idx = (idx & _MASK32) % size + int(offsets[lvl])  # [N, 8]
+        idx = (idx & MASK32) % size + int(offsets[lvl])  # [N, 8]
         wsel = torch.where(bits[None].bool(), w[:, None, :], 1.0 - w[:, None, :])  # [N, 8, 3]
         wc = wsel[..., 0] * wsel[..., 1] * wsel[..., 2]  # [N, 8]
         feats = params[idx].to(cdtype)  # [N, 8, F]
@@ -85,7 +93,7 @@ _C2 = (1.0925484305920792, 0.94617469575755997, 0.31539156525251999, 0.546274215
 _C3 = (0.59004358992664352, 2.8906114426405538, 0.45704579946446572, 0.3731763325901154, 1.4453057213202769)
 
 
-def sh_encode_torch(d: torch.Tensor, degree: int = 4) -> torch.Tensor:
+def sh_encode(d: torch.Tensor, degree: int = 4) -> torch.Tensor:
     """Real spherical harmonics of unit directions, tcnn order and signs.
 
     Args:

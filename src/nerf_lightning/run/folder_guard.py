@@ -1,0 +1,120 @@
+"""The run folder an app writes into: one it can write, and never an earlier training run to replace.
+
+:class:`RunFolderGuard` is a Hydra callback (``conf/hydra/default.yaml``) of every app. It runs when
+Hydra has composed the config and *before* it creates the run folder or writes anything into it
+(``.hydra/``, the log file), so a refusal leaves the folder exactly as it was:
+
+- **writable**: the run folder (a multirun's sweep folder) is created and a temporary file written
+  into it. A read-only file system, a folder without write permission or a path through a file ends
+  the command with one line, ``error: <folder>: <cause>``, and exit status 2, instead of the traceback
+  Hydra would print when it fails to write its own files.
+- **no silent overwrite** (the train app: its config has ``overwrite``): a folder that already holds a
+  training run — ``checkpoints/*.ckpt``, ``hpc_ckpt_*.ckpt`` or ``metrics.json`` — is continued with
+  ``ckpt_path=last`` / ``resume=auto`` (or from a given ``ckpt_path``), replaced with
+  ``overwrite=true``, or refused. The folder is fixed by ``hydra.run.dir=...`` (or a launcher's job id:
+  ``slurm-<id>``, ``NERF_LIGHTNING_RUN_ID``; a multirun's fixed ``hydra.sweep.dir``); Hydra's own
+  timestamped folders are new. A SLURM job whose folder holds Lightning's ``hpc_ckpt_<n>.ckpt``
+  resumes it by itself (Lightning's requeue path) and is let through.
+
+``overwrite=true`` deletes the old run's checkpoints, ``metrics.json`` and CSV log (its
+``csv/metrics.csv``, which would otherwise be continued) before the job starts, on rank 0 only; other
+files (validation images, logs) stay.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from nerf_lightning.errors import UserError, user_errors
+from nerf_lightning.run.run_dir import rank_tag
+
+__all__ = ["RunFolderGuard", "check_writable", "refuse_overwrite", "run_files"]
+
+#: what a training run leaves in its folder that a new run into it would replace
+RUN_FILES = ("checkpoints/*.ckpt", "hpc_ckpt_*.ckpt", "metrics.json")
+#: what ``overwrite=true`` deletes: the run files and the CSV log a new run would continue
+OVERWRITTEN = (*RUN_FILES, "csv/metrics.csv")
+
+
+def run_files(folder: Path, patterns: Sequence[str] = RUN_FILES) -> list[Path]:
+    """The files of an earlier training run in ``folder`` (sorted; empty when there is none)."""
+    return sorted(p for pattern in patterns for p in Path(folder).glob(pattern) if p.is_file())
+
+
+def check_writable(folder: Path) -> None:
+    """Create ``folder`` and write a temporary file into it; :class:`UserError` naming the cause if not."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        cause = (err.strerror or str(err)).lower()
+        raise UserError(
+            f"{folder}: cannot write the run folder ({cause}); choose another with hydra.run.dir=..."
+        ) from err
+
+
+def refuse_overwrite(folder: Path, cfg: DictConfig) -> None:
+    """:class:`UserError` when ``folder`` holds a training run that ``cfg`` would silently replace."""
+    if cfg.get("overwrite") or cfg.get("ckpt_path") not in (None, "", "null"):
+        return
+    if str(cfg.get("resume") or "never") == "auto":
+        return
+    found = run_files(folder)
+    if not found:
+        return
+    if _slurm_resumes(folder):
+        return
+    shown = ", ".join(str(p.relative_to(folder)) for p in found[:3]) + (", ..." if len(found) > 3 else "")
+    raise UserError(
+        f"{folder}: already holds a training run ({shown}); continue it with ckpt_path=last (or "
+        "resume=auto), replace it with overwrite=true, or choose another hydra.run.dir"
+    )
+
+
+def _slurm_resumes(folder: Path) -> bool:
+    """Whether Lightning resumes this folder's ``hpc_ckpt_<n>.ckpt`` by itself (a requeued SLURM job)."""
+    if not list(folder.glob("hpc_ckpt_*.ckpt")):
+        return False
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    return SLURMEnvironment.detect()
+
+
+def _delete_old_run(folder: Path) -> None:
+    for path in run_files(folder, OVERWRITTEN):
+        path.unlink(missing_ok=True)
+
+
+def _is_train(config: DictConfig) -> bool:
+    return "overwrite" in config
+
+
+class RunFolderGuard(Callback):
+    """Hydra callback: the checks of the module docstring, before Hydra writes into the run folder."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with user_errors():
+            folder = Path(str(OmegaConf.select(config, "hydra.run.dir")))
+            if _is_train(config):
+                refuse_overwrite(folder, config)
+            check_writable(folder)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with user_errors():
+            sweep = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
+            if _is_train(config) and sweep.is_dir():
+                for job in sorted(p for p in sweep.iterdir() if p.is_dir()):
+                    refuse_overwrite(job, config)
+            check_writable(sweep)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if _is_train(config) and config.get("overwrite") and rank_tag() is None:
+            _delete_old_run(Path(str(OmegaConf.select(config, "hydra.runtime.output_dir"))))

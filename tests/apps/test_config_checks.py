@@ -1,0 +1,133 @@
+"""Bad config values fail before any work starts, with one line naming the key (apps/config_checks.py).
+
+Each training case also points ``data.path`` at a capture that does not exist: if the value were
+checked only after the data loaded (or not at all), the error would be the capture's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.core.global_hydra import GlobalHydra
+
+from nerf_lightning.apps.config_checks import RENDER, TRAIN, check_config, check_devices
+from nerf_lightning.apps.train import train
+from nerf_lightning.errors import UserError
+from nerf_lightning.run.config import compose_app_config
+
+NO_DATA = "data.path=/no/such/capture"
+
+
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("trainer.max_steps=abc", "trainer.max_steps=abc: expected an integer >= -1 (-1: no limit)"),
+        ("trainer.max_steps=2.5", "trainer.max_steps=2.5: expected an integer >= -1"),
+        ("data.batch_size=0", "data.batch_size=0: expected an integer >= 1 (rays per step)"),
+        ("data.batch_size=-5", "data.batch_size=-5: expected an integer >= 1"),
+        ("model.step_size=0", "model.step_size=0: expected a number > 0"),
+        ("model.step_size=nan", "model.step_size=nan: expected a number > 0"),
+        ("data.max_val_views=0", "data.max_val_views=0: expected an integer >= 1 or null"),
+        ("data.aabb_scale=3", "data.aabb_scale=3: expected a power of two <= 128 or null"),
+        ("model.optimizer.lr=-0.01", "model.optimizer.lr=-0.01: expected a number > 0"),
+        ("accumulate_grad_batches=0", "accumulate_grad_batches=0: expected an integer >= 1"),
+        ("overwrite=maybe", "overwrite=maybe: expected true or false"),
+        ("resume=sometimes", "resume=sometimes: expected one of never, auto"),
+        ("devices=4", "devices=4: strategy=single trains on one device; for 4 processes use strategy=ddp"),
+        ("devices=two", "devices=two: expected auto, a number of devices >= 1"),
+    ],
+)
+def test_bad_training_values_fail_before_the_data_loads(compose_cfg, override: str, line: str) -> None:
+    cfg = compose_cfg(NO_DATA, override, "logger=none", "accelerator=cpu")
+    with pytest.raises(UserError) as err:
+        train(cfg)
+    assert str(err.value).startswith(line), str(err.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA GPU")
+def test_a_gpu_that_is_not_there_is_refused(compose_cfg) -> None:
+    with pytest.raises(UserError, match=r"^accelerator=gpu: no CUDA GPU is visible"):
+        check_devices(compose_cfg("accelerator=gpu"))
+    check_devices(compose_cfg("strategy=ddp", "devices=4", "accelerator=cpu"))  # 4 CPU processes: fine
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["experiment=cpu"],
+        ["experiment=fast"],
+        ["experiment=quality"],
+        ["experiment=blender", "data.path=/x"],
+        ["experiment=fox", "data.path=/x"],
+        ["strategy=ddp", "devices=2"],
+        ["strategy=fsdp", "devices=2", "accelerator=cpu"],
+        ["trainer.max_steps=0"],
+        ["model.sample_budget=null", "data.max_val_views=3", "model.cone_angle=null"],
+    ],
+)
+def test_every_shipped_preset_passes(compose_cfg, overrides: list[str]) -> None:
+    cfg = compose_cfg(*overrides)
+    check_config(cfg, TRAIN)
+
+
+def _app_cfg(app: str, tmp_path: Path, *overrides: str):
+    try:
+        return compose_app_config(app, ["ckpt=/no/such.ckpt", *overrides], tmp_path)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@pytest.mark.parametrize(
+    ("app", "override", "line"),
+    [
+        ("render", "width=0", "width=0: expected an integer >= 1 or null"),
+        ("render", "height=-16", "height=-16: expected an integer >= 1 or null"),
+        ("render", "frames=0", "frames=0: expected an integer >= 1"),
+        ("render", "fov=200", "fov=200: expected a number > 0 and < 180 or null"),
+        ("render", "background=[1,0]", "background=[1, 0]: expected [r, g, b] with values in [0, 1]"),
+        ("export", "resolution=0", "resolution=0: expected an integer >= 1"),
+        ("export", "what=cube", "what=cube: expected one of mesh, pointcloud"),
+        ("export", "bounds=[0,0,0,1,1,0]", "bounds=[0, 0, 0, 1, 1, 0]: expected [xmin, ymin, zmin, xmax"),
+        ("eval", "+data.max_val_views=0", "data.max_val_views=0: expected an integer >= 1 or null"),
+        ("eval", "split=holdout", "split=holdout: expected one of auto, val, test, train"),
+    ],
+)
+def test_bad_app_values_fail_before_the_checkpoint_is_read(
+    tmp_path: Path, app: str, override: str, line: str
+) -> None:
+    from nerf_lightning.apps.eval import evaluate
+    from nerf_lightning.apps.export import export
+    from nerf_lightning.apps.render import render_video
+
+    task = {"eval": evaluate, "render": render_video, "export": export}[app]
+    with pytest.raises(UserError) as err:  # the checkpoint does not exist: its error would come first
+        task(_app_cfg(app, tmp_path, override))
+    assert str(err.value).startswith(line), str(err.value)
+
+
+def test_the_app_defaults_pass(tmp_path: Path) -> None:
+    check_config(_app_cfg("render", tmp_path), RENDER)
+    with pytest.raises(UserError, match="no such file"):  # the defaults go on to the checkpoint
+        from nerf_lightning.apps.render import render_video
+
+        render_video(_app_cfg("render", tmp_path))
+
+
+def test_a_bad_aabb_scale_is_the_capture_file_s_not_the_model_config(
+    tiny_scene: Path, compose_cfg, tmp_path: Path
+) -> None:
+    import json
+    import shutil
+
+    capture = tmp_path / "capture"
+    shutil.copytree(tiny_scene, capture)
+    doc = json.loads((capture / "transforms.json").read_text())
+    doc["aabb_scale"] = 1000
+    (capture / "transforms.json").write_text(json.dumps(doc))
+    with pytest.raises(UserError) as err:
+        train(compose_cfg(f"data.path={capture}", "logger=none", "accelerator=cpu"))
+    assert str(err.value).startswith(f"{capture / 'transforms.json'}: key 'aabb_scale' is 1000: expected")
+    assert "config `model`" not in str(err.value)
