@@ -301,3 +301,33 @@ def test_the_entry_point_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: images=") and "no photos" in lines[0], lines
     assert "error: images=" in (tmp_path / "run/process.log").read_text()
     _nothing_written(tmp_path / "cap")
+
+
+def test_sigterm_during_the_solve_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import signal
+    import time
+
+    photos = _photos(tmp_path / "photos", 3)
+    started = tmp_path / "started"
+
+    def slow_sfm(image_dir, names, work_dir, options, on_progress=None):
+        started.write_text("solving")
+        time.sleep(60)
+
+    # the forked child inherits the patched module: its solve blocks until the signal comes
+    monkeypatch.setattr(app, "run_sfm", slow_sfm)
+    monkeypatch.setattr(app, "import_pycolmap", lambda: types.SimpleNamespace(__version__="fake"))
+    log, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    argv = [f"images={photos}", f"out={tmp_path / 'cap'}", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = fork_app("process", *argv, cwd=tmp_path, log=log, err_log=err)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started.exists(), err.read_text()
+    assert list(tmp_path.glob(".cap.tmp-*")), "the capture is being built next to out"
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.join(30)
+    assert proc.exitcode == 143, err.read_text()
+    assert "stopped by SIGTERM" in err.read_text()
+    _nothing_written(tmp_path / "cap")

@@ -285,7 +285,7 @@ def _print_summary(out: Path, s: dict[str, Any]) -> None:
         print(warning, file=sys.stderr, flush=True)
 
 
-main = hydra_app("process", process, open_nodes=())
+main = hydra_app("process", process, open_nodes=(), stop_on_sigterm=True)  # SIGTERM: `out` untouched
 
 if __name__ == "__main__":
     main()
