@@ -128,3 +128,27 @@ def test_experiment_presets(compose_cfg, monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert fast.trainer.max_steps < default.trainer.max_steps < quality.trainer.max_steps
     assert (fast.model.field.encoding.log2_hashmap_size < default.model.field.encoding.log2_hashmap_size
             < quality.model.field.encoding.log2_hashmap_size)
+
+
+def test_grad_exchange_bf16_reaches_ddp_and_fsdp(compose_cfg) -> None:
+    """``grad_exchange=bf16``: FSDP reduce-scatters in bfloat16; under DDP the train app adds the callback
+    that registers the hook (``callbacks/grad_exchange.py``)."""
+    cfg = compose_cfg("strategy=fsdp", "grad_exchange=bf16", "accelerator=cpu", "logger=none")
+    config = hydra.utils.instantiate(cfg.trainer.strategy).mixed_precision_config
+    assert (config.param_dtype, config.reduce_dtype) == (torch.float32, torch.bfloat16)
+    assert compose_cfg("strategy=ddp").grad_exchange == "fp32"
+    with pytest.raises(Exception, match="grad_exchange must be one of"):
+        hydra.utils.instantiate(compose_cfg("strategy=fsdp", "grad_exchange=fp8").trainer.strategy)
+
+
+BATCH_RULES = ["per_device", "global", "throughput", "per_device_rays", "sqrt_lr", "linear_lr"]
+
+
+@pytest.mark.parametrize("rule", BATCH_RULES)
+def test_every_batch_rule_composes_into_the_datamodule_clock(compose_cfg, rule: str) -> None:
+    cfg = compose_cfg(f"data.batch_scaling={rule}", "data.batch_multiple=2", "data.lr_warmup=100")
+    dm = hydra.utils.instantiate(cfg.data)
+    assert dm.clock.rule.name == rule and dm.clock.batch_multiple == 2 and dm.clock.lr_warmup == 100
+    overridden = hydra.utils.instantiate(compose_cfg(f"data.batch_scaling={rule}", "data.lr_scaling=linear",
+                                                     "data.schedule_unit=rays").data)  # fmt: skip
+    assert (overridden.clock.rule.lr_scaling, overridden.clock.unit) == ("linear", "rays")

@@ -115,7 +115,7 @@ def test_hydra_app_turns_bad_input_into_one_line_and_exit_2(tmp_path: Path) -> N
     assert err.strip().splitlines()[-1] == "error: what=bad: expected mesh or pointcloud"
 
 
-@pytest.mark.parametrize("app", ["train", "eval", "render", "export"])
+@pytest.mark.parametrize("app", ["train", "eval", "render", "export", "view"])
 def test_every_app_has_a_main_behind_its_shim(app: str) -> None:
     """``python -m nerf_lightning.<app>`` and the console scripts reach the same ``main``."""
     import importlib

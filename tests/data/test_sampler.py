@@ -345,3 +345,35 @@ def test_update_rejects_mismatched_shapes():
             torch.zeros(4, dtype=torch.long),
             torch.zeros(3),
         )
+
+
+def test_windows_on_a_clock_of_three_reference_steps_per_step():
+    """With the training clock's ticks (``models/clock.py``, k = 3 reference steps per optimizer step) a
+    window folds on each step whose count of reference steps passes a multiple of ``update_every`` (in the
+    sampler's count, one ahead of the clock's position: ``(p - 2, p + 1]``), and the weights take over on
+    the step that passes ``warmup_steps``; never twice per step."""
+    from nerf_lightning.models.clock import TrainingClock
+
+    clock = TrainingClock("per_device_rays", batch_multiple=3)
+    s = LossWeightedRaySampler(widths=WIDTHS, heights=HEIGHTS, warmup_steps=8, update_every=4, alpha=1.0)
+    folds, weights = [], []
+    fold, recompute = s._fold, s._recompute
+
+    def recorded_fold(*args):
+        folds.append(step)
+        fold(*args)
+
+    def recorded_recompute(weighted: bool) -> None:
+        weights.append(weighted)
+        recompute(weighted=weighted)
+
+    s._fold, s._recompute = recorded_fold, recorded_recompute
+    for step in range(1, 11):
+        g = torch.Generator().manual_seed(step)
+        v, x, y = s.sample(256, g)
+        s.update(v, x, y, torch.tensor([1.0, 2.0, 3.0, 4.0])[v])
+        s.step(clock.tick(step))
+    # a naive count: step s covers sampler counts 3s - 1 .. 3s + 1 (positions 3s - 2 .. 3s, one ahead)
+    expected = [st for st in range(1, 11) if any(m % 4 == 0 for m in range(3 * st - 1, 3 * st + 2))]
+    assert folds == expected == [1, 3, 4, 5, 7, 8, 9]
+    assert weights == [st >= 3 for st in expected]  # 8 reached by step 3 (counts 8..10)

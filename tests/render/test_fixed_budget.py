@@ -146,3 +146,23 @@ def test_distortion_runs_through_the_renderers_ops(monkeypatch: pytest.MonkeyPat
     assert calls == [(300,)]
     FixedBudgetStep(field, renderer, "mse", **kw)(o, d, target, bg)
     assert len(calls) == 1  # weight 0: not run
+
+
+def test_budget_step_follows_the_batch_rule_capacity_and_the_clock_rate() -> None:
+    """``set_capacity_scale(2)``: twice the budgets and twice the first step's rays; ``set_clock_rate(2)``
+    (a step of two reference steps): the ray-count estimate keeps 0.5^2 of the previous one."""
+    field, renderer, o, d, bg = _setup()
+    target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
+    step = FixedBudgetStep(
+        field, renderer, "mse", sample_budget=150, march_budget=600, n_rays_init=12, min_rays=2, jitter=False
+    )
+    step.set_capacity_scale(2.0)
+    step.set_clock_rate(2.0)
+    assert (step.sample_budget, step.march_budget, int(step.n_active)) == (300, 1200, 24)
+    _, _, _, stats = step(o, d, target, bg)
+    n_valid, rendered, marched = float(stats[0]), float(stats[2]), float(stats[1])
+    target_rays = min(0.98 * 300 / (rendered / n_valid), 0.98 * 1200 / (marched / n_valid))
+    assert float(step.n_active_f) == pytest.approx(0.25 * 24 + 0.75 * min(target_rays, 24), rel=1e-5)
+    adapted = int(step.n_active)
+    step.set_capacity_scale(1.5, 1 / 1.5)  # throughput's headroom: the same work aimed at, rays kept
+    assert (step.sample_budget, int(step.n_active)) == (225, adapted)

@@ -1,2 +1,2 @@
-"""The commands: one module per app (train, eval, render, export, process), each a task function and its
+"""The commands: one module per app (train, eval, render, export, process, view), each a task and its
 ``main``."""

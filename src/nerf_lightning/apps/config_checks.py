@@ -23,9 +23,11 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from nerf_lightning.callbacks.grad_exchange import EXCHANGES
 from nerf_lightning.errors import UserError
+from nerf_lightning.models.clock import LR_SCALINGS, RULES, UNITS
 
-__all__ = ["EVAL", "EXPORT", "RENDER", "TRAIN", "Rule", "check_config"]
+__all__ = ["EVAL", "EXPORT", "RENDER", "TRAIN", "VIEW", "Rule", "check_config"]
 
 _ABSENT = object()
 
@@ -120,6 +122,11 @@ DATA: tuple[Rule, ...] = (
     _int("data.test_every", 0, note="0: no holdout"),
     Rule("data.aabb_scale", "pow2", high=128, null=True, note="null: the capture's own"),
     _int("data.image_workers", 1, null=True),
+    Rule("data.batch_scaling", "choice", choices=tuple(RULES)),
+    _num_rule("data.batch_multiple", above=0, note="k x each rank's batch"),
+    Rule("data.schedule_unit", "choice", choices=UNITS, null=True, note="null: the rule's"),
+    Rule("data.lr_scaling", "choice", choices=LR_SCALINGS, null=True, note="null: the rule's"),
+    _num_rule("data.lr_warmup", low=0, note="reference steps"),
 )
 
 #: model.* values (train; eval/render/export overrides)
@@ -153,6 +160,16 @@ MODEL: tuple[Rule, ...] = (
     _int("model.field.hidden_dim", 1),
 )
 
+
+def _viewer(prefix: str) -> tuple[Rule, ...]:
+    """The viewer's values: ``view``'s own keys, ``viewer.*`` of ``train viewer=on``."""
+    return (
+        _int(f"{prefix}port", 0, high=65535, note="0: any free port"),
+        _int(f"{prefix}max_size", 8, null=True, note="px; null: 1024 on a GPU, 256 on the CPU"),
+        _int(f"{prefix}preview_size", 8, null=True, note="px; null: 256 on a GPU, 64 on the CPU"),
+    )
+
+
 TRAIN: tuple[Rule, ...] = (
     _int("trainer.max_steps", -1, note="-1: no limit"),
     _int("trainer.max_epochs", -1, null=True, note="-1: no limit"),
@@ -164,8 +181,20 @@ TRAIN: tuple[Rule, ...] = (
     _int("num_nodes", 1),
     _int("seed", 0),
     _num_rule("dist_timeout_s", above=0),
+    Rule("grad_exchange", "choice", choices=EXCHANGES),
     Rule("resume", "choice", choices=("never", "auto")),
     _bool("overwrite"),
+    *_viewer("viewer."),
+    _num_rule("viewer.budget", above=0, note="render seconds per training second"),
+    _num_rule("viewer.refresh_every_s", above=0),
+    *DATA,
+    *MODEL,
+)
+
+VIEW: tuple[Rule, ...] = (
+    *_viewer(""),
+    _int("chunk", 1),
+    _num_rule("max_seconds", above=0, null=True, note="null: until Ctrl-C"),
     *DATA,
     *MODEL,
 )

@@ -29,6 +29,7 @@ from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.data.types import Capture
 from nerf_lightning.errors import UserError
+from nerf_lightning.render import video
 from nerf_lightning.render.camera_path import PathCamera, camera_rays, orbit_path, read_nerfstudio_path
 from nerf_lightning.render.video import VideoWriter, turbo
 from nerf_lightning.run.restore import load_run
@@ -110,7 +111,7 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
                 rgb_video.append(rgb8)
                 if depth_video is not None:
                     if depth_range is None:
-                        depth_range = _depth_range(depth_np, opacity.cpu().numpy())
+                        depth_range = video.depth_range(depth_np, opacity.cpu().numpy())
                     lo, hi = depth_range
                     depth_video.append(turbo((depth_np - lo) / (hi - lo)))
                 if cfg.save_frames:
@@ -149,16 +150,6 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
         f"({info['render_fps']:.2f} frames/s, {device}); video dir: {out_dir}"
     )
     return info
-
-
-def _depth_range(depth: np.ndarray, opacity: np.ndarray) -> tuple[float, float]:
-    """Near/far of the colour map from the first frame's opaque pixels (1st/99th percentile, 10% margin)."""
-    valid = depth[opacity > 0.5]
-    if valid.size == 0:
-        return 0.0, 1.0
-    lo, hi = np.percentile(valid, [1, 99])
-    margin = 0.1 * max(hi - lo, 1e-6)
-    return float(max(lo - margin, 0.0)), float(hi + margin)
 
 
 main = hydra_app("render", render_video, stop_on_sigterm=True)

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.apps.config_checks import TRAIN, check_config, check_devices
 from nerf_lightning.apps.entry import hydra_app
+from nerf_lightning.callbacks.grad_exchange import GradientExchange
 from nerf_lightning.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, Diverged, Interrupted, UserError
 from nerf_lightning.models.metrics import final_evaluation
 from nerf_lightning.run.checkpoint_callbacks import LastCheckpoint, RunState
@@ -135,11 +136,13 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     except ValueError as err:  # data.* values the loaders reject (CaptureError is a UserError already)
         raise (err if isinstance(err, UserError) else UserError(f"data: {err}")) from err
     model_kwargs = {"aabb_scale": datamodule.aabb_scale}
-    model: L.LightningModule = hydra.utils.instantiate(cfg.model, **model_kwargs)
+    # the batch rule's clock: the DataModule makes it from data.*, the model follows it
+    model: L.LightningModule = hydra.utils.instantiate(cfg.model, **model_kwargs, clock=datamodule.clock)
 
     callbacks = [*instantiate_group(cfg.get("callbacks")), *(extra_callbacks or [])]
-    # Always on: the run's config and exact-resume state go into every checkpoint.
+    # Always on: the run's config and exact-resume state go into every checkpoint; the gradient exchange.
     callbacks.append(RunState(plain_config, {"model": model_kwargs}, seed=int(cfg.seed)))
+    callbacks.append(GradientExchange(str(cfg.get("grad_exchange") or "fp32")))
     callbacks.append(DivergenceGuard())  # NaN/inf loss or weights: stop, never checkpoint them
     loggers = instantiate_group(cfg.get("logger"))
     # cluster=slurm|torchelastic|...: the ClusterEnvironment plugin (none: Lightning detects it)
@@ -190,6 +193,9 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
             summary = getattr(cb, "summary", None)
             if callable(summary):
                 metrics.update(summary())
+        clock = getattr(model, "clock", None)
+        if clock is not None:
+            metrics.update(clock.summary())  # the batch rule the run trained under
         metrics["steps"] = trainer.global_step  # also when a resumed run had nothing left to train
         metrics["time/wall_s"] = wall_s
         metrics["model/occupied_fraction"] = float(model.occupancy.occupied_fraction())

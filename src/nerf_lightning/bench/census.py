@@ -153,12 +153,16 @@ def timeline_gaps(prof: Any, steps: int) -> dict[str, Any]:
     }
 
 
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """A bench tool's command line: (its options, the training overrides after ``--``)."""
+    if "--" not in argv:
+        return list(argv), []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1 :]
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    overrides: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, overrides = argv[:i], argv[i + 1 :]
+    argv, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--precision", default="32-true", choices=PRECISIONS)
     p.add_argument("--path", default=".devdata/lego", help="a Blender-format capture (default .devdata/lego)")

@@ -21,6 +21,7 @@ from __future__ import annotations
 from nerf_lightning.bench import readers
 from nerf_lightning.bench.jobs import (
     QUIET,
+    SCENES,
     Experiment,
     Job,
     ab,
@@ -33,6 +34,7 @@ from nerf_lightning.bench.jobs import (
     pytest,
     train,
 )
+from nerf_lightning.bench.jobs import cost as jobs_cost
 
 EXPERIMENTS: dict[str, Experiment] = {}
 
@@ -101,6 +103,39 @@ Block = tuple[str, dict[str, tuple[str, ...]], tuple[int, ...], int]  # scene, v
 def lanes_ab(blocks: list[Block], **job: object) -> tuple[Job, ...]:
     """Several :func:`~nerf_lightning.bench.jobs.ab` blocks, spread over three lanes."""
     return in_lanes([j for scene, var, seeds, steps in blocks for j in ab(scene, var, seeds, steps, **job)])
+
+
+# The batch rule for several GPUs, measured on one GPU: bench/batch_rule.py turns the rows of
+# A (step_scaling) and B (rule_run) into the predicted time to quality on 2, 4 and 8 GPUs.
+def step_scaling(scene: str) -> Job:
+    """A: the graphed step alone at B, B/2, B/4, B/8 (and the gradient's bytes and touched rows)."""
+    return module(
+        f"step_{scene}", "nerf_lightning.bench.step_scaling", "--json", "{run_dir}/step_scaling.json", "--",
+        *SCENES[scene], read=readers.step_scaling_json(scene), expected_s=45, timeout_s=240,
+    )  # fmt: skip
+
+
+#: reference steps of the quality runs, and between their validations (held out, every view)
+RULE_STEPS = {"lego": 20000, "fox": 10000}
+_VAL_EVERY = 1000
+_VAL_S = {"lego": 1.5, "fox": 2.5}  # one validation in a lane
+
+
+def rule_run(scene: str, k: int, rule: str, *overrides: str, seed: int = 1) -> Job:
+    """B: one GPU drawing k x the batch under ``rule`` (``data.batch_multiple=k``): trainer.max_steps
+    reference steps (k x fewer optimizer steps under the rules in rays), validated every 1000 of them."""
+    from nerf_lightning.bench.batch_rule import TARGETS
+
+    steps = RULE_STEPS[scene]
+    expected, timeout = jobs_cost(scene, steps)
+    expected += steps / _VAL_EVERY * _VAL_S[scene]
+    return train(
+        f"{scene}_k{k}_{rule}", scene, f"data.batch_multiple={k}", f"data.batch_scaling={rule}",
+        f"data.steps_per_epoch={_VAL_EVERY}", "trainer.check_val_every_n_epoch=1",
+        "model.save_val_images=false", *overrides,
+        steps=steps, seed=seed, read=readers.val_curve(scene, TARGETS[scene]), expected_s=expected,
+        timeout_s=max(timeout, 1.5 * expected + 30),
+    )  # fmt: skip
 
 
 # Registrations below are laid out by hand (one experiment per statement); a formatter leaves them.
@@ -250,6 +285,14 @@ add("apps", "lego 3000 steps with checkpoints, then eval (the same PSNR), an 800
     module("mesh", "nerf_lightning.export", "mesh", "ckpt={exp_dir}/lego_3k", "resolution=256",
            "hydra.run.dir={run_dir}", expected_s=40, timeout_s=240), data=("lego",))
 
+add("viewer", "the browser viewer, lego 20k steps (~60 s) twice: viewer=off against viewer=on with a client "
+    "orbiting an 800x800 canvas (steps/s), then frames/s of its checkpoint at 800x800 and 256x256 (the "
+    "preview); the GPU machine needs viser's wheels",
+    module("viewer", "nerf_lightning.bench.viewer", "--sizes", "800,256", "--frames", "30", "--out",
+           "{run_dir}", "--", "experiment=blender", "data.path={data}/lego", "logger=csv",
+           "callbacks.progress_bar=null", "trainer.max_steps=20000", read=readers.viewer_json,
+           expected_s=240, timeout_s=540), data=("lego",))
+
 # ------------------------------------------------------------------------------ several GPUs
 _DDP2 = {"gpus": 2, "env": TWO_GPUS, "shared": False, "expected_s": 60.0, "timeout_s": 180.0}
 add("ddp-scaling", "2 GPUs, lego and fox 3000 steps: 1 GPU against DDP (Lightning's launcher, torchrun, "
@@ -274,6 +317,27 @@ add("fsdp", "2 GPUs: FSDP per precision (lego 3000 steps), peak memory per GPU w
     train("mem_1gpu", "lego", *TABLE["t24"], steps=200, shared=False, env=GPU_0),
     *[train(f"mem_{s}2", "lego", f"strategy={s}", "devices=2", *TABLE["t24"], steps=200, baseline="mem_1gpu",
             ratio_of="mem_gb", **_DDP2) for s in ("ddp", "fsdp")], data=("lego",))
+
+# ------------------------------------------------------ the batch rule for several GPUs, on one
+add("batch-rule-step", "A: the graphed step alone at B, B/2, B/4, B/8 of lego's and fox's batch, the "
+    "gradient's bytes and the table rows one step touches (bench.step_scaling)",
+    step_scaling("lego"), step_scaling("fox"), data=("lego", "fox"))
+add("batch-rule-lego", "B: lego, 20k reference steps in lanes, validated every 1000: one GPU's batch "
+    "against 2x and 4x it under sqrt_lr (schedules in rays, lr x sqrt(k))",
+    *in_lanes([rule_run("lego", 1, "per_device"), rule_run("lego", 2, "sqrt_lr"),
+               rule_run("lego", 4, "sqrt_lr")]), data=("lego",))
+add("batch-rule-fox", "B: fox, 10k reference steps in lanes, validated every 1000: 1x, 2x and 4x the batch "
+    "under sqrt_lr",
+    *in_lanes([rule_run("fox", 1, "per_device"), rule_run("fox", 2, "sqrt_lr"),
+               rule_run("fox", 4, "sqrt_lr")]), data=("fox",))
+add("batch-rule-lego-lr", "B, the rest on lego: the learning rate unchanged and x k at 2x and 4x the "
+    "batch (schedules in rays), sqrt_lr at 8x",
+    *in_lanes([rule_run("lego", k, rule) for k in (2, 4) for rule in ("per_device_rays", "linear_lr")]
+              + [rule_run("lego", 8, "sqrt_lr")]), data=("lego",))
+add("batch-rule-lego-steps", "B in steps on lego: 2x the batch with the schedules and the run in optimizer "
+    "steps (today's per_device on 2 GPUs; 2x the GPU time of the others), lr x 1 and x sqrt(2)",
+    *in_lanes([rule_run("lego", 2, "per_device"),
+               rule_run("lego", 2, "sqrt_lr", "data.schedule_unit=steps")]), data=("lego",))
 
 # ---------------------------------------------------------------------------------- the 2-core CPU
 add("cpu-train", "`make train` without a GPU: the CPU preset on the default scene (minutes)",

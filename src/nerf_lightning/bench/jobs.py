@@ -143,7 +143,8 @@ def train(
     **job: Any,
 ) -> Job:
     """``python -m nerf_lightning.train`` on ``scene`` with ``overrides``; time box from :func:`cost`
-    (``shared``: sized for a lane) unless ``expected_s`` / ``timeout_s`` are given."""
+    (``shared``: sized for a lane) unless ``expected_s`` / ``timeout_s`` are given; read by
+    ``readers.metrics_json`` unless ``read`` is given."""
     args = [*(QUIET if quiet else ()), *SCENES[scene], *overrides]
     if steps is not None:
         args.append(f"trainer.max_steps={steps}")
@@ -152,10 +153,8 @@ def train(
     expected, timeout = cost(scene, steps or 20000, shared)
     job.setdefault("expected_s", expected)
     job.setdefault("timeout_s", timeout)
-    return Job(
-        name, ("{python}", "-m", "nerf_lightning.train", *args, "hydra.run.dir={run_dir}"),
-        read=readers.metrics_json, **job,
-    )  # fmt: skip
+    job.setdefault("read", readers.metrics_json)
+    return Job(name, ("{python}", "-m", "nerf_lightning.train", *args, "hydra.run.dir={run_dir}"), **job)
 
 
 def ab(
@@ -193,9 +192,7 @@ def curve(
     return Job(name, argv, read=readers.curve_json, **job)
 
 
-def peers(
-    name: str, scene: str, programs: str, times: Sequence[float], *args: str, **job: Any
-) -> Job:
+def peers(name: str, scene: str, programs: str, times: Sequence[float], *args: str, **job: Any) -> Job:
     """``python -m nerf_lightning.bench.peers`` (instant-ngp and/or this project at ``times`` seconds of
     training, alone on the GPU, the same views), results under ``{exp_dir}`` so the experiment's jobs
     share its split files and each other's results; one row per program and time point. ``args``: more

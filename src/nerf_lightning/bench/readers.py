@@ -189,6 +189,27 @@ def render_json(run_dir: Path, log: Path) -> list[Row]:
     }]  # fmt: skip
 
 
+def viewer_json(run_dir: Path, log: Path) -> list[Row]:
+    """``bench.viewer``'s ``viewer_bench.json``: steps/s with ``viewer=off`` and with a client connected
+    (``viewer=on``, its speed as a ratio of the first), then frames/s at each canvas size."""
+    r = _load(run_dir / "viewer_bench.json")
+    rows: list[Row] = []
+    if "train" in r:
+        off, on = r["train"]["off"], r["train"]["on"]
+        for name, m in (("viewer_off", off), ("viewer_on", on)):
+            rows.append({"part": f"@{name}", "steps": m["steps"], "steps_per_s": m["steps_per_s"],
+                         "psnr": m.get("val/psnr"), "train_s": m.get("time/train_s")})  # fmt: skip
+        rows[-1]["ratio"] = on["steps_per_s"] / off["steps_per_s"]
+        frames, rate = on["frames_received"], on["frames_per_s"]
+        rows[-1]["note"] = f"a client moving the camera: {frames} frames ({rate:.1f}/s)"
+    for f in r["fps"]:
+        rows.append({
+            "part": f"@fps_{f['canvas']}", "frames_per_s": f["fps"],
+            "note": f"{f['frame']}: {f['fps']:.1f} frames/s end to end, render {f['render_ms']:.1f} ms/frame",
+        })  # fmt: skip
+    return rows
+
+
 def log_lines(pattern: str, limit: int = 6) -> Callable[[Path, Path], list[Row]]:
     """The log's lines that match ``pattern`` (a regex), joined into the note (tools that print a table)."""
     rx = re.compile(pattern)
@@ -221,3 +242,64 @@ def jsonl(filename: str, part: str = "tag", **keys: str) -> Callable[[Path, Path
         return rows
 
     return read
+
+
+def step_scaling_json(scene: str) -> Callable[[Path, Path], list[Row]]:
+    """``bench.step_scaling --json``: one row per fraction of the batch (part ``@x0.5``) with the step's
+    time, rays and samples, the gradient's bytes and the table rows it touches (``bench.batch_rule``)."""
+
+    def read(run_dir: Path, log: Path) -> list[Row]:
+        data = _load(run_dir / "step_scaling.json")
+        rows = []
+        for r in data["scales"]:
+            rows.append({
+                **r, "part": f"@x{r['scale']:g}", "scene": scene, "steps_per_s": 1e3 / r["step_ms"],
+                "note": f"{r['step_ms']:.3f} ms/step, {r['rays_per_step']:.0f} rays, "
+                        f"{r['samples_per_step']:.0f} samples; table rows touched "
+                        f"{r['touched_fraction'] * 100:.1f} %",
+            })  # fmt: skip
+        return rows
+
+    return read
+
+
+def val_curve(scene: str, targets: tuple[float, ...] = ()) -> Callable[[Path, Path], list[Row]]:
+    """A training run that validated during training: :func:`metrics_json` plus its held-out PSNR after
+    each validation (``curve``: [optimizer step, PSNR] from ``csv/metrics.csv``), its batch rule (``k``,
+    ``lr_scaling``, ``unit`` from ``metrics.json``'s ``batch/*``) and the steps to each target."""
+    from nerf_lightning.bench.batch_rule import steps_to
+
+    def read(run_dir: Path, log: Path) -> list[Row]:
+        (row,) = metrics_json(run_dir, log)
+        m = _load(run_dir / "metrics.json")
+        points = csv_points(run_dir / "csv" / "metrics.csv", "val/psnr")
+        if not points:
+            raise ValueError(f"no val/psnr in {run_dir / 'csv' / 'metrics.csv'}")
+        row.update(
+            scene=scene, curve=points, k=_num(m, "batch/k") or 1.0,
+            lr_scaling=m.get("batch/lr_scaling", "none"), unit=m.get("batch/unit", "steps"),
+        )  # fmt: skip
+        reach = []
+        for t in targets:
+            s = steps_to(points, t)
+            reach.append(f"{t:g} dB " + ("not reached" if s is None else f"@{s:.0f}"))
+        row["note"] = "; ".join(filter(None, [f"k {row['k']:g}, lr {row['lr_scaling']}, {row['unit']}",
+                                              ", ".join(reach), row.get("note")]))  # fmt: skip
+        return [row]
+
+    return read
+
+
+def csv_points(path: Path, key: str) -> list[tuple[int, float]]:
+    """(step, value) of every row of a Lightning ``metrics.csv`` that logged ``key`` (the last per step)."""
+    import csv
+
+    if not path.is_file():
+        raise FileNotFoundError(f"no {path.name} in {path.parent}")
+    points: dict[int, float] = {}
+    with open(path, newline="") as f:
+        for rec in csv.DictReader(f):
+            value, step = rec.get(key), rec.get("step")
+            if value not in (None, "") and step not in (None, ""):
+                points[int(float(step))] = float(value)
+    return sorted(points.items())

@@ -42,6 +42,7 @@ from nerf_lightning.data.resolution import BlockImages, ResolutionSchedule, bloc
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
 from nerf_lightning.data.types import Capture, Frame
 from nerf_lightning.errors import UserError
+from nerf_lightning.models.clock import RULES, TrainingClock, resolve_rule
 from nerf_lightning.ops import data_kernel
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ log = logging.getLogger(__name__)
 VAL_SPLITS = ("val", "test", "auto", "train")
 
 
-BATCH_SCALINGS = ("per_device", "global", "throughput")
+#: values of ``data.batch_scaling`` (the batch rules of ``models/clock.py``)
+BATCH_SCALINGS = tuple(RULES)
 TRAIN_BACKGROUNDS = ("random", "eval", "auto")
 
 
@@ -240,12 +242,21 @@ class NeRFDataModule(L.LightningDataModule):
         val_split: which frames validation renders: ``val`` (the held-out views; the test split when
             the capture has no val split), ``test`` (the test split; an error when there is none),
             ``auto`` (test split if there is one, else ``val``), ``train`` (the training views).
-        batch_scaling: how ``batch_size`` (and the model's sample budget) is read with several
-            processes: ``per_device`` (each rank draws ``batch_size`` rays: the global batch grows
-            with the number of ranks, the learning rate stays), ``global`` (each rank draws
-            ``batch_size / world_size``: the same global batch, and steps, as one GPU) or
-            ``throughput`` (``per_device`` in total, split between ranks in proportion to their
-            measured speed, see ``callbacks/load_balance.py``).
+        batch_scaling: the batch rule (``models/clock.py``): how ``batch_size`` (and the model's sample
+            budget) is read with several processes, how the learning rate follows the global batch and
+            whether the schedules count optimizer steps or rays seen. ``per_device`` (each rank draws
+            ``batch_size`` rays: the global batch grows with the number of ranks, the learning rate
+            and the schedules in steps stay), ``global`` (each rank draws ``batch_size / world_size``:
+            the same global batch, and steps, as one GPU), ``throughput`` (``per_device`` in total,
+            split between ranks in proportion to their measured speed, see
+            ``callbacks/load_balance.py``), ``per_device_rays`` / ``sqrt_lr`` / ``linear_lr``
+            (``per_device`` batches, schedules and the run's length in rays seen, learning rate x 1,
+            x sqrt(k), x k for a global batch of k reference batches).
+        batch_multiple: every rank draws this many times its rule's batch (ray slots and sample
+            budget): one GPU with ``batch_multiple=N`` draws what N GPUs draw under ``per_device``.
+        schedule_unit / lr_scaling: override the rule's schedule unit (``steps`` | ``rays``) and
+            learning-rate factor (``none`` | ``sqrt`` | ``linear``); None keeps the rule's.
+        lr_warmup: reference steps over which a scaled learning rate ramps up from the base rate.
         cuda_graph: ``auto`` (on a GPU, draw each training batch by replaying a CUDA graph: one
             launch instead of ~40, the batch lands in the same buffers every step), ``true`` or
             ``false``.
@@ -284,6 +295,10 @@ class NeRFDataModule(L.LightningDataModule):
         camera_model: str | None = None,
         val_split: str = "val",
         batch_scaling: str = "per_device",
+        batch_multiple: float = 1,
+        schedule_unit: str | None = None,
+        lr_scaling: str | None = None,
+        lr_warmup: float = 256,
         cuda_graph: bool | str = "auto",
         aabb_scale: int | None = None,
         resolution_schedule: Any = None,
@@ -312,8 +327,9 @@ class NeRFDataModule(L.LightningDataModule):
         #: downscale factor of the current training stage (1 = full resolution)
         self.train_factor = 1
         self._stage_logged = False
-        if batch_scaling not in BATCH_SCALINGS:
-            raise ValueError(f"data.batch_scaling must be one of {BATCH_SCALINGS}, got {batch_scaling!r}")
+        #: the run's batch rule and the reference position of its steps, shared with the model
+        rule = resolve_rule(batch_scaling, lr_scaling, schedule_unit)
+        self.clock = TrainingClock(rule, batch_multiple, lr_warmup)
         self.batch_scaling = batch_scaling
         #: this rank's share of the work under batch_scaling=throughput (mean 1 over ranks)
         self.work_scale = 1.0
@@ -470,9 +486,17 @@ class NeRFDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         # Own generators: a DataLoader draws a seed from the given generator (by default the global
         # RNG) every time an epoch starts, which would shift the training randomness of a resumed run.
-        return _StepLoader(
-            _StepIndices(self.steps_per_epoch), batch_size=None, num_workers=0, generator=torch.Generator()
-        )
+        clock = self.clock
+        plain = clock.rule == RULES["per_device"] and clock.k == 1
+        if self.trainer is not None and not clock.bound and not plain:
+            raise RuntimeError(
+                f"data.batch_scaling={clock.rule.name} (data.batch_multiple={clock.batch_multiple:g}): the "
+                "model must share this DataModule's clock, NeRFModule(clock=datamodule.clock), as the "
+                "train app builds it"
+            )
+        # an epoch is data.steps_per_epoch reference steps (the clock's rate of them per optimizer step)
+        steps = self.clock.steps_for(self.steps_per_epoch)
+        return _StepLoader(_StepIndices(steps), batch_size=None, num_workers=0, generator=torch.Generator())
 
     def val_dataloader(self) -> DataLoader:
         """Each held-out view counted exactly once over all ranks: rank r renders views r, r + W, ...
@@ -521,7 +545,7 @@ class NeRFDataModule(L.LightningDataModule):
         self._ensure_device(device)
         if trainer is not None and trainer.training:
             n_rays = self.rays_per_step()
-            factor = self.stage_factor(trainer.global_step)
+            factor = self.stage_factor(self.clock.position(trainer.global_step))
             if device.type == "cuda" and self.cuda_graph is not False:
                 return self._replay_train_batch(n_rays, factor)
             return self.train_batch(n_rays, factor)
@@ -533,9 +557,9 @@ class NeRFDataModule(L.LightningDataModule):
         """This rank's rays per step: ``batch_size`` as ``batch_scaling`` and ``work_scale`` say
         (scaled sizes are multiples of 1/64 of the batch, so that batch graphs are captured for at
         most ~100 distinct sizes)."""
-        n = self.batch_size
+        n = int(round(self.batch_size * self.clock.batch_multiple))
         world = self.trainer.world_size if self.trainer is not None else 1
-        if self.batch_scaling == "global":
+        if self.clock.rule.split == "global":
             n = max(1, n // world)
         if self.work_scale != 1.0:
             quantum = max(1, n // 64)
@@ -543,11 +567,12 @@ class NeRFDataModule(L.LightningDataModule):
         return n
 
     # ------------------------------------------------------------------ resolution schedule
-    def stage_factor(self, global_step: int) -> int:
-        """The training downscale factor of optimizer step ``global_step`` (1 without a schedule), and
-        the switch to it: a new stage frees the previous stage's batch graphs and block images.
+    def stage_factor(self, global_step: float) -> int:
+        """The training downscale factor at reference step ``global_step`` (the clock's position of the
+        optimizer step; 1 without a schedule), and the switch to it: a new stage frees the previous
+        stage's batch graphs and block images.
 
-        A function of the step alone (a host integer, equal on every rank), so all ranks train at one
+        A function of the step alone (host numbers, equal on every rank), so all ranks train at one
         resolution and a resumed run continues in its checkpoint's stage."""
         if self.resolution_schedule is None:
             return 1
@@ -573,6 +598,8 @@ class NeRFDataModule(L.LightningDataModule):
         trainer = self.trainer
         if trainer is None:
             return None
+        if self.clock.bound and self.clock.total is not None:
+            return self.clock.total  # reference steps (trainer.max_steps before the clock read it)
         if trainer.max_steps is not None and trainer.max_steps > 0:
             return int(trainer.max_steps)
         epochs = trainer.max_epochs

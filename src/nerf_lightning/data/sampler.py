@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from nerf_lightning.models.clock import Tick
 from nerf_lightning.ops import data_kernel
 
 __all__ = ["RaySampler", "UniformRaySampler", "LossWeightedRaySampler", "build_sampler"]
@@ -230,8 +231,9 @@ class RaySampler(torch.nn.Module):
             valid: bool [n] or None; rays left out of the step (a sample budget) are not counted.
         """
 
-    def step(self, global_step: int) -> None:
-        """Called once per optimizer step after :meth:`update` (no-op for samplers without statistics)."""
+    def step(self, global_step: int | Tick) -> None:
+        """Called once per optimizer step after :meth:`update` (no-op for samplers without statistics);
+        ``global_step`` is the step count or the training clock's tick of the step (``models/clock.py``)."""
 
     def view_probabilities(self) -> Tensor:
         """Current probability of drawing each view, float32 [V] (a copy; for logging)."""
@@ -394,12 +396,18 @@ class LossWeightedRaySampler(RaySampler):
         self._acc_cnt.index_add_(0, idx, ones)
 
     @torch.no_grad()
-    def step(self, global_step: int) -> None:
+    def step(self, global_step: int | Tick) -> None:
         """End of optimizer step ``global_step`` (0-based). Every ``update_every`` steps (and at the end of
         warmup) all-reduce the accumulators across ranks, fold them into the EMA, recompute the
-        probabilities. Collective: every rank must run it with the same ``global_step`` sequence."""
-        done = global_step + 1
-        if done % self.update_every != 0 and done != self.warmup_steps:
+        probabilities. Collective: every rank must run it with the same ``global_step`` sequence.
+
+        A :class:`~nerf_lightning.models.clock.Tick` counts the cadence and the warm-up in the clock's
+        reference steps: a step that spans several of them folds at most one window."""
+        tick = global_step if isinstance(global_step, Tick) else Tick.of_step(global_step)
+        # steps done before and after this one, in the counting above
+        before, done = tick.start + 1, tick.end + 1
+        window = Tick(tick.step, before, done)
+        if not window.crossed(self.update_every) and not window.reached(self.warmup_steps):
             return
         stats = torch.stack([self._acc_sum.to(torch.float64), self._acc_cnt.to(torch.float64)])
         if _distributed_world():
@@ -407,7 +415,7 @@ class LossWeightedRaySampler(RaySampler):
         self._acc_sum.zero_()
         self._acc_cnt.zero_()
         self._fold(stats[0].view_as(self.ema), stats[1].view_as(self.ema))
-        self._recompute(weighted=done >= self.warmup_steps)
+        self._recompute(weighted=done >= self.warmup_steps - 1e-9)
 
     def _fold(self, sums: Tensor, counts: Tensor) -> None:
         """Fold one window's sums / counts (float64 [V, C]) into the EMA."""

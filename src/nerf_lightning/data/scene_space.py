@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nerf_lightning.data.formats import nerf_to_ngp
+from nerf_lightning.data.formats import nerf_to_ngp, ngp_to_nerf
 from nerf_lightning.data.types import Capture
 
 __all__ = ["SceneSpace", "opengl_to_opencv"]
@@ -58,6 +58,17 @@ class SceneSpace:
         out[..., :3, :3] = (m[:3, :3] / self._similarity_scale) @ c2w[..., :3, :3]
         out[..., :3, 3] = c2w[..., :3, 3] @ m[:3, :3].T + m[:3, 3]
         return nerf_to_ngp(out, self.scale, self.offset)
+
+    def pose_to_capture(self, c2w: np.ndarray) -> np.ndarray:
+        """Inverse of :meth:`pose_to_ngp`: NGP-space (OpenCV camera) [..., 4, 4] -> capture space (NeRF/OpenGL
+        camera), float64 (a camera path made in NGP space, written for nerfstudio's tools)."""
+        out = ngp_to_nerf(np.asarray(c2w, dtype=np.float64), self.scale, self.offset)
+        m = self.world_transform
+        inv = np.linalg.inv(m[:3, :3])
+        res = out.copy()
+        res[..., :3, :3] = (inv * self._similarity_scale) @ out[..., :3, :3]
+        res[..., :3, 3] = (out[..., :3, 3] - m[:3, 3]) @ inv.T
+        return res
 
     def points_to_capture(self, points: np.ndarray) -> np.ndarray:
         """NGP-space points [N, 3] -> capture space (the frame of the capture's transforms.json)."""

@@ -14,8 +14,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.models.clock import TrainingClock
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.metrics import METRICS, ViewMetrics, ngp_composite
+from nerf_lightning.models.schedules import on_clock
 from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
 from nerf_lightning.ops.reference import per_ray_loss
 from nerf_lightning.render.occupancy import OccupancyGrid
@@ -75,6 +77,10 @@ class NeRFModule(L.LightningModule):
         save_val_images: write ``val/view{v}_step{s}.png`` (GT | prediction | depth | error).
         lpips: LPIPS in the evaluation metrics: ``null`` (VGG, as nerfacc, when its weights are local),
             ``false``, or a torchmetrics net name (``vgg``, ``alex``, ``squeeze``).
+        clock: the DataModule's :class:`~nerf_lightning.models.clock.TrainingClock` (the train app passes
+            ``NeRFDataModule.clock``): this rank's batch under ``data.batch_scaling``, and the reference
+            position that the learning-rate schedule, the occupancy updates, the sampler's windows and
+            the run's length follow. None: one process's clock of optimizer steps (``per_device``).
 
     Evaluation (``validation_step`` / ``test_step``, one whole held-out image per batch): PSNR, SSIM
     (and LPIPS) per image, logged at the end of the pass as their means over the views
@@ -115,11 +121,12 @@ class NeRFModule(L.LightningModule):
         ops_backend: str = "auto",
         save_val_images: bool = True,
         lpips: bool | str | None = None,
+        clock: TrainingClock | None = None,
     ) -> None:
         super().__init__()
         # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
         # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
-        self.save_hyperparameters(logger=False, ignore=["field", "optimizer", "scheduler"])
+        self.save_hyperparameters(logger=False, ignore=["field", "optimizer", "scheduler", "clock"])
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
@@ -163,6 +170,7 @@ class NeRFModule(L.LightningModule):
         self._graphed = False
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
+        self.clock = clock if clock is not None else TrainingClock()
         self.val_metrics = ViewMetrics(lpips=lpips)
         self.test_metrics = ViewMetrics(lpips=lpips)
         #: stage ("val" / "test") -> last ViewMetrics.compute() result of that stage (rank 0 has all views)
@@ -177,6 +185,12 @@ class NeRFModule(L.LightningModule):
         return self.renderer.occupancy
 
     # ---------------------------------------------------------------------------- training
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            trainer = self.trainer
+            max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+            self.clock.bind(trainer.world_size, trainer.accumulate_grad_batches, max_steps)
+
     def on_fit_start(self) -> None:
         # Same initial weights everywhere (the strategy broadcasts them), different rays per rank.
         seed = torch.initial_seed() % (2**31)
@@ -184,6 +198,7 @@ class NeRFModule(L.LightningModule):
         if self.train_step_fn is not None:
             self.train_step_fn.to(self.device)  # its own buffers (n_active); not a registered child
             self._scale_budget_to_ranks()
+        self._follow_clock_length()
         if self.trainer.world_size > 1:
             throttle_sigterm_broadcast(self.trainer, every_n_steps=self.hparams.sigterm_check_every)
         dm = self.trainer.datamodule
@@ -200,13 +215,26 @@ class NeRFModule(L.LightningModule):
         """Per-rank sample budget for ``data.batch_scaling`` (before the step is captured)."""
         if self._graphed:
             return
-        scaling = getattr(self.trainer.datamodule, "batch_scaling", "per_device")
-        if scaling == "global":
-            self.train_step_fn.set_capacity_scale(1.0 / self.trainer.world_size)
-        elif scaling == "throughput":
-            self.train_step_fn.set_capacity_scale(THROUGHPUT_HEADROOM, 1.0 / THROUGHPUT_HEADROOM)
+        clock, step = self.clock, self.train_step_fn
+        if clock.rule.split == "throughput":
+            step.set_capacity_scale(clock.rank_scale * THROUGHPUT_HEADROOM, 1.0 / THROUGHPUT_HEADROOM)
         else:
-            self.train_step_fn.set_capacity_scale(1.0)
+            step.set_capacity_scale(clock.rank_scale)
+        step.set_clock_rate(clock.rate)
+
+    def _follow_clock_length(self) -> None:
+        """When the schedules count rays, ``trainer.max_steps`` counts reference steps: the run ends after
+        the optimizer steps that see as many rays (``TrainingClock.optimizer_steps``)."""
+        steps = self.clock.optimizer_steps()
+        if steps is None or steps == self.trainer.max_steps:
+            return
+        self.trainer.fit_loop.epoch_loop.max_steps = steps
+        if self.trainer.is_global_zero:
+            log.info(
+                "data.batch_scaling=%s: %d optimizer steps of %.4g reference batches see the rays of "
+                "trainer.max_steps=%d reference steps",
+                self.clock.rule.name, steps, self.clock.k, self.clock.total,
+            )
 
     def set_work_scale(self, scale: float) -> None:
         """This rank's share of the work (mean 1 over the ranks) under ``data.batch_scaling=throughput``:
@@ -296,15 +324,15 @@ class NeRFModule(L.LightningModule):
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if (batch_idx + 1) % self.trainer.accumulate_grad_batches != 0:
             return  # only after a real optimizer step
-        step = self.global_step
+        tick = self.clock.tick(self.global_step)
         sampler = getattr(self.trainer.datamodule, "sampler", None)
         if sampler is not None:
-            sampler.step(step)
+            sampler.step(tick)
         hp = self.hparams
-        if step % hp.grid_update_every == 0:
+        if tick.crossed(hp.grid_update_every):
             with self._full_parameters():
                 self.occupancy.update(
-                    step,
+                    tick.end,
                     self.field.density,
                     warmup_steps=hp.grid_warmup_steps,
                     decay=hp.grid_decay,
@@ -439,11 +467,27 @@ class NeRFModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self.optimizer_factory(params=self.parameter_groups())
-        if self.scheduler_factory is None:
+        clock = self.clock
+        scheduler = None
+        if self.scheduler_factory is not None:
+            # in reference steps: the length this clock's positions run to
+            total = clock.total if clock.bound else None
+            if total is None:
+                max_steps = self.trainer.max_steps
+                total = max_steps if max_steps and max_steps > 0 else 10_000
+            scheduler = self.scheduler_factory(optimizer=optimizer, total_steps=total)
+        if not clock.trivial:
+            scheduler = on_clock(optimizer, clock, scheduler)
+        if scheduler is None:
             return {"optimizer": optimizer}
-        total = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 else 10_000
-        scheduler = self.scheduler_factory(optimizer=optimizer, total_steps=total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["training_clock"] = self.clock.state_dict(self.global_step)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "training_clock" in checkpoint:
+            self.clock.load_state_dict(checkpoint["training_clock"])
 
 
 def _all_reduce_max(tensor: Tensor) -> None:

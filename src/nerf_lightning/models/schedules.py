@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LambdaLR
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler
+
+from nerf_lightning.models.clock import TrainingClock
 
 
 def ngp_exponential_decay(
@@ -31,3 +35,32 @@ def ngp_exponential_decay(
         return ramp * decay_base ** (int((step - start) // interval) + 1)
 
     return LambdaLR(optimizer, factor)
+
+
+def on_clock(optimizer: Optimizer, clock: TrainingClock, scheduler: LRScheduler | None = None) -> LambdaLR:
+    """``scheduler`` read on the training clock: optimizer step ``s`` runs with the schedule's factor at the
+    clock's reference position of ``s``, times the batch rule's learning-rate factor there
+    (``TrainingClock.lr_factor``, the warm-up included); no scheduler: the rule's factor alone.
+
+    The schedule must be a :class:`~torch.optim.lr_scheduler.LambdaLR` (every schedule of this module is:
+    its factor is a function of the step that can be read at any position) built on ``optimizer``, with
+    ``total_steps`` in reference steps (``clock.total``)."""
+    if scheduler is None:
+        inner: list[Callable[[float], float]] = [lambda _: 1.0] * len(optimizer.param_groups)
+    elif isinstance(scheduler, LambdaLR):
+        inner = list(scheduler.lr_lambdas)
+    else:
+        raise ValueError(
+            f"model.scheduler: data.batch_scaling={clock.rule.name} reads the schedule at reference "
+            f"positions, which needs a LambdaLR schedule (as models/schedules.py makes); got "
+            f"{type(scheduler).__name__}"
+        )
+
+    def on_positions(factor: Callable[[float], float]) -> Callable[[int], float]:
+        def at(step: int) -> float:
+            position = clock.position(step)
+            return factor(position) * clock.lr_factor(position)
+
+        return at
+
+    return LambdaLR(optimizer, [on_positions(f) for f in inner])

@@ -87,7 +87,8 @@ class FixedBudgetStep(nn.Module):
         self.sample_budget = int(sample_budget)
         self.march_budget = int(march_budget)
         self.min_rays = int(min_rays)
-        self.adapt_momentum = float(adapt_momentum)
+        self.base_adapt_momentum = self.adapt_momentum = float(adapt_momentum)
+        self.n_rays_init = int(n_rays_init)
         self.jitter = bool(jitter)
         self.distortion_weight = float(distortion_weight)
         self.register_buffer("n_active", torch.tensor(int(n_rays_init), dtype=torch.int64))
@@ -96,13 +97,25 @@ class FixedBudgetStep(nn.Module):
         self.register_buffer("target_fraction", torch.tensor(1.0))
 
     def set_capacity_scale(self, scale: float, target_fraction: float = 1.0) -> None:
-        """Capacities = ``scale`` x the constructor's budgets; aim at ``target_fraction`` of them.
+        """Capacities = ``scale`` x the constructor's budgets; aim at ``target_fraction`` of them; the first
+        step marches ``n_rays_init`` x the work aimed at.
 
         Call before the first step (capacities are baked into a captured graph); the fraction is a
         buffer and may change at any time."""
         self.sample_budget = max(1, int(self.base_sample_budget * scale))
         self.march_budget = max(self.sample_budget, int(self.base_march_budget * scale))
         self.target_fraction.fill_(float(target_fraction))
+        work = float(scale) * float(target_fraction)
+        if abs(work - 1.0) > 1e-9:
+            n_init = max(1, int(round(self.n_rays_init * work)))
+            self.n_active.fill_(n_init)
+            self.n_active_f.fill_(float(n_init))
+
+    def set_clock_rate(self, rate: float) -> None:
+        """Each step counts ``rate`` reference steps (``models/clock.py``): the ray-count estimate keeps
+        ``adapt_momentum ** rate`` of the previous one, so it follows the field over as many rays as it
+        does on one GPU. Call before the first step (the momentum is baked into a captured graph)."""
+        self.adapt_momentum = self.base_adapt_momentum ** float(rate)
 
     def forward(
         self, rays_o: Tensor, rays_d: Tensor, target: Tensor, background: Tensor

@@ -25,7 +25,7 @@ from torch import Tensor
 from nerf_lightning.ops import reference as ref
 from nerf_lightning.render.occupancy import OccupancyGrid
 
-__all__ = ["Mesh", "extract_mesh", "occupied_bounds", "occupied_mask", "render_point_cloud"]
+__all__ = ["Mesh", "extract_mesh", "occupied_bounds", "occupied_cells", "occupied_mask", "render_point_cloud"]
 
 
 @dataclass
@@ -48,6 +48,22 @@ def occupied_mask(grid: OccupancyGrid, points: Tensor) -> Tensor:
     ijk = ijk.long().clamp(0, g - 1)
     occ = grid.binaries[c, ijk[:, 0], ijk[:, 1], ijk[:, 2]]
     return occ & inside
+
+
+def occupied_cells(grid: OccupancyGrid) -> tuple[Tensor, Tensor]:
+    """Centres float32 [N, 3] (NGP space) and cascade indices int64 [N] of the occupied cells, each point
+    in one cell only: a cascade's cells inside the next smaller cascade's box are left out (the marcher
+    uses the smaller cascade there)."""
+    g = grid.resolution
+    centres, cascades = [], []
+    for c in range(grid.n_cascades):
+        ijk = torch.nonzero(grid.binaries[c])
+        rel = (ijk.float() + 0.5) / g - 0.5  # [-0.5, 0.5) of this cascade's box
+        if c > 0:  # the inner half of the box belongs to cascade c - 1
+            rel = rel[(rel.abs() >= 0.25).any(dim=-1)]
+        centres.append(0.5 + rel * float(2**c))
+        cascades.append(torch.full((len(rel),), c, dtype=torch.long, device=rel.device))
+    return torch.cat(centres), torch.cat(cascades)
 
 
 def occupied_bounds(grid: OccupancyGrid) -> tuple[float, ...] | None:

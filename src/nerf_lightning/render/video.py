@@ -8,7 +8,7 @@ from types import TracebackType
 
 import numpy as np
 
-__all__ = ["VideoWriter", "turbo"]
+__all__ = ["VideoWriter", "depth_range", "turbo"]
 
 # Google's polynomial fit of the Turbo colour map (Mikhailov 2019), channels as 5th-degree polynomials.
 _TURBO = np.array(
@@ -26,6 +26,17 @@ def turbo(x: np.ndarray) -> np.ndarray:
     powers = np.stack([x**i for i in range(6)], axis=-1)  # [..., 6]
     rgb = np.clip(powers @ _TURBO.T, 0.0, 1.0)
     return (rgb * 255).round().astype(np.uint8)
+
+
+def depth_range(depth: np.ndarray, opacity: np.ndarray) -> tuple[float, float]:
+    """Near/far of the depth colour map from an image's opaque pixels (``opacity > 0.5``): their 1st and
+    99th percentiles with a 10 % margin; (0, 1) when no pixel is opaque."""
+    valid = depth[opacity > 0.5]
+    if valid.size == 0:
+        return 0.0, 1.0
+    lo, hi = np.percentile(valid, [1, 99])
+    margin = 0.1 * max(hi - lo, 1e-6)
+    return float(max(lo - margin, 0.0)), float(hi + margin)
 
 
 class VideoWriter:

@@ -53,7 +53,7 @@ def throttle_sigterm_broadcast(trainer: L.Trainer, every_n_steps: int) -> None:
     loop._broadcast_sigterm_tensor = throttled
 
 
-def fsdp_full_precision() -> Any:
+def fsdp_full_precision(grad_exchange: str = "fp32") -> Any:
     """FSDP's ``MixedPrecision`` with float32 parameters, gradient reduction and buffers (``strategy=fsdp``).
 
     Lightning's FSDP plugin casts the parameters and buffers to bfloat16 / float16 for
@@ -61,10 +61,15 @@ def fsdp_full_precision() -> Any:
     hold the scene box are too. A bfloat16 table cannot take the fp32/fp16 CUDA kernels, so the
     encoding fell back to the PyTorch reference: 3000 lego steps took over 140 s against 59 s in fp32
     (docs/benchmarks/2026-11-30.md). With float32 parameters, ``-mixed`` means under FSDP what it means under
-    DDP: float32 weights, with autocast computing the MLPs in half precision."""
+    DDP: float32 weights, with autocast computing the MLPs in half precision.
+
+    ``grad_exchange=bf16`` reduce-scatters the gradients in bfloat16 (``callbacks/grad_exchange.py``)."""
     from torch.distributed.fsdp import MixedPrecision
 
-    return MixedPrecision(param_dtype=torch.float32, reduce_dtype=torch.float32, buffer_dtype=torch.float32)
+    from nerf_lightning.callbacks.grad_exchange import check_exchange
+
+    reduce = torch.bfloat16 if check_exchange(grad_exchange) == "bf16" else torch.float32
+    return MixedPrecision(param_dtype=torch.float32, reduce_dtype=reduce, buffer_dtype=torch.float32)
 
 
 def fsdp_wrap_policy() -> Any:

@@ -1,0 +1,107 @@
+"""Hydra app: a trained checkpoint in the browser.
+
+    python -m nerf_lightning.view ckpt=PATH [port=7007] [host=127.0.0.1] [max_size=1024] [preview_size=256]
+
+Rebuilds the model from the checkpoint alone (``run.restore``, as ``eval`` / ``render`` do) and serves it
+with viser (``viewer/server.py``): the field rendered from the browser's camera (RGB, depth,
+accumulation; a preview while the camera moves, full resolution when it stops), the training cameras
+(click one to jump there), the scene box and the occupancy grid's cells, and a camera-path editor whose
+``camera_path.json`` (written into this run's folder, ``outputs/runs/view/<date>_<time>/``) renders with
+``python -m nerf_lightning.render``. Prints the URL; listens on ``127.0.0.1`` (this machine only): over
+SSH, ``ssh -L 7007:localhost:7007 HOST`` and open ``http://localhost:7007``. Without a GPU it renders on
+the CPU at a low resolution (and says so). Runs until Ctrl-C (or ``max_seconds``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from nerf_lightning.apps.config_checks import VIEW, check_config
+from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
+from nerf_lightning.errors import UserError
+from nerf_lightning.run.restore import load_run
+
+log = logging.getLogger("nerf_lightning.view")
+
+#: (max_size, preview_size) defaults: longest side of a full frame and of the preview, in pixels
+GPU_SIZES = (1024, 256)
+CPU_SIZES = (256, 64)
+
+
+def build_viewer(cfg: DictConfig):  # noqa: ANN201 - ViewerServer (viser imported here, not at module load)
+    """The viewer of ``cfg`` (see ``conf/view.yaml``), listening; the caller runs its loop."""
+    from nerf_lightning.viewer.ports import check_port
+    from nerf_lightning.viewer.scene import SceneInfo
+    from nerf_lightning.viewer.server import RenderSource, ViewerServer
+
+    check_config(cfg, VIEW)  # types and ranges first
+    check_port(str(cfg.host), int(cfg.port))  # before the checkpoint is read: a taken port fails at once
+    run = load_run(cfg.ckpt)
+    device = device_of(str(cfg.accelerator))
+    capture = run.load_capture(nested_overrides(cfg.get("data")))
+    try:
+        info = SceneInfo.of(capture)
+    except ValueError as err:
+        raise UserError(str(err)) from err
+    default_max, default_preview = GPU_SIZES if device.type == "cuda" else CPU_SIZES
+    max_size = int(cfg.max_size or default_max)
+    preview_size = int(cfg.preview_size or min(default_preview, max_size))
+    if device.type == "cpu":
+        why = "no GPU" if not torch.cuda.is_available() else f"accelerator={cfg.accelerator}"
+        print(
+            f"[nerf_lightning] {why}: the viewer renders on the CPU at a low resolution "
+            f"(frames up to {max_size} px, {preview_size} px while the camera moves; max_size=... to change)",
+            file=sys.stderr,
+            flush=True,
+        )
+    model = run.build_model(nested_overrides(cfg.get("model"))).to(device)
+    source = RenderSource(
+        renderer=model.renderer,
+        field=model.field,
+        background=torch.tensor(capture.eval_background, dtype=torch.float32, device=device),
+        device=device,
+        chunk=int(cfg.chunk),
+        context=torch.inference_mode,
+    )
+    out_dir = Path(cfg.paths.output_dir)
+    server = ViewerServer(
+        info,
+        source,
+        host=str(cfg.host),
+        port=int(cfg.port),
+        max_size=max_size,
+        preview_size=preview_size,
+        export_dir=out_dir,
+        render_command=f"python -m nerf_lightning.render ckpt={run.path}",
+        chunk_s=0.02 if device.type == "cuda" else 0.25,
+    )
+    log.info("viewer of %s (step %d) on %s at %s", run.path, run.global_step, device, server.url)
+    print(
+        f"viewer: {server.url}  ({run.path}, step {run.global_step}; over SSH: ssh -L "
+        f"{server.port}:localhost:{server.port} HOST; camera paths go to {out_dir}; Ctrl-C to stop)",
+        flush=True,
+    )
+    return server
+
+
+def view(cfg: DictConfig) -> None:
+    """Serve the checkpoint of ``cfg`` until Ctrl-C or ``cfg.max_seconds``."""
+    server = build_viewer(cfg)
+    try:
+        server.serve_forever(None if cfg.max_seconds is None else float(cfg.max_seconds))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+
+
+# SIGTERM (a service manager, `timeout`): exit 143 after the server is closed (`finally` above)
+main = hydra_app("view", view, stop_on_sigterm=True)
+
+if __name__ == "__main__":
+    main()

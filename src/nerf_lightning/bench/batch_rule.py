@@ -1,0 +1,468 @@
+"""Which batch rule reaches a held-out PSNR first on N GPUs, predicted from measurements on one GPU.
+
+    python -m nerf_lightning.bench.batch_rule --from OUT/rows.jsonl [--gpus 2,4,8] [--busbw-gbs 350]
+        [--latency-us 20] [--buckets 2] [--hbm-gbs 4000] [--json PATH]
+
+Reads the benchmark runner's rows (experiments ``batch-rule-*``, ``bench/experiments.py``):
+
+A. **step rows** (``bench.step_scaling``): the graphed step alone at ``s`` x the batch (s = 1, 1/2, 1/4,
+   1/8), its gradient's bytes and the fraction of hash-table rows one step's gradient touches;
+B. **curve rows** (one GPU, ``data.batch_multiple=k`` with a rule's learning rate and schedule unit): the
+   held-out PSNR every 1000 reference steps; the optimizer steps to each target are read off by linear
+   interpolation between the two validations around the first crossing;
+C. **synchronisation**, which one GPU cannot measure, from the gradient's bytes: a ring all-reduce moves
+   ``2 (N - 1) / N`` x the bytes through each GPU's link, at NCCL's bus bandwidth ``--busbw-gbs``, plus
+   ``--buckets`` x ``--latency-us`` (DDP all-reduces the table and the MLPs as two buckets). ``bf16``
+   halves the bytes and adds the casts there and back (``3 x`` the float32 bytes through HBM at
+   ``--hbm-gbs``); ``rows`` sends only the touched rows (an int32 index and the features each) with an
+   all-gather, ``(N - 1)`` x one rank's message. Not overlapped with compute: the graphed backward ends
+   before DDP's reducer sees the gradients.
+
+Predicted time to each target on N GPUs (the 1-GPU time: the k = 1 run's steps x t(1)):
+
+- ``global`` (one GPU's batch split over the ranks, the same steps): k = 1's steps x (t(1/N) + sync);
+- every per-device rule (each rank the whole batch: ``per_device``, ``per_device_rays``, ``sqrt_lr``,
+  ``linear_lr``): the k = N run's steps x (t(1) + sync). A rule without a k = N run is extrapolated from
+  its largest measured k (reference steps to the target ~ k^a through k = 1 and that k), marked ``~``.
+
+Assumptions (stated in the output): H200 NVLink 4 carries 450 GB/s per direction (900 GB/s both ways);
+NCCL's ring all-reduce without NVLink multicast reaches about 350 GB/s of bus bandwidth on large messages.
+Prints Markdown tables (for BENCHMARKS.md): the exchange per N, then per capture and target the predicted
+time of each rule as a fraction of the 1-GPU time, the winner per N, and the PSNR at the end of each
+k = N run against the k = 1 run (the same reference steps: equal wall time x N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: held-out PSNR targets per capture [dB]
+TARGETS: dict[str, tuple[float, ...]] = {"lego": (35.5, 36.2), "fox": (29.0,)}
+#: (learning-rate factor, schedule unit) -> the per-device rule of ``models/clock.py`` that trains so
+RULE_OF = {
+    ("none", "steps"): "per_device",
+    ("none", "rays"): "per_device_rays",
+    ("sqrt", "rays"): "sqrt_lr",
+    ("linear", "rays"): "linear_lr",
+}
+EXCHANGES = ("fp32", "bf16", "rows")
+
+
+@dataclass(frozen=True)
+class Network:
+    """The interconnect and memory assumptions of the synchronisation model (module docstring)."""
+
+    busbw_gbs: float = 350.0
+    latency_us: float = 20.0
+    buckets: int = 2
+    hbm_gbs: float = 4000.0
+
+    def allreduce_ms(self, nbytes: float, n: int) -> float:
+        """A ring all-reduce of ``nbytes`` over ``n`` GPUs, in ms (0 for one GPU)."""
+        if n <= 1:
+            return 0.0
+        return 2 * (n - 1) / n * nbytes / (self.busbw_gbs * 1e9) * 1e3 + self.buckets * self.latency_us / 1e3
+
+    def allgather_ms(self, nbytes_per_rank: float, n: int) -> float:
+        """An all-gather of ``nbytes_per_rank`` from each of ``n`` GPUs, in ms."""
+        if n <= 1:
+            return 0.0
+        return (n - 1) * nbytes_per_rank / (self.busbw_gbs * 1e9) * 1e3 + self.buckets * self.latency_us / 1e3
+
+    def exchange_ms(self, kind: str, grad: GradientSize, n: int) -> float:
+        """One step's gradient exchange over ``n`` GPUs, in ms."""
+        if n <= 1:
+            return 0.0
+        if kind == "fp32":
+            return self.allreduce_ms(grad.fp32_bytes, n)
+        if kind == "bf16":
+            casts = 3 * grad.fp32_bytes / (self.hbm_gbs * 1e9) * 1e3
+            return self.allreduce_ms(grad.fp32_bytes / 2, n) + casts
+        if kind == "rows":
+            rows = grad.touched_fraction * grad.table_rows * (4 + 4 * grad.table_features)
+            return self.allgather_ms(rows, n) + self.allreduce_ms(grad.fp32_bytes - grad.table_bytes, n)
+        raise ValueError(f"exchange must be one of {EXCHANGES}, got {kind!r}")
+
+
+@dataclass(frozen=True)
+class GradientSize:
+    """What one step all-reduces: float32 bytes in all, of the table, its shape and touched rows."""
+
+    fp32_bytes: float
+    table_bytes: float
+    table_rows: int
+    table_features: int
+    touched_fraction: float
+
+
+@dataclass
+class Curve:
+    """One training run on one GPU: its global batch k, learning-rate factor, unit and PSNR curve."""
+
+    scene: str
+    k: float
+    lr_scaling: str
+    unit: str
+    points: list[tuple[int, float]]  # (optimizer step, held-out PSNR)
+    final_psnr: float | None = None
+    job: str = ""
+
+    @property
+    def rule(self) -> str:
+        return RULE_OF.get((self.lr_scaling, self.unit), f"lr {self.lr_scaling}, {self.unit}")
+
+
+@dataclass
+class Prediction:
+    """Predicted time to one target on ``n`` GPUs under one rule and exchange."""
+
+    scene: str
+    target: float
+    n: int
+    rule: str
+    exchange: str
+    steps: float | None
+    step_ms: float | None
+    sync_ms: float
+    seconds: float | None
+    ratio: float | None
+    extrapolated_from: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------ reading rows
+def steps_to(points: Sequence[tuple[float, float]], target: float) -> float | None:
+    """The optimizer step at which a PSNR curve first reaches ``target``: linear interpolation between the
+    last validation below it and the first at or above it; the first validation's step when that one is
+    already above; None when the curve never gets there."""
+    previous: tuple[float, float] | None = None
+    for step, psnr in sorted(points):
+        if psnr >= target:
+            if previous is None:
+                return float(step)
+            s0, p0 = previous
+            return s0 + (target - p0) / (psnr - p0) * (step - s0)
+        previous = (step, psnr)
+    return None
+
+
+def load_rows(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{n}: not a JSON object ({err})") from None
+    return rows
+
+
+def step_times(rows: Iterable[dict[str, Any]]) -> dict[str, dict[float, dict[str, Any]]]:
+    """Scene -> scale -> the step row (``bench.step_scaling``; the last row of a scale wins)."""
+    out: dict[str, dict[float, dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("step_ms") is not None and r.get("scale") is not None and r.get("status", "ok") == "ok":
+            out.setdefault(str(r.get("scene") or "?"), {})[float(r["scale"])] = r
+    return out
+
+
+def curves(rows: Iterable[dict[str, Any]]) -> list[Curve]:
+    """The training runs with a PSNR curve (``readers.val_curve``)."""
+    out = []
+    for r in rows:
+        if not r.get("curve") or r.get("status", "ok") != "ok":
+            continue
+        points = [(int(s), float(p)) for s, p in r["curve"]]
+        out.append(
+            Curve(
+                str(r.get("scene") or "?"),
+                float(r.get("k") or 1.0),
+                str(r.get("lr_scaling") or "none"),
+                str(r.get("unit") or "steps"),
+                points,
+                r.get("psnr"),
+                str(r.get("id", "")),
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- model
+def gradient_size(step_rows: dict[float, dict[str, Any]]) -> GradientSize:
+    """From the full-batch step row (its touched fraction is that of a per-device rank's step)."""
+    r = step_rows.get(1.0) or next(iter(step_rows.values()))
+    return GradientSize(
+        float(r["grad_bytes"]),
+        float(r["table_bytes"]),
+        int(r["table_rows"]),
+        int(r["table_features"]),
+        float(r["touched_fraction"]),
+    )
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def predict(
+    rows: list[dict[str, Any]], gpus: Sequence[int], net: Network, exchanges: Sequence[str] = EXCHANGES
+) -> list[Prediction]:
+    """Every rule's predicted time to every target at every N (module docstring)."""
+    times, runs = step_times(rows), curves(rows)
+    out: list[Prediction] = []
+    for scene, targets in TARGETS.items():
+        scene_runs = [c for c in runs if c.scene == scene]
+        steps_rows = times.get(scene) or (next(iter(times.values())) if times else None)
+        if not scene_runs or not steps_rows or 1.0 not in steps_rows:
+            continue
+        t1 = float(steps_rows[1.0]["step_ms"])
+        borrowed = [] if scene in times else [f"step times of {next(iter(times))}"]
+        base_runs = [c for c in scene_runs if c.k == 1.0]
+        for target in targets:
+            base_steps = _mean([s for c in base_runs if (s := steps_to(c.points, target)) is not None])
+            base_s = base_steps * t1 / 1e3 if base_steps is not None else None
+            for n in gpus:
+                rank_rows = steps_rows.get(1.0 / n)  # one rank's step under `global`
+                candidates: list[tuple[str, float | None, dict[str, Any] | None, float | None]] = [
+                    ("global", base_steps, rank_rows, None)
+                ]
+                for rule in sorted({c.rule for c in scene_runs if c.k > 1.0}):
+                    steps, source = _rule_steps(scene_runs, rule, n, target)
+                    candidates.append((rule, steps, steps_rows[1.0], source))
+                for kind in exchanges:
+                    for rule, steps, step_row, source in candidates:
+                        out.append(
+                            _prediction(
+                                scene, target, n, rule, kind, steps, step_row, source, net, base_s, borrowed
+                            )
+                        )
+    return out
+
+
+def _prediction(
+    scene: str,
+    target: float,
+    n: int,
+    rule: str,
+    kind: str,
+    steps: float | None,
+    step_row: dict[str, Any] | None,
+    source: float | None,
+    net: Network,
+    base_s: float | None,
+    notes: list[str],
+) -> Prediction:
+    """One cell: ``steps`` x (the step time of ``step_row`` + its gradient's exchange over ``n`` GPUs)."""
+    if step_row is None:
+        return Prediction(
+            scene,
+            target,
+            n,
+            rule,
+            kind,
+            steps,
+            None,
+            0.0,
+            None,
+            None,
+            source,
+            [*notes, f"no step time at 1/{n} of the batch"],
+        )
+    t_step = float(step_row["step_ms"])
+    sync = net.exchange_ms(kind, gradient_size({1.0: step_row}), n)
+    p = Prediction(scene, target, n, rule, kind, steps, t_step, sync, None, None, source, list(notes))
+    if steps is None:
+        p.notes.append("target not reached")
+    else:
+        p.seconds = steps * (t_step + sync) / 1e3
+        p.ratio = p.seconds / base_s if base_s else None
+    return p
+
+
+def _rule_steps(runs: list[Curve], rule: str, n: int, target: float) -> tuple[float | None, float | None]:
+    """Optimizer steps to ``target`` at k = n under ``rule``: measured, else extrapolated from its largest
+    measured k (reference steps ~ k^a through k = 1); returns (steps, k extrapolated from or None)."""
+    at_n = [s for c in runs if c.rule == rule and c.k == n if (s := steps_to(c.points, target)) is not None]
+    if at_n:
+        return sum(at_n) / len(at_n), None
+    if any(c.rule == rule and c.k == n for c in runs):
+        return None, None  # measured, and the target was not reached
+    base = _mean([s for c in runs if c.k == 1.0 if (s := steps_to(c.points, target)) is not None])
+    measured = sorted({c.k for c in runs if c.rule == rule and c.k > 1.0})
+    if base is None or not measured:
+        return None, None
+    k = measured[-1]
+    at_k = _mean(
+        [s for c in runs if c.rule == rule and c.k == k if (s := steps_to(c.points, target)) is not None]
+    )
+    if at_k is None:
+        return None, None
+    a = math.log(at_k * k / base) / math.log(k)  # reference steps at k = base * k^a
+    return base * n**a / n, k
+
+
+# -------------------------------------------------------------------------------------------- output
+def _fmt(v: float | None, spec: str, none: str = "-") -> str:
+    return none if v is None else format(v, spec)
+
+
+def exchange_table(rows: list[dict[str, Any]], gpus: Sequence[int], net: Network) -> str:
+    """C: the exchange per N for each capture's gradient, in ms and as a share of the full-batch step."""
+    lines = [
+        "| capture | gradient | table rows touched | N | fp32 all-reduce | bf16 all-reduce "
+        "| touched rows only |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for scene, steps_rows in step_times(rows).items():
+        if 1.0 not in steps_rows:
+            continue
+        grad, t1 = gradient_size(steps_rows), float(steps_rows[1.0]["step_ms"])
+        for n in gpus:
+            cells = [
+                f"{net.exchange_ms(k, grad, n):.3f} ms ({net.exchange_ms(k, grad, n) / t1 * 100:.1f} %)"
+                for k in EXCHANGES
+            ]
+            lines.append(
+                f"| {scene} | {grad.fp32_bytes / 1e6:.1f} MB | {grad.touched_fraction * 100:.1f} % "
+                f"| {n} | " + " | ".join(cells) + " |"
+            )
+    return "\n".join(lines)
+
+
+def step_table(rows: list[dict[str, Any]]) -> str:
+    """A: time per step against rays per step."""
+    lines = [
+        "| capture | batch | rays per step | samples per step | ms per step | ms per 1M samples |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for scene, steps_rows in step_times(rows).items():
+        for scale in sorted(steps_rows, reverse=True):
+            r = steps_rows[scale]
+            per = r["step_ms"] / max(r.get("samples_per_step") or 1.0, 1.0) * 1e6
+            lines.append(
+                f"| {scene} | B x {scale:g} | {r.get('rays_per_step', 0):.0f} | "
+                f"{r.get('samples_per_step', 0):.0f} | {r['step_ms']:.3f} | {per:.3f} |"
+            )
+    return "\n".join(lines)
+
+
+def curve_table(rows: list[dict[str, Any]]) -> str:
+    """B: optimizer steps (and reference steps) to each target, and the final PSNR, per run."""
+    lines = [
+        "| capture | k | rule | steps to targets (reference steps) | final PSNR | run |",
+        "| --- | ---: | --- | --- | ---: | --- |",
+    ]
+    for c in sorted(curves(rows), key=lambda c: (c.scene, c.k, c.rule)):
+        reach = []
+        for t in TARGETS.get(c.scene, ()):
+            s = steps_to(c.points, t)
+            reach.append(f"{t:g} dB: " + ("not reached" if s is None else f"{s:.0f} ({s * c.k:.0f})"))
+        lines.append(
+            f"| {c.scene} | {c.k:g} | {c.rule} | {'; '.join(reach)} | {_fmt(c.final_psnr, '.3f')} | {c.job} |"
+        )
+    return "\n".join(lines)
+
+
+def prediction_tables(preds: list[Prediction], rows: list[dict[str, Any]], gpus: Sequence[int]) -> str:
+    """Per capture and target: each rule's time on N GPUs / the 1-GPU time, the winner per N."""
+    out = []
+    finals = {(c.scene, c.k, c.rule): c.final_psnr for c in curves(rows)}
+    base_final = {c.scene: c.final_psnr for c in curves(rows) if c.k == 1.0}
+    keys = sorted({(p.scene, p.target) for p in preds}, key=lambda k: (k[0], k[1]))
+    for scene, target in keys:
+        these = [p for p in preds if (p.scene, p.target) == (scene, target)]
+        rules = sorted({(p.rule, p.exchange) for p in these}, key=lambda r: (r[1] != "fp32", r))
+        out.append(
+            f"**{scene}, {target:g} dB**: predicted time on N GPUs / the 1-GPU time "
+            "(`~`: extrapolated in k; PSNR change at the end of the k = N run against k = 1)\n"
+        )
+        out.append("| rule | exchange | " + " | ".join(f"N = {n}" for n in gpus) + " |")
+        out.append("| --- | --- | " + " | ".join("---:" for _ in gpus) + " |")
+        for rule, kind in rules:
+            cells = []
+            for n in gpus:
+                p = next((q for q in these if (q.rule, q.exchange, q.n) == (rule, kind, n)), None)
+                if p is None or p.ratio is None:
+                    cells.append("; ".join(p.notes) if p is not None and p.notes else "-")
+                    continue
+                cell = ("~" if p.extrapolated_from else "") + f"{p.ratio:.2f}x ({p.seconds:.1f} s)"
+                final, base = finals.get((scene, float(n), rule)), base_final.get(scene)
+                if rule != "global" and final is not None and base is not None:
+                    cell += f", {final - base:+.2f} dB"
+                cells.append(cell)
+            out.append(f"| {rule} | {kind} | " + " | ".join(cells) + " |")
+        for n in gpus:
+            best = min(
+                (p for p in these if p.n == n and p.ratio is not None), key=lambda p: p.ratio, default=None
+            )
+            if best is not None:
+                out.append(
+                    f"\nN = {n}: **{best.rule}** ({best.exchange}) wins, {best.ratio:.2f}x the 1-GPU time"
+                    + (
+                        f" (extrapolated from k = {best.extrapolated_from:g})"
+                        if best.extrapolated_from
+                        else ""
+                    )
+                )
+        out.append("")
+    return "\n".join(out)
+
+
+def report(rows: list[dict[str, Any]], gpus: Sequence[int], net: Network) -> tuple[str, list[Prediction]]:
+    preds = predict(rows, gpus, net)
+    text = "\n\n".join(
+        [
+            f"Assumptions: ring all-reduce at {net.busbw_gbs:g} GB/s bus bandwidth (H200 NVLink 4: "
+            f"450 GB/s per direction), {net.buckets} buckets x {net.latency_us:g} us, casts at "
+            f"{net.hbm_gbs:g} GB/s of HBM, no overlap with compute.",
+            "A. time per step against rays per step\n\n" + step_table(rows),
+            "B. steps to the targets on one GPU with k x the batch\n\n" + curve_table(rows),
+            "C. the gradient exchange per step\n\n" + exchange_table(rows, gpus, net),
+            "Predicted time to the targets\n\n" + prediction_tables(preds, rows, gpus),
+        ]
+    )
+    return text, preds
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--from", dest="rows", type=Path, required=True, help="the runner's rows.jsonl")
+    p.add_argument("--gpus", default="2,4,8", help="numbers of GPUs to predict for")
+    p.add_argument("--busbw-gbs", type=float, default=Network.busbw_gbs)
+    p.add_argument("--latency-us", type=float, default=Network.latency_us)
+    p.add_argument("--buckets", type=int, default=Network.buckets)
+    p.add_argument("--hbm-gbs", type=float, default=Network.hbm_gbs)
+    p.add_argument("--json", type=Path, default=None, help="also write the predictions here")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if not args.rows.is_file():
+        print(f"error: --from {args.rows}: no such file", file=sys.stderr)
+        return 2
+    try:
+        gpus = [int(n) for n in args.gpus.split(",") if n.strip()]
+        rows = load_rows(args.rows)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    net = Network(args.busbw_gbs, args.latency_us, args.buckets, args.hbm_gbs)
+    text, preds = report(rows, gpus, net)
+    print(text)
+    if not preds:
+        print(
+            f"error: no step rows with a full-batch step and no curve rows of lego or fox in {args.rows}",
+            file=sys.stderr,
+        )
+        return 1
+    if args.json:
+        args.json.write_text(json.dumps([p.__dict__ for p in preds], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,211 @@
+"""Time per training step against rays per step: the graphed step alone, at fractions of the batch.
+
+    python -m nerf_lightning.bench.step_scaling [--scales 1,0.5,0.25,0.125] [--precision bf16-mixed]
+        [--warmup 400] [--steps 300] [--json PATH] [--device cuda|cpu] -- TRAIN OVERRIDES (the capture)
+
+Scale ``s`` is the step one rank runs under ``data.batch_scaling=global`` on ``N = 1/s`` GPUs: the sample
+budget and the ray slots times ``s`` (``FixedBudgetStep.set_capacity_scale``, the DataModule's
+``batch_size // N``); ``s = 1`` is every rank's step under the ``per_device`` rules. Each scale trains a
+model of its own from scratch for ``--warmup`` steps (past the occupancy warm-up: the grid has emptied as
+late in training), then the wall time of ``--steps`` steps is measured (host and GPU overlapped, as in
+training; the batch drawn, the step replayed from its CUDA graphs, fused Adam, an occupancy update every
+16 steps). Also measured, for the cost of exchanging gradients between GPUs (``bench/batch_rule.py``):
+the gradient's bytes, what DDP all-reduces every step, and the fraction of the hash table's rows that one
+step's gradient touches (per level: the rest of the table's gradient is exactly zero).
+
+``--device cpu`` runs the same code eagerly on a CPU-sized config (a check of the tool, not a timing).
+Writes ``--json`` (``readers.step_scaling_json`` reads it) and prints one line per scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nerf_lightning.bench.census import PRECISIONS, split_overrides
+
+
+class BudgetedStep:
+    """The training step of ``cfg``'s model at ``scale`` x the configured batch, outside Lightning.
+
+    ``step(i)`` draws a batch, runs the budgeted step (replayed from CUDA graphs on a GPU), steps fused
+    Adam and updates the occupancy grid every 16 calls; returns the step's stats (``FixedBudgetStep``).
+    """
+
+    def __init__(self, cfg: Any, dm: Any, precision: str, scale: float = 1.0, device: str = "cuda") -> None:
+        import hydra
+
+        from nerf_lightning.models.train_step import capture
+
+        self.device = torch.device(device)
+        self.dm, self.precision = dm, precision
+        self.model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale).to(self.device)
+        self.fn = self.model.train_step_fn
+        if self.fn is None:
+            raise ValueError("bench: the step needs a sample budget (model.sample_budget is null)")
+        self.fn.to(self.device)
+        self.fn.set_capacity_scale(scale)
+        self.n_rays = max(1, int(dm.batch_size * scale))
+        fused = self.device.type == "cuda"
+        self.opt = torch.optim.Adam(
+            self.model.parameters(), lr=1e-2, eps=1e-15, betas=(0.9, 0.99), fused=fused
+        )
+        self.graphed = self.device.type == "cuda"
+        if self.graphed:
+            b = dm.train_batch(self.n_rays)
+            args = (b["rays_o"], b["rays_d"], b["rgb"], b["background"])
+            self.fn = capture(self.fn, args, precision, share_inputs=True)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.graphed and precision == "16-mixed")
+
+    def forward_backward(self) -> torch.Tensor:
+        """Draw a batch, run the step and its backward; the gradients are left in ``.grad``."""
+        from nerf_lightning.models.train_step import autocast_for
+
+        b = self.dm.train_batch(self.n_rays)
+        with autocast_for(self.precision) if self.graphed else nullcontext():
+            loss, _, _, stats = self.fn(b["rays_o"], b["rays_d"], b["rgb"], b["background"])
+        self.scaler.scale(loss).backward()
+        return stats
+
+    def step(self, i: int, update: bool = True) -> torch.Tensor:
+        stats = self.forward_backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        self.opt.zero_grad(set_to_none=True)
+        if update and i % 16 == 0:
+            self.model.occupancy.update(i + 300, self.model.field.density, warmup_steps=256)
+        return stats
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def gradient_census(self) -> dict[str, Any]:
+        """One step's gradient: its bytes, and the hash-table rows it touches (overall and per level)."""
+        stats = self.forward_backward()
+        self.sync()
+        encoding = self.model.field.encoding
+        grad = encoding.params.grad
+        touched = (grad != 0).any(dim=-1)
+        offsets = encoding.offsets
+        per_level = [
+            float(touched[a:b].float().mean()) for a, b in zip(offsets[:-1], offsets[1:], strict=True)
+        ]
+        params = list(self.model.parameters())
+        table_rows = int(encoding.params.shape[0])
+        out = {
+            "grad_bytes": sum(p.numel() * p.element_size() for p in params),
+            "table_bytes": encoding.params.numel() * encoding.params.element_size(),
+            "table_rows": table_rows,
+            "table_features": int(encoding.params.shape[1]),
+            "touched_fraction": float(touched.float().mean()),
+            "touched_per_level": per_level,
+            "level_rows": [b - a for a, b in zip(offsets[:-1], offsets[1:], strict=True)],
+            "rays": float(stats[0]),
+        }
+        self.opt.zero_grad(set_to_none=True)
+        return out
+
+
+def measure(
+    overrides: list[str],
+    scales: list[float],
+    precision: str,
+    warmup: int,
+    steps: int,
+    work: Path,
+    device: str,
+) -> dict[str, Any]:
+    """Time the step at each scale (module docstring); the data are loaded once."""
+    import hydra
+
+    from nerf_lightning.run.config import compose_train_config
+
+    torch.set_float32_matmul_precision("high")  # as `python -m nerf_lightning.train`
+    cfg = compose_train_config(["logger=csv", *overrides], work)
+    dm = hydra.utils.instantiate(cfg.data)
+    dm.prepare_data()
+    dm.setup("fit")
+    dm._ensure_device(torch.device(device))
+    rows = []
+    for scale in scales:
+        harness = BudgetedStep(cfg, dm, precision, scale, device)
+        for i in range(warmup):
+            harness.step(i)
+        harness.sync()
+        t = time.perf_counter()
+        rays = samples = 0.0
+        for i in range(steps):
+            stats = harness.step(i)
+            rays, samples = rays + stats[0], samples + stats[2]  # device sums: no sync per step
+        harness.sync()
+        wall = (time.perf_counter() - t) / steps
+        row = {
+            "scale": scale,
+            "step_ms": wall * 1e3,
+            "rays_per_step": float(rays) / steps,
+            "samples_per_step": float(samples) / steps,
+            "sample_budget": harness.model.train_step_fn.sample_budget,
+            "ray_slots": harness.n_rays,
+            **harness.gradient_census(),
+        }
+        rows.append(row)
+        print(
+            f"step_scaling x{scale:g}: {row['step_ms']:.3f} ms/step, {row['rays_per_step']:.0f} rays, "
+            f"{row['samples_per_step']:.0f} samples per step; gradient {row['grad_bytes'] / 1e6:.1f} MB, "
+            f"table rows touched {row['touched_fraction'] * 100:.1f} %",
+            flush=True,
+        )
+        del harness
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    return {
+        "device": name,
+        "torch": torch.__version__,
+        "precision": precision,
+        "overrides": overrides,
+        "warmup": warmup,
+        "steps": steps,
+        "scales": rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--scales", default="1,0.5,0.25,0.125", help="fractions of the batch (default B..B/8)")
+    p.add_argument("--precision", default="bf16-mixed", choices=PRECISIONS)
+    p.add_argument("--warmup", type=int, default=400, help="untimed steps per scale")
+    p.add_argument("--steps", type=int, default=300, help="timed steps per scale")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--json", type=Path, default=None, help="write the result here")
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("bench.step_scaling needs an NVIDIA GPU (--device cpu checks the tool)", file=sys.stderr)
+        return 2
+    try:
+        scales = [float(s) for s in args.scales.split(",") if s.strip()]
+    except ValueError:
+        print(f"error: --scales: comma-separated numbers expected, got {args.scales!r}", file=sys.stderr)
+        return 2
+    if not scales or any(not 0 < s <= 64 for s in scales):
+        print(f"error: --scales: numbers in (0, 64] expected, got {args.scales!r}", file=sys.stderr)
+        return 2
+    work = (args.json.parent if args.json else Path("outputs/bench")) / "step_scaling_run"
+    result = measure(overrides, scales, args.precision, args.warmup, args.steps, work, args.device)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

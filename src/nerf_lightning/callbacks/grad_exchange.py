@@ -1,0 +1,75 @@
+"""The gradient exchange of data parallelism (top-level ``grad_exchange``): full float32 or bfloat16.
+
+Under DDP every rank all-reduces the whole gradient after each backward pass: the hash table's
+``4 * rows * features`` bytes (48.8 MB for lego's 2^19 x 16-level table) and the MLPs' (~50 KB). With
+``grad_exchange=bf16`` each gradient bucket travels as bfloat16, half the bytes, and is cast back to
+float32 before the optimizer step (PyTorch's ``bf16_compress_hook``: divide by the world size,
+all-reduce, cast back). The rounding error is that of one bfloat16 rounding of each rank's share of the
+mean, 2^-9 of its magnitude; Adam divides by the running root mean square of the gradient, so a
+relative error of that size changes an update by about as much.
+
+- DDP: :class:`GradientExchange` registers the hook on the wrapped model when fitting starts (on every
+  device: Lightning's own ``ddp_comm_hook`` argument is only registered on GPUs);
+- FSDP: the same key sets ``MixedPrecision.reduce_dtype`` (``utils/distributed.fsdp_full_precision``).
+
+``fp32`` (the default) leaves DDP's own all-reduce alone.
+"""
+
+# No `from __future__ import annotations`: DDP checks the hook's annotations as objects.
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+
+#: values of ``grad_exchange``
+EXCHANGES = ("fp32", "bf16")
+
+Hook = Callable[[Any, dist.GradBucket], "torch.futures.Future[torch.Tensor]"]
+
+
+def bf16_gradients(process_group: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """PyTorch's ``bf16_compress_hook`` under a name of its own: DDP refuses the built-in one by name
+    without NCCL, although gloo all-reduces bfloat16 tensors too (the CPU tests run it there)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    return default_hooks.bf16_compress_hook(process_group, bucket)
+
+
+def check_exchange(exchange: str) -> str:
+    if exchange not in EXCHANGES:
+        raise ValueError(f"grad_exchange must be one of {EXCHANGES}, got {exchange!r}")
+    return exchange
+
+
+def comm_hook(exchange: str) -> "Hook | None":
+    """The DDP communication hook of ``exchange`` (None: DDP's float32 all-reduce)."""
+    return bf16_gradients if check_exchange(exchange) == "bf16" else None
+
+
+def register(model: torch.nn.parallel.DistributedDataParallel, exchange: str) -> bool:
+    """Register ``exchange``'s hook on a DDP-wrapped model (before its first backward); False for fp32."""
+    hook = comm_hook(exchange)
+    if hook is None:
+        return False
+    model.register_comm_hook(None, hook)
+    return True
+
+
+class GradientExchange(L.Callback):
+    """Registers the ``grad_exchange`` hook on the strategy's DDP model when fitting starts (module
+    docstring); a no-op under one process and under FSDP (which reads the key from its config)."""
+
+    def __init__(self, exchange: str = "fp32") -> None:
+        self.exchange = check_exchange(exchange)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        model = getattr(trainer.strategy, "model", None)
+        if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            return
+        if register(model, self.exchange) and trainer.is_global_zero:
+            log.info("grad_exchange=%s: gradients are all-reduced in bfloat16", self.exchange)

@@ -1,0 +1,253 @@
+"""The batch rule and the training clock: how the batch grows with the GPUs, and what the schedules count.
+
+Every schedule of a run (the learning-rate decay and warm-up, the occupancy-grid updates, the loss-weighted
+sampler's windows, the resolution stages, the run's length, the epoch of validation) is written in
+**reference steps**: optimizer steps of one process drawing ``data.batch_size`` ray slots with
+``model.sample_budget`` samples, the batch every default was tuned at. A *batch rule*
+(``data.batch_scaling``) says how big each rank's batch is and how the schedules read a step:
+
+============== ===================== ========================= ============== ==============================
+rule            batch of each rank    global batch (k x ref.)   learning rate  schedules count
+============== ===================== ========================= ============== ==============================
+per_device      ``batch_size``        k = N                     unchanged      optimizer steps
+global          ``batch_size / N``    k = 1                     unchanged      optimizer steps (= rays)
+throughput      by measured speed     k = N                     unchanged      optimizer steps
+per_device_rays ``batch_size``        k = N                     unchanged      rays seen
+sqrt_lr         ``batch_size``        k = N                     x sqrt(k)      rays seen
+linear_lr       ``batch_size``        k = N                     x k            rays seen
+============== ===================== ========================= ============== ==============================
+
+(N ranks; ``data.batch_multiple=m`` multiplies every rank's batch and k by m, so one GPU with
+``batch_multiple=N`` draws what N GPUs draw together; gradient accumulation multiplies k too.)
+
+**Rays seen** (``unit="rays"``): an optimizer step that draws k reference batches over all ranks moves
+every schedule by k reference steps, and the run ends after ``trainer.max_steps / k`` optimizer steps
+(``max_steps`` counts reference steps), so the learning rate against the rays seen is the same on any
+number of GPUs. k is counted from the configured batches, not measured: under a sample budget the rays
+of a step adapt on the device, but every rank's budget is known on the host, so the clock needs no host
+sync and reads the same on every rank.
+
+A scaled learning rate (``sqrt_lr``, ``linear_lr``) ramps linearly from the base rate to the scaled one
+over the first ``lr_warmup`` reference steps (Goyal et al.'s gradual warm-up). With k = 1 every rule is
+the ``per_device`` rule: one GPU trains exactly as it does without one (:attr:`TrainingClock.trivial`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["BatchRule", "RULES", "Tick", "TrainingClock", "resolve_rule"]
+
+SPLITS = ("per_device", "global", "throughput")
+LR_SCALINGS = ("none", "sqrt", "linear")
+UNITS = ("steps", "rays")
+_EPS = 1e-9  # positions are sums of float multiples of k; crossing tests allow this much rounding
+
+
+@dataclass(frozen=True)
+class BatchRule:
+    """One row of the module docstring's table.
+
+    Attributes:
+        name: the ``data.batch_scaling`` value.
+        split: ``per_device`` | ``global`` | ``throughput`` (how a rank's batch follows the world size).
+        lr_scaling: ``none`` | ``sqrt`` | ``linear`` (the learning rate's factor of the global batch k).
+        unit: ``steps`` | ``rays`` (what a reference step of the schedules is).
+    """
+
+    name: str
+    split: str
+    lr_scaling: str
+    unit: str
+
+    def rank_scale(self, world_size: int) -> float:
+        """A rank's batch (ray slots and sample budget) as a multiple of the configured one."""
+        return 1.0 / world_size if self.split == "global" else 1.0
+
+    def global_multiple(self, world_size: int) -> float:
+        """The batch of one optimizer step over all ranks, as a multiple of the configured one."""
+        return world_size * self.rank_scale(world_size)
+
+    def lr_factor(self, k: float) -> float:
+        """The learning rate's factor at global batch ``k`` (after the warm-up)."""
+        return {"none": 1.0, "sqrt": math.sqrt(k), "linear": float(k)}[self.lr_scaling]
+
+
+RULES: dict[str, BatchRule] = {
+    r.name: r
+    for r in (
+        BatchRule("per_device", "per_device", "none", "steps"),
+        BatchRule("global", "global", "none", "steps"),
+        BatchRule("throughput", "throughput", "none", "steps"),
+        BatchRule("per_device_rays", "per_device", "none", "rays"),
+        BatchRule("sqrt_lr", "per_device", "sqrt", "rays"),
+        BatchRule("linear_lr", "per_device", "linear", "rays"),
+    )
+}
+
+
+def resolve_rule(name: str, lr_scaling: str | None = None, schedule_unit: str | None = None) -> BatchRule:
+    """The rule ``data.batch_scaling=name``, with ``data.lr_scaling`` / ``data.schedule_unit`` overriding
+    its learning-rate factor and schedule unit when given (for measurements across the grid)."""
+    if name not in RULES:
+        raise ValueError(f"data.batch_scaling must be one of {tuple(RULES)}, got {name!r}")
+    if lr_scaling is not None and lr_scaling not in LR_SCALINGS:
+        raise ValueError(f"data.lr_scaling must be null or one of {LR_SCALINGS}, got {lr_scaling!r}")
+    if schedule_unit is not None and schedule_unit not in UNITS:
+        raise ValueError(f"data.schedule_unit must be null or one of {UNITS}, got {schedule_unit!r}")
+    rule = RULES[name]
+    if lr_scaling is None and schedule_unit is None:
+        return rule
+    lr = lr_scaling or rule.lr_scaling
+    unit = schedule_unit or rule.unit
+    return BatchRule(f"{name}[lr={lr},unit={unit}]", rule.split, lr, unit)
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One optimizer step on the clock: optimizer steps done after it, and the reference position before
+    (``start``) and after it (``end``). Under ``unit="steps"`` it is ``(step, step - 1, step)``."""
+
+    step: int
+    start: float
+    end: float
+
+    @classmethod
+    def of_step(cls, step: int) -> Tick:
+        """The tick of a clock that counts optimizer steps."""
+        return cls(step, step - 1, step)
+
+    def crossed(self, every: float, offset: float = 0.0) -> bool:
+        """Whether the step passed a multiple of ``every`` (plus ``offset``): ``(start, end]`` holds one."""
+        before = math.floor((self.start - offset) / every + _EPS)
+        return math.floor((self.end - offset) / every + _EPS) > before
+
+    def reached(self, point: float) -> bool:
+        """Whether ``point`` lies in ``(start, end]``."""
+        return self.start + _EPS < point <= self.end + _EPS
+
+
+class TrainingClock:
+    """Counts a run's optimizer steps in reference steps (module docstring); one object shared by the
+    DataModule (which makes it from ``data.*``), the model and, through them, every scheduled component.
+
+    Args:
+        rule: the batch rule (:func:`resolve_rule`).
+        batch_multiple: every rank draws this many times its rule's batch (``data.batch_multiple``).
+        lr_warmup: reference steps over which a scaled learning rate ramps up from the base rate.
+
+    :meth:`bind` (the model, when fitting starts) fixes the world size; before it the clock counts
+    optimizer steps with k = ``batch_multiple``.
+    """
+
+    def __init__(
+        self, rule: BatchRule | str = "per_device", batch_multiple: float = 1.0, lr_warmup: float = 256
+    ) -> None:
+        self.rule = RULES[rule] if isinstance(rule, str) else rule
+        if not batch_multiple > 0:
+            raise ValueError(f"data.batch_multiple must be > 0, got {batch_multiple!r}")
+        if not lr_warmup >= 0:
+            raise ValueError(f"data.lr_warmup must be >= 0, got {lr_warmup!r}")
+        self.batch_multiple = float(batch_multiple)
+        self.lr_warmup = float(lr_warmup)
+        self.world_size = 1
+        self.accumulate = 1
+        #: the run's length in reference steps (``trainer.max_steps``), None when it has none
+        self.total: int | None = None
+        self.bound = False
+        self._anchor = (0, 0.0)  # (optimizer step, reference position): where a resumed run continues
+
+    # ------------------------------------------------------------------------------ configuration
+    def bind(self, world_size: int, accumulate: int = 1, max_steps: int | None = None) -> None:
+        """Fix the world size, the gradient accumulation and the run's length (reference steps)."""
+        self.world_size = max(1, int(world_size))
+        self.accumulate = max(1, int(accumulate))
+        self.total = int(max_steps) if max_steps is not None and max_steps > 0 else None
+        self.bound = True
+        self._anchor = (0, 0.0)
+
+    @property
+    def unit(self) -> str:
+        return self.rule.unit
+
+    @property
+    def rank_scale(self) -> float:
+        """This rank's batch (ray slots, sample budget) as a multiple of the configured batch."""
+        return self.rule.rank_scale(self.world_size) * self.batch_multiple
+
+    @property
+    def k(self) -> float:
+        """The global batch of one optimizer step, in reference batches."""
+        return self.rule.global_multiple(self.world_size) * self.batch_multiple * self.accumulate
+
+    @property
+    def rate(self) -> float:
+        """Reference steps per optimizer step: k when the schedules count rays, else 1."""
+        return self.k if self.unit == "rays" else 1.0
+
+    @property
+    def trivial(self) -> bool:
+        """Whether the clock changes nothing: positions are optimizer steps and the learning rate keeps
+        its factor 1 (every rule on one process with the configured batch)."""
+        return self.rate == 1.0 and self.rule.lr_factor(self.k) == 1.0
+
+    # ----------------------------------------------------------------------------------- reading
+    def position(self, step: int) -> float:
+        """The reference position after ``step`` optimizer steps (an int when the clock counts steps)."""
+        if self.unit == "steps":
+            return step
+        anchor_step, anchor_position = self._anchor
+        return anchor_position + (step - anchor_step) * self.k
+
+    def tick(self, step: int) -> Tick:
+        """The optimizer step that has just made the count ``step``."""
+        if self.unit == "steps":
+            return Tick.of_step(step)
+        return Tick(step, self.position(step - 1), self.position(step))
+
+    def lr_factor(self, position: float) -> float:
+        """The rule's learning-rate factor at reference position ``position`` (warm-up included)."""
+        target = self.rule.lr_factor(self.k)
+        if target == 1.0 or self.lr_warmup <= 0:
+            return target
+        return 1.0 + (target - 1.0) * min(1.0, max(0.0, position) / self.lr_warmup)
+
+    def steps_for(self, reference_steps: int) -> int:
+        """Optimizer steps that cover ``reference_steps`` (at least one)."""
+        return max(1, math.ceil(reference_steps / self.rate - _EPS))
+
+    def optimizer_steps(self) -> int | None:
+        """The run's length in optimizer steps when it differs from ``trainer.max_steps``, else None."""
+        if self.total is None or self.rate == 1.0:
+            return None
+        anchor_step, anchor_position = self._anchor
+        return anchor_step + max(0, math.ceil((self.total - anchor_position) / self.rate - _EPS))
+
+    # ------------------------------------------------------------------------------------- state
+    def state_dict(self, step: int) -> dict[str, Any]:
+        """What a checkpoint at optimizer step ``step`` keeps: where the run was in reference steps."""
+        return {"step": int(step), "position": float(self.position(step)), "unit": self.unit, "k": self.k}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a checkpoint's position: a run resumed with another number of GPUs (another k)
+        continues its schedules where it stopped."""
+        if self.unit == "rays":
+            self._anchor = (int(state["step"]), float(state["position"]))
+
+    def summary(self) -> dict[str, Any]:
+        """For ``metrics.json``: the rule, the global batch k, the learning-rate factor and the unit."""
+        return {
+            "batch/rule": self.rule.name,
+            "batch/k": self.k,
+            "batch/lr_scaling": self.rule.lr_scaling,
+            "batch/lr_factor": self.rule.lr_factor(self.k),
+            "batch/unit": self.unit,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"TrainingClock(rule={self.rule.name}, world_size={self.world_size}, k={self.k:g}, "
+            f"unit={self.unit}, lr_factor={self.rule.lr_factor(self.k):g})"
+        )

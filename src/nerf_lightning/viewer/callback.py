@@ -1,0 +1,215 @@
+"""The viewer while training (``python -m nerf_lightning.train viewer=on``): a Lightning callback.
+
+The server starts on rank 0 when fitting starts (the port is checked at ``setup``, before the data is
+loaded) and renders only between two optimizer steps, in ``on_train_batch_end`` (never inside the
+training step, which may be a captured CUDA graph), within a time budget: each step earns
+``budget`` times its wall time of render time (at most ``max_burst_s`` banked), so rendering takes at
+most ``budget / (1 + budget)`` of the run's time (7.4 % at 0.08) while a browser has something to
+see, and nothing but a few attribute reads per step when none does. The statistics (step, loss,
+held-out PSNR, rays/s) are read from the device once per ``stats_every_s`` and only while a browser
+is connected.
+
+Pause holds the training loop in the callback: it waits on an event (no busy loop, the GIL is free)
+and renders for the browsers meanwhile; "Stop training" ends the fit after the current step (the
+run then validates and writes its checkpoint and metrics as at its last step). Under several
+processes (DDP) rank 0 shows the scene and statistics without pause and stop (one rank cannot hold
+the others); FSDP shards the field, so the viewer is refused there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from nerf_lightning.errors import UserError
+from nerf_lightning.viewer.panels import TrainingStatus
+from nerf_lightning.viewer.ports import check_port
+
+__all__ = ["ViewerCallback"]
+
+log = logging.getLogger(__name__)
+
+
+class ViewerCallback(L.Callback):
+    """The live viewer of a training run (see the module docstring).
+
+    Args:
+        host, port: where the viewer listens (``127.0.0.1``: this machine only; tunnel the port over SSH).
+        budget: render seconds earned per second of training (0.08: at most 7.4 % of the run's time).
+        max_burst_s: most render seconds banked while nothing was rendered.
+        max_size, preview_size: longest side of a full frame / of the preview (None: 1024 / 256 on a GPU,
+            256 / 64 on the CPU).
+        chunk_s: target seconds of one chunk of rays (None: 10 ms on a GPU, 100 ms on the CPU).
+        refresh_every_s: a finished view is rendered again after this long when the weights changed.
+        stats_every_s: seconds between two readings of the training statistics.
+        export_dir: where camera paths are written (the run folder).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 7007,
+        budget: float = 0.08,
+        max_burst_s: float = 0.1,
+        max_size: int | None = None,
+        preview_size: int | None = None,
+        chunk_s: float | None = None,
+        refresh_every_s: float = 1.0,
+        stats_every_s: float = 1.0,
+        export_dir: str | Path = ".",
+    ) -> None:
+        if budget <= 0:
+            raise ValueError(f"viewer.budget must be > 0 (render seconds per training second), got {budget}")
+        self.host, self.port = str(host), int(port)
+        self.budget, self.max_burst_s = float(budget), float(max_burst_s)
+        self.max_size, self.preview_size, self.chunk_s = max_size, preview_size, chunk_s
+        self.refresh_every_s, self.stats_every_s = float(refresh_every_s), float(stats_every_s)
+        self.export_dir = Path(export_dir)
+        self.server: Any = None
+        self._credit = 0.0
+        self._last = 0.0
+        self._next_stats = 0.0
+        self._window: tuple[float, float] | None = None  # (rays seen, time) at the last reading
+        self._controls = True
+        #: seconds spent rendering and paused, for the run's summary
+        self.render_s = 0.0
+        self.paused_s = 0.0
+
+    # ----------------------------------------------------------------------- lifecycle
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit" or not trainer.is_global_zero:
+            return
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        if isinstance(trainer.strategy, FSDPStrategy):
+            raise UserError("viewer=on: not with strategy=fsdp (the field is sharded); use ddp or one device")
+        check_port(self.host, self.port)  # before the data is loaded: a taken port fails at once
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.is_global_zero or self.server is not None:
+            return
+        from nerf_lightning.viewer.scene import SceneInfo
+        from nerf_lightning.viewer.server import RenderSource, ViewerServer
+
+        capture = getattr(trainer.datamodule, "capture", None)
+        if capture is None:
+            raise UserError("viewer=on: the datamodule has no capture to show (expected NeRFDataModule)")
+        device = pl_module.device
+        gpu = device.type == "cuda"
+        source = RenderSource(
+            renderer=pl_module.renderer,
+            field=pl_module.field,
+            background=torch.tensor(capture.eval_background, dtype=torch.float32, device=device),
+            device=device,
+            context=trainer.precision_plugin.forward_context,
+        )
+        self._controls = trainer.world_size == 1
+        self.server = ViewerServer(
+            SceneInfo.of(capture),
+            source,
+            host=self.host,
+            port=self.port,
+            max_size=self.max_size or (1024 if gpu else 256),
+            preview_size=self.preview_size or (256 if gpu else 64),
+            chunk_s=self.chunk_s or (0.01 if gpu else 0.1),
+            refresh_every_s=self.refresh_every_s,
+            export_dir=self.export_dir,
+            render_command=f"python -m nerf_lightning.render ckpt={self.export_dir}",
+            training=True,
+        )
+        if not self._controls:
+            self.server.training.pause.visible = self.server.training.stop.visible = False
+        print(f"viewer: {self.server.url}  (training; over SSH: ssh -L {self.server.port}:localhost:"
+              f"{self.server.port} HOST)", flush=True)  # fmt: skip
+        self._last = time.perf_counter()
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit" and self.server is not None:
+            self.server.training.finished(self._status(trainer, pl_module, "finished"))
+            self.server.close()
+            self.server = None
+
+    # ------------------------------------------------------------------------ per step
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        server = self.server
+        if server is None:
+            return
+        now = time.perf_counter()
+        self._credit = min(self._credit + self.budget * (now - self._last), self.max_burst_s)
+        server.model_changed()
+        panel = server.training
+        if self._controls and panel.stop_requested:
+            trainer.should_stop = True
+        if now >= self._next_stats and server.n_browsers:
+            self._next_stats = now + self.stats_every_s
+            state = "stopping" if trainer.should_stop else "training"
+            server.show_training(self._status(trainer, pl_module, state))
+        if self._controls and panel.paused:
+            self._pause(trainer, pl_module)
+        elif self._credit > 0 and server.has_work():
+            spent = server.render(self._credit)
+            self._credit -= spent
+            self.render_s += spent
+        self._last = time.perf_counter()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._next_stats = 0.0  # show the new held-out PSNR at the next step
+
+    def _pause(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        server, panel = self.server, self.server.training
+        start = time.perf_counter()
+        log.info("viewer: training paused at step %d", trainer.global_step)
+        shown = 0.0
+        # a SIGTERM ends the pause too: Lightning then stops the fit at this step (exit 143, last.ckpt)
+        while panel.paused and not panel.stop_requested and not trainer.received_sigterm:
+            if time.perf_counter() - shown >= self.stats_every_s:  # the step stays where it paused
+                server.show_training(self._status(trainer, pl_module, "paused"))
+                shown = time.perf_counter()
+            if server.has_work():
+                self.render_s += server.render(0.05)
+            else:
+                server.wait(0.25)  # an Event wait: no busy loop, the GIL is free
+        self.paused_s += time.perf_counter() - start
+        self._window = None  # the paused time is not in the next rays/s
+        if panel.stop_requested:
+            trainer.should_stop = True
+        server.show_training(
+            self._status(trainer, pl_module, "stopping" if panel.stop_requested else "training")
+        )
+        log.info("viewer: training resumed at step %d", trainer.global_step)
+
+    def _status(self, trainer: L.Trainer, pl_module: L.LightningModule, state: str) -> TrainingStatus:
+        """The panel's statistics (reads the device: one host sync)."""
+        metrics = trainer.callback_metrics
+        now = time.perf_counter()
+        rays_seen = getattr(pl_module, "rays_seen", None)
+        rays_per_s = None
+        if isinstance(rays_seen, torch.Tensor):
+            rays = float(rays_seen)
+            if self._window is not None and now > self._window[1]:
+                rays_per_s = (rays - self._window[0]) / (now - self._window[1])
+            self._window = (rays, now)
+
+        def value(key: str) -> float | None:
+            v = metrics.get(key)
+            return None if v is None else float(v)
+
+        return TrainingStatus(
+            step=int(trainer.global_step),
+            max_steps=trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None,
+            loss=value("train/loss"),
+            val_psnr=value("val/psnr"),
+            rays_per_s=rays_per_s,
+            state=state,
+        )
+
+    def summary(self) -> dict[str, float]:
+        """Into the run's metrics.json: seconds spent rendering for the viewer and paused."""
+        return {"viewer/render_s": self.render_s, "viewer/paused_s": self.paused_s}

@@ -1,0 +1,158 @@
+"""The batch-rule prediction (``bench/batch_rule.py``) on made-up rows, its readers, and the step-time tool
+(``bench/step_scaling.py``) run on the CPU. Expected numbers are worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from nerf_lightning.bench import batch_rule, readers
+from nerf_lightning.bench.batch_rule import GradientSize, Network, predict, steps_to
+
+NET = Network(busbw_gbs=400.0, latency_us=10.0, buckets=1, hbm_gbs=4000.0)
+GRAD = {"grad_bytes": 40e6, "table_bytes": 39.9e6, "table_rows": 5_000_000, "table_features": 2}
+
+
+def _step(scale: float, ms: float, touched: float) -> dict:
+    return {"scene": "lego", "scale": scale, "step_ms": ms, "touched_fraction": touched, "status": "ok",
+            "rays_per_step": 60000 * scale, "samples_per_step": 262144 * scale, **GRAD}  # fmt: skip
+
+
+def _curve(k: int, lr: str, unit: str, crossing: float, final: float) -> dict:
+    """A curve that is 36.0 dB one validation before ``crossing`` steps and 36.4 dB one after: 36.2 dB is
+    reached exactly at ``crossing`` (halfway)."""
+    pts = [[crossing - 100, 36.0], [crossing + 100, 36.4], [crossing + 300, final]]
+    return {"scene": "lego", "k": k, "lr_scaling": lr, "unit": unit, "curve": [[1, 30.0], *pts],
+            "psnr": final, "status": "ok", "id": f"b/lego_k{k}_{lr}"}  # fmt: skip
+
+
+ROWS = [
+    _step(1.0, 2.0, 0.5), _step(0.5, 1.2, 0.4), _step(0.25, 0.8, 0.3), _step(0.125, 0.6, 0.2),
+    _curve(1, "none", "steps", 10000, 36.50),
+    _curve(2, "sqrt", "rays", 5500, 36.45),
+    _curve(4, "sqrt", "rays", 3000, 36.30),
+    {"scene": "lego", "status": "failed", "curve": [[1, 40.0]], "k": 2, "lr_scaling": "linear",
+     "unit": "rays"},
+]  # fmt: skip
+
+
+def test_steps_to_interpolates_the_first_crossing() -> None:
+    pts = [(1000, 34.0), (2000, 35.0), (3000, 36.0), (4000, 35.0), (5000, 37.0)]
+    assert steps_to(pts, 35.5) == 2500.0
+    assert steps_to(pts, 36.5) == 4750.0  # the dip below does not count as reached
+    assert steps_to(pts, 33.0) == 1000.0  # already above at the first validation
+    assert steps_to(pts, 37.5) is None
+
+
+def test_exchange_times_follow_the_ring_formula() -> None:
+    grad = GradientSize(40e6, 39.9e6, 5_000_000, 2, 0.5)
+    # 2 (N-1)/N x 40 MB / 400 GB/s + 10 us: N = 2 -> 0.1 + 0.01 ms, N = 8 -> 0.175 + 0.01 ms
+    assert NET.exchange_ms("fp32", grad, 2) == pytest.approx(0.11)
+    assert NET.exchange_ms("fp32", grad, 8) == pytest.approx(0.185)
+    assert NET.exchange_ms("fp32", grad, 1) == 0.0
+    # bf16: half the bytes (0.05 + 0.01) and the casts, 3 x 40 MB at 4000 GB/s = 0.03 ms
+    assert NET.exchange_ms("bf16", grad, 2) == pytest.approx(0.09)
+    # touched rows: an all-gather of 0.5 x 5e6 x (4 + 8) B = 30 MB, (N-1) x 30 MB / 400 GB/s + 10 us,
+    # and the MLPs' 0.1 MB all-reduced (0.00025 + 0.01 ms)
+    assert NET.exchange_ms("rows", grad, 2) == pytest.approx(0.075 + 0.01 + 0.00025 + 0.01)
+    with pytest.raises(ValueError, match="exchange must be one of"):
+        NET.exchange_ms("fp8", grad, 2)
+
+
+def _pick(preds, n: int, rule: str, exchange: str = "fp32", target: float = 36.2):
+    (p,) = [q for q in preds if (q.n, q.rule, q.exchange, q.target) == (n, rule, exchange, target)]
+    return p
+
+
+def test_prediction_multiplies_steps_by_the_step_and_exchange_times() -> None:
+    preds = predict(ROWS, [2, 4, 8], NET)
+    base = 10000 * 2.0 / 1e3  # the 1-GPU time: 20 s
+    g2 = _pick(preds, 2, "global")  # k = 1's steps x (t(B/2) + fp32 exchange)
+    assert (g2.steps, g2.step_ms, g2.sync_ms) == (pytest.approx(10000), 1.2, pytest.approx(0.11))
+    assert g2.seconds == pytest.approx(10000 * 1.31e-3) and g2.ratio == pytest.approx(13.1 / base)
+    s2 = _pick(preds, 2, "sqrt_lr")  # the k = 2 run's 5500 steps x (t(B) + exchange)
+    assert s2.ratio == pytest.approx(5500 * 2.11e-3 / base) and s2.extrapolated_from is None
+    s4 = _pick(preds, 4, "sqrt_lr")  # 3000 x (2.0 + 1.5 x 0.1 + 0.01) ms = 6.48 s
+    assert s4.seconds == pytest.approx(6.48)
+    # N = 8 from k = 4: reference steps 12000 against 10000 -> a = log(1.2) / log(4), 10000 x 8^a / 8 steps
+    s8 = _pick(preds, 8, "sqrt_lr")
+    steps8 = 10000 * 8 ** (math.log(1.2) / math.log(4)) / 8
+    assert s8.extrapolated_from == 4 and s8.steps == pytest.approx(steps8)
+    assert s8.seconds == pytest.approx(steps8 * (2.0 + 0.185) / 1e3)
+    assert _pick(preds, 2, "global", "rows").sync_ms == pytest.approx(
+        0.4 * 5e6 * 12 / 400e9 * 1e3 + 0.01 + 0.1e6 / 400e9 * 1e3 + 0.01
+    )  # global's rank draws half the batch: its touched fraction (0.4)
+    assert not [p for p in preds if p.rule == "linear_lr"]  # the failed run is no evidence
+    # 35.5 dB: between step 1 (30 dB) and 9900 (36 dB) of the k = 1 run, 1 + 5.5 / 6 x 9899
+    assert _pick(preds, 2, "global", target=35.5).steps == pytest.approx(1 + 5.5 / 6 * 9899)
+
+
+def test_report_names_the_winner_and_the_final_psnr_change(tmp_path: Path) -> None:
+    text, _ = batch_rule.report(ROWS, [2, 4], NET)
+    # N = 2: sqrt_lr with bf16, 5500 x (2.0 + 0.09) ms = 11.495 s, 0.57x of 20 s (global: 0.65x and more)
+    assert "N = 2: **sqrt_lr** (bf16) wins, 0.57x the 1-GPU time" in text
+    assert "0.58x (11.6 s), -0.05 dB" in text  # fp32 at N = 2, and 36.45 against 36.50 dB at the end
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
+    assert batch_rule.main(["--from", str(path), "--gpus", "2,4", "--json", str(tmp_path / "p.json")]) == 0
+    assert any(p["rule"] == "global" for p in json.loads((tmp_path / "p.json").read_text()))
+    assert batch_rule.main(["--from", str(tmp_path / "missing.jsonl")]) == 2
+    (tmp_path / "empty.jsonl").write_text("\n")
+    assert batch_rule.main(["--from", str(tmp_path / "empty.jsonl")]) == 1
+
+
+def test_val_curve_reads_the_csv_and_the_rule(tmp_path: Path) -> None:
+    (tmp_path / "metrics.json").write_text(json.dumps({
+        "val/psnr": 36.3, "steps": 5000, "time/train_s": 50.0, "batch/k": 4.0, "batch/lr_scaling": "sqrt",
+        "batch/unit": "rays",
+    }))  # fmt: skip
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "metrics.csv").write_text(
+        "epoch,step,train/loss,val/psnr\n0,50,0.1,\n0,250,,35.0\n1,500,,36.0\n2,750,,36.4\n2,750,,36.3\n"
+    )
+    (row,) = readers.val_curve("lego", (35.5, 36.2))(tmp_path, tmp_path / "log")
+    assert row["curve"] == [(250, 35.0), (500, 36.0), (750, 36.3)]  # the last value of a step
+    assert (row["k"], row["lr_scaling"], row["unit"], row["psnr"]) == (4.0, "sqrt", "rays", 36.3)
+    assert "35.5 dB @375, 36.2 dB @667" in row["note"]  # 500 + 0.2 / 0.3 x 250
+    (tmp_path / "csv" / "metrics.csv").write_text("epoch,step,val/psnr\n")
+    with pytest.raises(ValueError, match="no val/psnr"):
+        readers.val_curve("lego")(tmp_path, tmp_path / "log")
+
+
+def test_step_scaling_runs_on_the_cpu_and_its_rows_feed_the_prediction(
+    tiny_scene: Path, tmp_path: Path
+) -> None:
+    import torch
+
+    from nerf_lightning.bench import step_scaling
+
+    tiny = [
+        f"data.path={tiny_scene}", "data.batch_size=128", "model.sample_budget=2048",
+        "model.grid_resolution=16",
+        "model.field.encoding.n_levels=4", "model.field.encoding.log2_hashmap_size=10",
+        "model.field.encoding.max_resolution=64", "model.step_size=0.0135", "model.max_samples_per_ray=64",
+        "model.ops_backend=torch", "model.field.encoding.backend=torch",
+    ]  # fmt: skip
+    out = tmp_path / "step_scaling.json"
+    threads = torch.get_num_threads()
+    try:
+        args = ["--device", "cpu", "--warmup", "2", "--steps", "2", "--scales", "1,0.5", "--json", str(out)]
+        assert step_scaling.main([*args, "--", *tiny]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    rows = readers.step_scaling_json("lego")(tmp_path, tmp_path / "log")
+    assert [r["part"] for r in rows] == ["@x1", "@x0.5"]
+    full, half = rows
+    budgets = (full["sample_budget"], half["sample_budget"], full["ray_slots"], half["ray_slots"])
+    assert budgets == (2048, 1024, 128, 64)
+    assert 0 < half["samples_per_step"] <= 1024 < full["samples_per_step"] <= 2048
+    # the gradient: the 4-level table (2^10 rows at most per level, 2 features) and the MLPs, float32
+    assert full["table_rows"] == sum(full["level_rows"]) and full["table_features"] == 2
+    assert full["grad_bytes"] > full["table_bytes"] == full["table_rows"] * 2 * 4
+    assert 0 < full["touched_fraction"] <= 1 and len(full["touched_per_level"]) == 4
+    weighted = sum(f * n for f, n in zip(full["touched_per_level"], full["level_rows"], strict=True))
+    assert full["touched_fraction"] == pytest.approx(weighted / full["table_rows"])
+    assert step_scaling.main(["--device", "cpu", "--scales", "x"]) == 2

@@ -1,0 +1,88 @@
+"""``grad_exchange=bf16``: the DDP hook averages the ranks' gradients as the float32 all-reduce does, within
+one bfloat16 rounding (two gloo processes, a real hash-grid field, the mean computed by hand)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from nerf_lightning.callbacks.grad_exchange import GradientExchange, bf16_gradients, comm_hook, register
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _field() -> torch.nn.Module:
+    from nerf_lightning.models.field import NGPField
+
+    torch.manual_seed(0)
+    return NGPField(encoding=dict(n_levels=4, log2_hashmap_size=10, max_resolution=64, backend="torch"),
+                    hidden_dim=16)  # fmt: skip
+
+
+def _rank_loss(field: torch.nn.Module, rank: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(100 + rank)
+    x = torch.rand(512, 3, generator=g) * 0.8 + 0.1
+    d = torch.nn.functional.normalize(torch.randn(512, 3, generator=g), dim=-1)
+    sigma, rgb = field(x, d)
+    return (sigma.square().mean() + rgb.square().mean()) * (1 + rank)
+
+
+def _worker(rank: int, port: int, out: str, exchange: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(_field())
+        register(ddp, exchange)
+        _rank_loss(ddp, rank).backward()
+        grads = {n: p.grad.clone() for n, p in ddp.module.named_parameters()}
+        torch.save(grads, Path(out) / f"{exchange}_rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_bf16_exchange_equals_the_mean_of_the_ranks_gradients(tmp_path: Path) -> None:
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for exchange in ("fp32", "bf16"):
+            mp.start_processes(_worker, args=(_free_port(), str(tmp_path), exchange), nprocs=2,
+                               start_method="fork")  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    # the mean over the two ranks, computed here from each rank's own gradient
+    own = []
+    for rank in range(2):
+        field = _field()
+        _rank_loss(field, rank).backward()
+        own.append({n: p.grad for n, p in field.named_parameters()})
+    result = {e: [torch.load(tmp_path / f"{e}_rank{r}.pt") for r in range(2)] for e in ("fp32", "bf16")}
+    for name, g0 in own[0].items():
+        mean = (g0 + own[1][name]) / 2
+        fp32, bf16 = result["fp32"][0][name], result["bf16"][0][name]
+        assert torch.equal(bf16, result["bf16"][1][name]), name  # every rank gets the same gradient
+        torch.testing.assert_close(fp32, mean, rtol=1e-5, atol=1e-9, msg=name)
+        # each rank's half rounded to bfloat16 (8 significant bits), their sum rounded again
+        scale = g0.abs().max() + own[1][name].abs().max()
+        err = (bf16 - mean).abs().max()
+        assert err <= 2.0**-8 * scale + 1e-30, f"{name}: {err} > 2^-8 x {scale}"
+        if scale > 0:
+            assert not torch.equal(bf16, fp32) or name.endswith("bias"), name  # it did round
+
+
+def test_exchange_names() -> None:
+    assert comm_hook("fp32") is None and comm_hook("bf16") is bf16_gradients
+    with pytest.raises(ValueError, match="grad_exchange must be one of"):
+        GradientExchange("fp16")

@@ -1,0 +1,171 @@
+"""The batch rules and the training clock (``models/clock.py``), against values written out by hand.
+
+The learning-rate checks follow tiny-cuda-nn's step decay as ``tests/models/test_schedules.py`` writes it:
+optimizer step ``s`` runs with ``lr * base ** (floor((s - start) / interval) + 1)`` once ``s >= start``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nerf_lightning.models.clock import RULES, Tick, TrainingClock, resolve_rule
+from nerf_lightning.models.schedules import ngp_exponential_decay, on_clock
+
+
+def _bound(
+    rule: str, world: int = 1, multiple: float = 1, accumulate: int = 1, max_steps: int = 1000, **kw
+) -> TrainingClock:
+    clock = TrainingClock(rule, multiple, **kw)
+    clock.bind(world, accumulate, max_steps=max_steps)
+    return clock
+
+
+@pytest.mark.parametrize(
+    ("rule", "world", "rank_scale", "k", "rate", "lr_factor"),
+    [
+        ("per_device", 4, 1.0, 4, 1, 1.0),  # today's default: N x the rays, steps, lr as is
+        ("global", 4, 0.25, 1, 1, 1.0),  # one GPU's batch split in four
+        ("throughput", 2, 1.0, 2, 1, 1.0),
+        ("per_device_rays", 4, 1.0, 4, 4, 1.0),
+        ("sqrt_lr", 4, 1.0, 4, 4, 2.0),
+        ("linear_lr", 4, 1.0, 4, 4, 4.0),
+        ("global", 1, 1.0, 1, 1, 1.0),
+    ],
+)
+def test_each_rule_sizes_the_batch_lr_and_rate(rule, world, rank_scale, k, rate, lr_factor) -> None:
+    clock = _bound(rule, world)
+    assert (clock.rank_scale, clock.k, clock.rate) == (rank_scale, k, rate)
+    assert clock.rule.lr_factor(clock.k) == lr_factor
+
+
+def test_one_process_with_the_configured_batch_is_trivial_under_every_rule() -> None:
+    for name in RULES:
+        assert _bound(name).trivial, name
+    assert _bound("per_device", world=8).trivial  # steps and lr as one GPU: nothing to change
+    assert not _bound("per_device_rays", world=2).trivial
+    assert not _bound("sqrt_lr", multiple=2).trivial
+    assert _bound("per_device", accumulate=2).trivial  # accumulating in steps: as before
+
+
+def test_batch_multiple_and_accumulation_multiply_k() -> None:
+    clock = _bound("sqrt_lr", world=2, multiple=3, accumulate=2)
+    assert (clock.rank_scale, clock.k, clock.rate) == (3.0, 12.0, 12.0)
+    assert _bound("global", world=4, multiple=2).rank_scale == 0.5
+
+
+def test_steps_tick_keeps_the_modulo_cadence_of_optimizer_steps() -> None:
+    """Counting steps, a tick crosses ``every`` exactly at the steps ``step % every == 0`` (how the occupancy
+    grid was scheduled before the clock), and each point is reached once."""
+    clock = _bound("per_device", world=4)
+    for step in range(1, 200):
+        tick = clock.tick(step)
+        assert (tick.start, tick.end) == (step - 1, step)
+        assert tick.crossed(16) == (step % 16 == 0), step
+        assert tick.reached(37) == (step == 37)
+    assert isinstance(clock.position(5), int)
+
+
+def test_rays_tick_moves_k_reference_steps_per_optimizer_step() -> None:
+    clock = _bound("per_device_rays", world=2, multiple=1.5)  # k = 3
+    assert [clock.position(s) for s in range(5)] == [0, 3, 6, 9, 12]
+    # every 16 reference steps: crossed by the steps ending at 18 (16), 33 (32), 48 (48)
+    crossed = [s for s in range(1, 20) if clock.tick(s).crossed(16)]
+    assert crossed == [6, 11, 16]
+    assert [s for s in range(1, 20) if clock.tick(s).reached(256 / 16)] == [6]  # (15, 18] holds 16
+    # more reference steps per optimizer step than the cadence: every step crosses once
+    fast = _bound("per_device_rays", world=4, multiple=8)  # k = 32
+    assert all(fast.tick(s).crossed(16) for s in range(1, 10))
+
+
+def test_float_rounding_never_crosses_twice() -> None:
+    tick_a, tick_b = Tick(1, 0.1 * 3, 0.6), Tick(2, 0.6, 0.1 * 9)  # 0.30000000000000004, 0.9000000000000001
+    assert [tick_a.crossed(0.3), tick_b.crossed(0.3)] == [True, True]  # 0.6 and 0.9, once each
+    assert Tick(3, 0.9000000000000001, 1.2).crossed(0.3) is True  # 1.2 only
+
+
+def test_lr_factor_ramps_from_the_base_rate_over_the_warmup() -> None:
+    clock = _bound("sqrt_lr", world=4, lr_warmup=100)  # target factor sqrt(4) = 2
+    assert [clock.lr_factor(p) for p in (0, 25, 50, 100, 400)] == [1.0, 1.25, 1.5, 2.0, 2.0]
+    assert _bound("linear_lr", world=2, lr_warmup=0).lr_factor(0) == 2.0
+    assert _bound("per_device_rays", world=8).lr_factor(0) == 1.0
+
+
+def test_the_run_length_and_epochs_count_reference_steps() -> None:
+    clock = _bound("sqrt_lr", world=4, max_steps=20000)
+    assert clock.optimizer_steps() == 5000
+    assert clock.steps_for(1000) == 250
+    assert _bound("sqrt_lr", world=3, max_steps=1000).steps_for(1000) == 334  # ceil: the epoch covers 1000
+    assert _bound("per_device", world=4, max_steps=20000).optimizer_steps() is None  # max_steps as given
+    assert TrainingClock("sqrt_lr").optimizer_steps() is None  # not bound: no length
+
+
+def test_a_resumed_run_continues_its_position_with_another_world_size() -> None:
+    """4 GPUs stopped at optimizer step 2500 (reference 10000); resumed on 2 GPUs the schedules go on from
+    10000 and the run ends when the remaining 10000 reference steps are seen."""
+    before = _bound("per_device_rays", world=4, max_steps=20000)
+    state = before.state_dict(2500)
+    assert state["position"] == 10000
+    after = _bound("per_device_rays", world=2, max_steps=20000)
+    after.load_state_dict(state)
+    assert [after.position(s) for s in (2500, 2501, 2600)] == [10000, 10002, 10200]
+    assert after.optimizer_steps() == 2500 + 5000
+
+
+def test_unknown_rules_and_overrides_are_refused() -> None:
+    with pytest.raises(ValueError, match="data.batch_scaling must be one of"):
+        resolve_rule("sqrt")
+    with pytest.raises(ValueError, match="data.lr_scaling"):
+        resolve_rule("per_device", lr_scaling="cubic")
+    with pytest.raises(ValueError, match="data.schedule_unit"):
+        resolve_rule("per_device", schedule_unit="epochs")
+    with pytest.raises(ValueError, match="data.batch_multiple"):
+        TrainingClock("per_device", batch_multiple=0)
+    rule = resolve_rule("per_device", lr_scaling="sqrt", schedule_unit="rays")
+    assert (rule.split, rule.lr_scaling, rule.unit) == ("per_device", "sqrt", "rays")
+    assert resolve_rule("sqrt_lr") is RULES["sqrt_lr"]
+
+
+def _lrs(clock: TrainingClock, n_steps: int, total: int) -> list[float]:
+    """The learning rate each optimizer step 0..n_steps-1 runs with, the schedule read on ``clock``."""
+    opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1e-2)
+    inner = ngp_exponential_decay(
+        opt, total_steps=total, decay_start=0.5, decay_interval=0.25, decay_base=0.1
+    )
+    sched = on_clock(opt, clock, inner)
+    lrs = []
+    for _ in range(n_steps):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return lrs
+
+
+def _decay(position: float) -> float:
+    """lr of the schedule above at reference step ``position`` of a 400-step run: 1e-2 before 200,
+    then x 0.1 at 200, 300 (start 0.5, interval 0.25 of 400)."""
+    return 1e-2 if position < 200 else 1e-2 * 0.1 ** (math.floor((position - 200) / 100) + 1)
+
+
+def test_the_schedule_against_rays_does_not_depend_on_the_world_size() -> None:
+    """The per-device rule in rays: lr at reference position p is the same on 1, 2 and 4 GPUs; sqrt_lr
+    multiplies it by its ramp towards sqrt(k) (40 reference steps of warm-up)."""
+    for world in (1, 2, 4):
+        lrs = _lrs(_bound("per_device_rays", world=world, max_steps=400), 400 // world, 400)
+        assert lrs == pytest.approx([_decay(s * world) for s in range(400 // world)], rel=1e-12), world
+    lrs = _lrs(_bound("sqrt_lr", world=4, max_steps=400, lr_warmup=40), 100, 400)
+    ramp = [1 + (2 - 1) * min(1.0, 4 * s / 40) for s in range(100)]
+    assert lrs == pytest.approx([_decay(4 * s) * r for s, r in zip(range(100), ramp, strict=True)], rel=1e-12)
+
+
+def test_without_a_scheduler_the_rule_factor_alone() -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    sched = on_clock(opt, _bound("linear_lr", world=2, lr_warmup=0), None)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.2)
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="LambdaLR"):
+        on_clock(opt, _bound("linear_lr", world=2), torch.optim.lr_scheduler.StepLR(opt, 10))

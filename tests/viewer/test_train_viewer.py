@@ -1,0 +1,137 @@
+"""``train viewer=on``: the live viewer renders between steps, pauses and stops the optimizer loop, survives
+a browser that goes away; ``viewer=off`` (the default) imports nothing of viser."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runs import TINY_TRAIN, child_env, fork_app
+
+from nerf_lightning.viewer.client import HeadlessClient
+from nerf_lightning.viewer.ports import next_free_port
+
+from .conftest import stop, wait_for_line
+
+pytestmark = pytest.mark.slow
+
+_STEP = r"\*\*(training|paused|stopping|finished)\*\* · step ([\d,]+)"
+
+
+def _panel(client: HeadlessClient) -> tuple[str, int] | None:
+    m = client.find_markdown(_STEP)
+    return None if m is None else (m.group(1), int(m.group(2).replace(",", "")))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_pause_resume_stop_while_training(tiny_scene: Path, tmp_path: Path) -> None:
+    port = next_free_port("127.0.0.1", 7600 + os.getpid() % 1000)
+    log = tmp_path / "train.log"
+    proc = fork_app(
+        "train", f"data.path={tiny_scene}", *TINY_TRAIN, "trainer.max_steps=100000", "viewer=on",
+        f"viewer.port={port}", "viewer.max_size=24", "viewer.preview_size=8", "viewer.refresh_every_s=0.5",
+        f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, log=log,
+    )  # fmt: skip
+    try:
+        url = wait_for_line(log, r"^viewer: (http://\S+)  \(training", proc, 180).group(1)
+        client = HeadlessClient(url)
+        # from x = -1 towards the unit cube, image up = +z: the scene's objects are in view
+        c2w = np.array([[0, 0, 1, -1.0], [-1, 0, 0, 0.5], [0, -1, 0, 0.5], [0, 0, 0, 1]])
+        moved = c2w.copy()
+        moved[1, 3] += 0.05
+        client.send_camera(c2w, 0.8, 32, 24)
+        assert client.wait_complete(0, timeout_s=120).image.shape == (18, 24, 3)
+        # training goes on, the view is rendered again as the weights change
+        assert client.wait_for(lambda c: c.completed >= 2, 120), client.status
+        assert client.wait_for(lambda c: (_panel(c) or ("", 0))[1] > 0, 60)
+
+        client.click("Pause training")
+        assert client.wait_for(lambda c: (_panel(c) or ("",))[0] == "paused", 60)
+        time.sleep(1.5)  # the panel shows the step again every second while paused
+        paused_at = _panel(client)[1]
+        cpu0 = _cpu_seconds(proc.pid)
+        time.sleep(3.0)
+        cpu_paused = _cpu_seconds(proc.pid) - cpu0
+        assert _panel(client) == ("paused", paused_at)  # the optimizer loop does not move
+        assert cpu_paused < 0.3, f"{cpu_paused:.2f} CPU s in 3 s of pause: a busy loop?"
+        # the viewer still renders while paused
+        done = client.completed
+        client.send_camera(moved, 0.8, 32, 24)
+        client.wait_complete(done, timeout_s=120)
+
+        client.click("Resume training")
+        assert client.wait_for(lambda c: (_panel(c) or ("", 0))[1] > paused_at, 60)
+        client._ws.close()  # the browser goes away without a goodbye: training carries on
+        time.sleep(1.0)
+        assert proc.is_alive()
+
+        again = HeadlessClient(url)
+        again.send_camera(c2w, 0.8, 32, 24)
+        again.wait_complete(0, timeout_s=120)
+        again.click("Stop training")
+        proc.join(180)
+        again.close()
+    finally:
+        code = stop(proc)
+    assert code == 0, log.read_text()[-3000:]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert paused_at < metrics["steps"] < 100000 and "val/psnr" in metrics
+    assert metrics["viewer/paused_s"] > 3.0 and metrics["viewer/render_s"] > 0
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_sigterm_while_paused_stops_the_run_with_143(tiny_scene: Path, tmp_path: Path) -> None:
+    """A paused run still honours SIGTERM (a scheduler's stop): exit 143 and a last.ckpt of that step."""
+    import signal
+
+    port = next_free_port("127.0.0.1", 7650 + os.getpid() % 1000)
+    log = tmp_path / "train.log"
+    proc = fork_app(
+        "train", f"data.path={tiny_scene}", *TINY_TRAIN, "trainer.max_steps=100000", "viewer=on",
+        f"viewer.port={port}", "viewer.max_size=16", "viewer.preview_size=8",
+        f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, log=log,
+    )  # fmt: skip
+    try:
+        client = HeadlessClient(wait_for_line(log, r"^viewer: (http://\S+)  \(training", proc, 180).group(1))
+        client.send_camera(
+            np.array([[0, 0, 1, -1.0], [-1, 0, 0, 0.5], [0, -1, 0, 0.5], [0, 0, 0, 1]]), 0.8, 16, 12
+        )
+        client.click("Pause training")
+        assert client.wait_for(lambda c: (_panel(c) or ("",))[0] == "paused", 60)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.join(120)
+        client.close()
+    finally:
+        code = stop(proc)
+    assert code == 143, log.read_text()[-3000:]
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_viewer_off_imports_no_viser(tiny_scene: Path, tmp_path: Path) -> None:
+    """The default run (viewer=off) in a fresh interpreter: viser never imported."""
+    script = (
+        "import sys, runpy\n"
+        "sys.argv = ['nerf_lightning.train', *sys.argv[1:]]\n"
+        "from nerf_lightning.train import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print('viser imported:', any(m == 'viser' or m.startswith('viser.') for m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, f"data.path={tiny_scene}", *TINY_TRAIN, "trainer.max_steps=4",
+         "trainer.check_val_every_n_epoch=1000", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"^viser imported: False$", out.stdout, re.MULTILINE), out.stdout[-2000:]
