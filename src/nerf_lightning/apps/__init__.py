@@ -1,1 +1,2 @@
-"""The commands: one module per app (train, eval, render, export, view), each a task and its ``main``."""
+"""The commands: one module per app (train, eval, render, export, process, view), each a task and its
+``main``."""

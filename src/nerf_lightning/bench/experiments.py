@@ -26,6 +26,7 @@ from nerf_lightning.bench.jobs import (
     Job,
     ab,
     command,
+    cost,
     curve,
     in_lanes,
     module,
@@ -387,4 +388,18 @@ add("fruit-generated", "the generated fruit-like capture on the CPU: neither fix
            "--variant", "scaling_only=model.near_plane=0.0", "--common", GENERATED_RECIPE,
            "--out", "{run_dir}/capture_ab.json", read=readers.capture_ab_json, gpus=0,
            expected_s=600, timeout_s=1800))
+FOX_20K = ("trainer.max_steps=20000", "hydra.run.dir={run_dir}")
+add("process-fox", "fox's 50 photos through `process` (pycolmap on the CPU: carry its cp312 wheel in "
+    ".whl), then 20k steps, seeds 1-2, on the recovered poses against the transforms.json fox ships with",
+    module("sfm", "nerf_lightning.process", "images={data}/fox/images", "out={exp_dir}/fox_sfm",
+           "overwrite=true", "hydra.run.dir={run_dir}",
+           read=readers.log_lines(r"^(registered|mean reproj|cameras|aabb_scale|structure)"),
+           gpus=0, expected_s=120, timeout_s=900),  # ~300 CPU-seconds on the 2-core CPU machine
+    *in_lanes([Job(f"fox_{kind}_s{s}",
+                   ("{python}", "-m", "nerf_lightning.train", *QUIET, f"data.path={path}", f"seed={s}",
+                    *FOX_20K),
+                   read=readers.metrics_json, baseline=None if kind == "shipped" else f"fox_shipped_s{s}",
+                   expected_s=cost("fox", 20000)[0], timeout_s=cost("fox", 20000)[1])
+               for s in (1, 2) for kind, path in (("shipped", "{data}/fox"), ("sfm", "{exp_dir}/fox_sfm"))],
+              n=2), data=("fox",))
 # fmt: on

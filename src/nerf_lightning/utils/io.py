@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +74,35 @@ def remove_stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
             tmp.unlink(missing_ok=True)
             removed.append(tmp)
     return removed
+
+
+@contextmanager
+def atomic_directory(out: str | os.PathLike[str], overwrite: bool = False) -> Iterator[Path]:
+    """Build a folder in a temporary sibling of ``out`` and move it into place only when the body succeeds.
+
+    Yields the temporary folder (``.<name>.tmp-<random>`` next to ``out``, so the final rename stays on
+    one file system). When the body raises, the temporary folder is removed and ``out`` is untouched.
+    When it returns, the folder is renamed to ``out``: an absent or empty ``out`` is replaced; one that
+    holds files is replaced only with ``overwrite`` (it is first moved aside, then deleted), otherwise
+    ``FileExistsError``. A process killed half-way leaves only the hidden temporary folder behind.
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        os.chmod(tmp, 0o777 & ~_UMASK)  # the mode of a plain mkdir, not mkdtemp's private 0700
+        yield tmp
+        if out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        if out.exists() or out.is_symlink():
+            if not overwrite:
+                raise FileExistsError(f"{out} exists and is not empty")
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, old / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,74 @@
+"""The capture's ``transforms.json``, in instant-ngp's format (what ``colmap2nerf.py`` writes).
+
+One shared camera at the top level, in pixels::
+
+    camera_angle_x, camera_angle_y     horizontal / vertical field of view (radians)
+    fl_x, fl_y, cx, cy, w, h           pinhole intrinsics of the w x h images
+    k1, k2, p1, p2                     OpenCV radial-tangential distortion (0 when the model has none)
+    aabb_scale                         the outer box (a power of two; NGP space [0.5 -+ aabb_scale/2]^3)
+    frames                             one per registered image, in image order:
+        file_path                      "images/<name>", relative to the file
+        sharpness                      variance of the Laplacian (``capture/sharpness.py``)
+        transform_matrix               4x4 camera-to-world, NeRF/OpenGL camera (x right, y up, -z
+                                       forward), in the oriented, centred and scaled world of
+                                       ``capture/normalize.py``
+
+No ``scale`` / ``offset``: the loader's (and instant-ngp's) defaults 0.33 and 0.5 apply, which the
+normalization is made for. The loader (``data.format=ngp``) reads it as it reads instant-ngp's fox.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nerf_lightning.capture.sfm import Camera
+from nerf_lightning.utils.io import atomic_write_bytes
+
+__all__ = ["TransformFrame", "transforms_doc", "write_transforms"]
+
+
+@dataclass(frozen=True)
+class TransformFrame:
+    """One frame: image path relative to ``transforms.json``, its sharpness, NeRF c2w float64 [4, 4]."""
+
+    file_path: str
+    sharpness: float
+    transform_matrix: np.ndarray
+
+
+def transforms_doc(camera: Camera, frames: list[TransformFrame], aabb_scale: int) -> dict[str, Any]:
+    """The ``transforms.json`` document (keys in ``colmap2nerf.py``'s order)."""
+    return {
+        "camera_angle_x": 2.0 * math.atan(camera.width / (2.0 * camera.fl_x)),
+        "camera_angle_y": 2.0 * math.atan(camera.height / (2.0 * camera.fl_y)),
+        "fl_x": camera.fl_x,
+        "fl_y": camera.fl_y,
+        "k1": camera.k1,
+        "k2": camera.k2,
+        "p1": camera.p1,
+        "p2": camera.p2,
+        "cx": camera.cx,
+        "cy": camera.cy,
+        "w": camera.width,
+        "h": camera.height,
+        "aabb_scale": int(aabb_scale),
+        "frames": [
+            {
+                "file_path": f.file_path,
+                "sharpness": float(f.sharpness),
+                "transform_matrix": np.asarray(f.transform_matrix, dtype=np.float64).tolist(),
+            }
+            for f in frames
+        ],
+    }
+
+
+def write_transforms(path: str | Path, doc: dict[str, Any]) -> None:
+    """Write ``doc`` to ``path`` atomically (indented JSON, keys in the document's order)."""
+    atomic_write_bytes(path, (json.dumps(doc, indent=2) + "\n").encode())
