@@ -122,6 +122,10 @@ def fork_app(
 
     args = (app, list(argv), str(cwd), str(log), None if err_log is None else str(err_log),
             child_env() if env is None else env, list(path or []))  # fmt: skip
-    proc = mp.get_context("fork").Process(target=_fork_main, args=args)
+    import torch
+
+    # A CUDA context does not survive fork(): once this process has one (GPU tests), spawn instead.
+    method = "spawn" if torch.cuda.is_initialized() else "fork"
+    proc = mp.get_context(method).Process(target=_fork_main, args=args)
     proc.start()
     return proc

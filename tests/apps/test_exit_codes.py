@@ -337,7 +337,9 @@ def test_sigterm_and_divergence_under_the_cuda_graphed_step(tiny_scene: Path, co
         "trainer.enable_model_summary=false",
     ]  # fmt: skip
     cfg = compose_cfg(*gpu, "model.optimizer.lr=1e30")
-    with pytest.raises(Diverged, match=r"^training diverged: the loss was NaN at step (\d); lower the"):
+    # the loss itself may stay finite (a NaN field leaves no valid ray: a loss of 0), then the weight
+    # scan at the end of fit names the parameters
+    with pytest.raises(Diverged, match=r"^training diverged: .* at step \d+; lower the learning rate"):
         train(cfg)
     assert not (Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt").exists()
 
