@@ -73,6 +73,12 @@ if [ "$NETWORKS" = 0 ]; then
 fi
 if [ "$RTC" = 0 ]; then
     patch_file "$setup" 's/^\t"-DTCNN_RTC",$//; s/libraries=\["cuda", "nvrtc"\]/libraries=["cuda"]/' 'libraries=\["cuda"\]'
+    # Without TCNN_RTC, src/rtc_kernel.cu stubs CudaRtcKernel's constructor (it throws) but not set(),
+    # which rtc_kernel.h's launch() calls: the binding then fails to import (undefined symbol
+    # tcnn::CudaRtcKernel::set). A stub that throws like the constructor (never reached: no kernel exists).
+    patch_file "$root/src/rtc_kernel.cu" \
+        's/^void CudaRtcKernel::clear\(\) \{\}$/void CudaRtcKernel::clear() {}\nvoid CudaRtcKernel::set(CUfunction_attribute, int) { throw std::runtime_error{"tiny-cuda-nn was not compiled with runtime compilation (RTC) support."}; }/' \
+        '^void CudaRtcKernel::set\(CUfunction_attribute, int\)'
 fi
 if [ "$TRIM_GRID" = 1 ]; then
     grid="$root/include/tiny-cuda-nn/encodings/grid.h"
@@ -83,6 +89,7 @@ say "patched: parse_version, NETWORKS=$NETWORKS TRIM_GRID=$TRIM_GRID RTC=$RTC"
 if [ "${PATCH_ONLY:-0}" = 1 ]; then
     grep -nE "def parse_version|base_cflags = |^include_networks|libraries=|TCNN_RTC\"" "$setup" | tee -a "$log"
     grep -n "3-D only" "$root/include/tiny-cuda-nn/encodings/grid.h" | tee -a "$log" || true
+    grep -n "CudaRtcKernel::set" "$root/src/rtc_kernel.cu" | tee -a "$log" || true
     exit 0
 fi
 
