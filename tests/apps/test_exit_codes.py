@@ -169,6 +169,20 @@ def test_divergence_guard_checks_the_weights_before_a_checkpoint() -> None:
         guard.on_save_checkpoint(trainer, module, {})
 
 
+def test_divergence_guard_scans_the_weights_at_its_check_steps_when_the_loss_stays_finite() -> None:
+    """A NaN field under the sample budget leaves no valid ray, so the step's loss is a finite 0: the
+    periodic check must find the weights themselves."""
+    guard, trainer, module = DivergenceGuard(), _fake_trainer(), torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        module.weight[0, 1] = float("nan")
+    for step in range(1, 10):
+        trainer.global_step = step
+        guard.on_train_batch_end(trainer, module, {"loss": torch.tensor(0.0)}, None, 0)
+    trainer.global_step = 10
+    with pytest.raises(Diverged, match=r"NaN/inf in weight at step 10; lower the learning rate"):
+        guard.on_train_batch_end(trainer, module, {"loss": torch.tensor(0.0)}, None, 0)
+
+
 # ------------------------------------------------------------------------------- an existing run folder
 def _fake_run(folder: Path) -> dict[Path, bytes]:
     files = {
@@ -337,15 +351,15 @@ def test_sigterm_and_divergence_under_the_cuda_graphed_step(tiny_scene: Path, co
         "trainer.enable_model_summary=false",
     ]  # fmt: skip
     cfg = compose_cfg(*gpu, "model.optimizer.lr=1e30")
-    # the loss itself may stay finite (a NaN field leaves no valid ray: a loss of 0), then the weight
-    # scan at the end of fit names the parameters
-    with pytest.raises(Diverged, match=r"^training diverged: .* at step \d+; lower the learning rate"):
+    # the loss itself may stay finite (a NaN field leaves no valid ray: a loss of 0); the weight scan of
+    # the first periodic check (log_every_n_steps=10) names the parameters then
+    with pytest.raises(Diverged, match=r"^training diverged: .* at step (\d|10); lower the learning rate"):
         train(cfg)
     assert not (Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt").exists()
 
     cfg = compose_cfg(*gpu, "callbacks.last_checkpoint.every_n_train_steps=10")
-    # the loss check names step 26 (the next logged step) unless the NaN field leaves no valid ray (a
-    # finite loss of 0, as under the graphed step): then the weight scan before the step-30 checkpoint
+    # the loss check names step 26 (the first step after the poison) unless the NaN field leaves no
+    # valid ray (a finite loss of 0, as under the graphed step): then the weight scan of the step-30 check
     with pytest.raises(Diverged, match="at step (26|30) "):
         train(cfg, extra_callbacks=[PoisonWeights(step=25)])
     ckpt = read_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")

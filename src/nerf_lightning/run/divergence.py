@@ -8,7 +8,10 @@ host synchronization in the training step:
 - each step, it keeps a reference to the step's loss, the detached copy Lightning already makes of
   it (no kernel, no copy, no sync);
 - every ``check_every_n_steps`` optimizer steps (default: ``trainer.log_every_n_steps``, steps at which
-  the loggers read device values anyway) it checks those losses on the device and reads one flag;
+  the loggers read device values anyway) it checks those losses and every weight on the device and
+  reads one flag. The weights are part of it because a NaN field can leave a finite loss: under the
+  sample budget no ray then has a valid sample and the step's loss is 0. A scan of the 2^19 x 16
+  table costs tens of microseconds on a GPU, once per check;
 - before every checkpoint is written (``last.ckpt``, the best, SLURM's ``hpc_ckpt``), before each
   validation and at the end of training it also checks every floating-point parameter and buffer
   (hash table, MLPs, occupancy grid): one read per checkpoint. A checkpoint with non-finite weights
@@ -67,7 +70,9 @@ class DivergenceGuard(L.Callback):
             self._steps.append(int(trainer.global_step))
         stepped = (batch_idx + 1) % trainer.accumulate_grad_batches == 0
         due = stepped and trainer.global_step % self._every(trainer) == 0
-        if due or len(self._losses) >= self.MAX_PENDING:
+        if due:
+            self.check(trainer, pl_module, weights=True)
+        elif len(self._losses) >= self.MAX_PENDING:
             self.check(trainer, pl_module, weights=False)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
