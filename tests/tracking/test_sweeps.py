@@ -133,3 +133,23 @@ def test_optuna_two_trials(tiny_scene: Path, tmp_path: Path) -> None:
     with (sweep / "summary.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 and all(r["status"] == "ok" for r in rows)
+
+
+def test_a_diverged_job_fails_alone_and_the_sweep_exits_3(tiny_scene: Path, tmp_path: Path) -> None:
+    """One job of a learning-rate sweep diverges: it ends with its line and no metrics.json, the next job
+    still runs to the end, and the sweep's exit status says that a job failed (3: diverged)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    proc = fork_app("train", "-m", "model.optimizer.lr=1e30,0.01", "logger=none",
+                    *tiny_overrides(tiny_scene), cwd=tmp_path, log=out, err_log=err, env=env)  # fmt: skip
+    proc.join(timeout=400)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+    stderr = err.read_text()
+    assert proc.exitcode == 3, stderr[-3000:]
+    jobs = sorted(p for p in sweep_dir(tmp_path).iterdir() if p.is_dir())
+    assert [j.name for j in jobs] == ["0", "1"]
+    assert not (jobs[0] / "metrics.json").exists()
+    assert math.isfinite(json.loads((jobs[1] / "metrics.json").read_text())["val/psnr"])
+    assert "error: training diverged" in stderr and "1 job(s) of the sweep failed" in stderr

@@ -22,7 +22,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from nerf_lightning.errors import Interrupted, user_errors
+from nerf_lightning.errors import EXIT_DIVERGED, EXIT_USER_ERROR, Interrupted, user_errors
 from nerf_lightning.run.config import CONF_DIR
 from nerf_lightning.run.run_dir import register_resolvers
 
@@ -100,20 +100,47 @@ def hydra_app(
     @functools.wraps(task)  # Hydra names the job after the task's module (hydra.job.name)
     def run(cfg: DictConfig) -> Any:
         torch.set_float32_matmul_precision("high")
-        with user_errors():
-            if stop_on_sigterm:
-                signal.signal(signal.SIGTERM, _raise_interrupted(config_name))
-            return task(cfg)
+        try:
+            with user_errors():
+                if stop_on_sigterm:
+                    signal.signal(signal.SIGTERM, _raise_interrupted(config_name))
+                return task(cfg)
+        except SystemExit as stop:
+            # In a sweep, one job's bad value or divergence (a learning rate too high, say) is that job's
+            # result, not the sweep's end: its line is printed, the sweeper gets NaN (Optuna records a
+            # failed trial) and the sweep exits with the status once every job has run.
+            if stop.code in SWEEP_JOB_FAILURES and _in_multirun():
+                failed.append(int(stop.code))
+                return float("nan")
+            raise
+
+    failed: list[int] = []
 
     def main() -> None:
         argv = normalize_argv(sys.argv[1:], positional, open_nodes)
         if prepare_argv is not None:
             argv = prepare_argv(argv)
         sys.argv = [sys.argv[0], *argv]
+        failed.clear()
         run()
+        if failed:
+            print(f"error: {len(failed)} job(s) of the sweep failed (their lines are above); the others ran",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            raise SystemExit(max(failed))
 
     main.__doc__ = f"``{config_name}``: run ``{task.__name__}`` on the command line's config."
     return main
+
+
+#: exit statuses that end one job of a sweep but not the sweep: bad input of that job, divergence
+SWEEP_JOB_FAILURES = (EXIT_USER_ERROR, EXIT_DIVERGED)
+
+
+def _in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def _raise_interrupted(app: str) -> Callable[[int, Any], None]:
