@@ -34,7 +34,7 @@ DEV = torch.device("cuda")
 
 
 def timeit(fn: Callable[[], Any], warmup: int = 3, iters: int = 10, max_s: float = 10.0) -> float:
-    """Median seconds per call: CUDA events around each call on a GPU, the wall clock without one (dry
+    """Median seconds per call: CUDA events around each invocation on a GPU, the wall clock without one (dry
     runs); at least 3 calls, fewer than ``iters`` once ``max_s`` has passed."""
     cuda = torch.cuda.is_available()
     for _ in range(warmup):

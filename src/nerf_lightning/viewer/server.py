@@ -258,7 +258,7 @@ class ViewerServer:
     @torch.no_grad()
     def render(self, budget_s: float) -> float:
         """Render for about ``budget_s`` seconds (at least one chunk when there is work); returns the
-        seconds spent. Call it from the thread that owns the model."""
+        seconds spent. Use it from the thread that owns the model."""
         start = time.perf_counter()
         deadline = start + budget_s
         if self._cells_due(start):
