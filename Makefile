@@ -33,7 +33,7 @@ train: setup
 
 ## CPU test suite (about a minute on 2 cores); PYTEST_ARGS="-k resume" selects tests.
 test: setup
-	$(PY) -m pytest -q -m "not cuda and not repro" $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not cuda and not repro" --durations 15 $(TEST_WORKERS) $(PYTEST_ARGS)
 
 ## Reproductions of real-capture failures on generated data (minutes on a CPU; CI runs them after `test`).
 test-repro: setup

@@ -9,6 +9,8 @@ import os
 # process (a second test process, another job) runs several times slower than one thread.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,33 @@ def trained_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> t
     finally:
         GlobalHydra.instance().clear()
     return run_dir, metrics
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children first), read from /proc."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        for child in children:
+            found += [child, *_descendants(child)]
+    return found
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Kill what the tests left running. A non-daemonic multiprocessing child is joined when its parent
+    exits: one still training (a test that failed before its cleanup) would hold this test process,
+    and the suite, until it ends on its own. Under pytest-xdist each worker cleans up after its own
+    tests; the controller's children are the workers."""
+    if session.config.pluginmanager.getplugin("dsession") is not None:
+        return
+    leftovers = _descendants(os.getpid())
+    for pid in leftovers:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+        print(f"\n[conftest] killed a process the tests left running: {pid} {cmd[:200]}", file=sys.stderr)
