@@ -48,5 +48,7 @@ def test_viewer_renders_between_graphed_steps(tiny_scene: Path, tmp_path: Path) 
         code = stop(proc)
     assert code == 0, log.read_text()[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert metrics["steps"] == 1500 and metrics["viewer/render_s"] > 0
-    assert metrics["viewer/render_s"] < 0.12 * metrics["time/train_s"] + 0.2  # within the budget (8 %)
+    assert metrics["steps"] == 1500 and metrics["viewer/render_s"] > 0 and metrics["viewer/bursts"] > 0
+    # within the budget: bursts and refills at most 0.08 / 1.08 of the run, plus one bank and one chunk
+    charged = metrics["viewer/render_s"] + metrics["viewer/refill_s"]
+    assert charged < 0.08 * metrics["time/train_s"] + 0.3, charged

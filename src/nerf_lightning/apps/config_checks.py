@@ -198,7 +198,11 @@ TRAIN: tuple[Rule, ...] = (
     _bool("overwrite"),
     *_viewer("viewer."),
     _num_rule("viewer.budget", above=0, note="render seconds per training second"),
+    _num_rule("viewer.burst_every_s", above=0, note="seconds between two render bursts"),
+    _num_rule("viewer.max_bank_s", above=0, note="most render seconds banked"),
+    _num_rule("viewer.chunk_s", above=0, null=True, note="null: 10 ms on a GPU, 100 ms on the CPU"),
     _num_rule("viewer.refresh_every_s", above=0),
+    _num_rule("viewer.stats_every_s", above=0),
     *DATA,
     *MODEL,
 )

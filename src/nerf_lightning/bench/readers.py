@@ -191,7 +191,8 @@ def render_json(run_dir: Path, log: Path) -> list[Row]:
 
 def viewer_json(run_dir: Path, log: Path) -> list[Row]:
     """``bench.viewer``'s ``viewer_bench.json``: steps/s with ``viewer=off`` and with a client connected
-    (``viewer=on``, its speed as a ratio of the first), then frames/s at each canvas size."""
+    (``viewer=on``, its speed as a ratio of the first: over the steps while the client orbited when the
+    report has them), then frames/s at each canvas size."""
     r = _load(run_dir / "viewer_bench.json")
     rows: list[Row] = []
     if "train" in r:
@@ -202,6 +203,12 @@ def viewer_json(run_dir: Path, log: Path) -> list[Row]:
         rows[-1]["ratio"] = on["steps_per_s"] / off["steps_per_s"]
         frames, rate = on["frames_received"], on["frames_per_s"]
         rows[-1]["note"] = f"a client moving the camera: {frames} frames ({rate:.1f}/s)"
+        if w := r["train"].get("window"):  # the same steps of both runs, while the client was orbiting
+            rows[-1]["ratio"] = w["ratio"]
+            rows[-1]["note"] += (
+                f"; steps {w['from_step']}-{w['to_step']}: {w['off_steps_per_s']:.1f} -> "
+                f"{w['on_steps_per_s']:.1f} steps/s, {100 * w['lost']:.1f} % lost"
+            )
     for f in r["fps"]:
         rows.append({
             "part": f"@fps_{f['canvas']}", "frames_per_s": f["fps"],

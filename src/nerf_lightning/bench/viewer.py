@@ -5,14 +5,22 @@
 
 With training overrides (e.g. ``experiment=blender data.path=.devdata/lego``), in one script:
 
-1. ``train`` with ``viewer=off``: the baseline steps/s (``steps / time/train_s`` of its metrics.json);
-2. the same run with ``viewer=on`` and a client connected the whole time that moves its camera every
-   ``--move-every-s`` (an 800x800 canvas orbiting the scene: the viewer always has a preview or a
-   refinement to render): steps/s with the viewer, and the frames it sent meanwhile;
+1. ``train`` with ``viewer=off``: the baseline;
+2. the same run with ``viewer=on`` and one client connected that moves its camera every
+   ``--move-every-s`` from the first step it sees to the end of the run (an orbit of the largest
+   ``--sizes`` canvas: the viewer always has a preview or a refinement to render);
 3. the trained run's checkpoint in ``python -m nerf_lightning.view``: for each size S of ``--sizes``,
    ``--frames`` camera moves on an SxS canvas, each waited for until its full-resolution frame is
    complete (the preview first when S is above the preview size): frames/s end to end (camera sent
    -> complete frame decoded) and the server's own render time per frame.
+
+The training throughput of 1 and 2 is compared over the same optimizer steps, those while the client
+was orbiting (from the first throughput window after the first step the client saw in the training
+panel to the end): steps/s = 1000 / mean ``perf/step_time_ms`` of the throughput monitor's windows
+(``csv/metrics.csv``, validation excluded), so that the start of the run (compilation, the graph
+capture, the viewer starting, the client connecting) is in neither. The table's row gives both, their
+ratio and the throughput lost against the issue's target (at most 10 %), with the viewer's own
+account beside it (its bursts and refills from ``metrics.json``, as a share of the training time).
 
 The client is ``viewer/client.py``: viser's websocket protocol, the path a browser's page takes.
 ``--ckpt`` runs step 3 alone. Prints a table and writes ``viewer_bench.json`` into ``--out``. Runs on
@@ -37,12 +45,16 @@ import numpy as np
 import torch
 from websockets.exceptions import ConnectionClosed
 
+from nerf_lightning.bench.readers import csv_points
 from nerf_lightning.render.camera_path import look_at
 from nerf_lightning.viewer.client import HeadlessClient
 from nerf_lightning.viewer.ports import next_free_port
 
 _URL = re.compile(r"^viewer: (http://\S+)", re.MULTILINE)
 _RENDER_S = re.compile(r"^frame \d+ · (\d+)x(\d+) · ([\d.]+) s")
+_PANEL_STEP = r"\*\*training\*\* · step ([\d,]+)"
+#: the issue's target: throughput lost with one browser open
+TARGET_LOST = 0.10
 
 
 def _start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
@@ -125,10 +137,44 @@ def _metrics(run_dir: Path) -> dict[str, Any]:
     return m
 
 
+def step_times(run_dir: Path) -> dict[int, float]:
+    """The throughput monitor's windows of a run: {optimizer step at the window's end: ms per step}."""
+    path = run_dir / "csv" / "metrics.csv"
+    if not path.is_file():
+        raise RuntimeError(f"{path}: missing (the benchmark needs logger=csv)")
+    return dict(csv_points(path, "perf/step_time_ms"))
+
+
+def compare_windows(off: dict[int, float], on: dict[int, float], after_step: int) -> dict[str, Any]:
+    """steps/s of both runs over the windows that end after ``after_step`` in both (1000 / mean ms)."""
+    steps = sorted(k for k in on.keys() & off.keys() if k > after_step)
+    if len(steps) < 3:
+        raise RuntimeError(
+            f"only {len(steps)} throughput windows after step {after_step} in both runs: train longer "
+            "(trainer.max_steps) or log more often (trainer.log_every_n_steps)"
+        )
+    off_rate = 1e3 / float(np.mean([off[k] for k in steps]))
+    on_rate = 1e3 / float(np.mean([on[k] for k in steps]))
+    return {
+        "from_step": steps[0],
+        "to_step": steps[-1],
+        "windows": len(steps),
+        "off_steps_per_s": off_rate,
+        "on_steps_per_s": on_rate,
+        "ratio": on_rate / off_rate,
+        "lost": 1.0 - on_rate / off_rate,
+    }
+
+
+def _panel_step(client: HeadlessClient) -> int | None:
+    m = client.find_markdown(_PANEL_STEP)
+    return None if m is None else int(m.group(1).replace(",", ""))
+
+
 def train_runs(
     overrides: list[str], out: Path, env: dict[str, str], move_every_s: float, canvas: int
 ) -> dict:
-    """Steps 1 and 2 of the module docstring; returns both runs' numbers."""
+    """Steps 1 and 2 of the module docstring; returns both runs' numbers and their comparison."""
     # overwrite=true: a second benchmark into the same --out replaces its runs
     common = [sys.executable, "-m", "nerf_lightning.train", *overrides, "logger=csv", "overwrite=true"]
     result: dict[str, Any] = {}
@@ -143,7 +189,7 @@ def train_runs(
     log = out / "train_viewer_on.log"
     proc = _start([*common, "viewer=on", f"viewer.port={port}", f"hydra.run.dir={on}"], log, env)
     client = HeadlessClient(_wait_url(proc, log, 600))
-    moves, start = 0, time.perf_counter()
+    moves, first_step, start = 0, None, time.perf_counter()
     try:
         orbit = Orbit(client)
         while proc.poll() is None and not client.closed:
@@ -152,17 +198,46 @@ def train_runs(
             except ConnectionClosed:  # training ended: the viewer closed with it
                 break
             moves += 1
+            if first_step is None and (step := _panel_step(client)):
+                first_step = step
             time.sleep(move_every_s)
     finally:
         seconds = time.perf_counter() - start
-        received = len(client.frames)
+        received, completed = len(client.frames), client.completed
         client.close()
     if proc.wait() != 0:
         raise RuntimeError(f"{log}: the viewer=on run failed")
+    if first_step is None:
+        raise RuntimeError(f"{log}: the client never saw a training step in the panel")
     result["on"] = _metrics(on)
-    result["on"].update(camera_moves=moves, frames_received=received, frames_per_s=received / seconds)
+    result["on"].update(
+        camera_moves=moves, frames_received=received, frames_completed=completed,
+        frames_per_s=received / seconds, orbit_from_step=first_step,
+    )  # fmt: skip
+    result["window"] = compare_windows(step_times(off), step_times(on), first_step)
     result["ckpt"] = str(on)
     return result
+
+
+def throughput_row(train: dict[str, Any], canvas: int) -> list[str]:
+    """The training throughput with one client orbiting against viewer=off: a header and one row."""
+    w, on = train["window"], train["on"]
+    train_s = on.get("time/train_s") or float("nan")
+    render, refill = on.get("viewer/render_s", float("nan")), on.get("viewer/refill_s", float("nan"))
+    account = (
+        f"{100 * render / train_s:.1f} % bursts + {100 * refill / train_s:.1f} % refills, "
+        f"{on.get('viewer/bursts', float('nan')) / train_s:.1f} bursts/s"
+    )
+    verdict = "met" if w["lost"] <= TARGET_LOST else "NOT met"
+    return [
+        "| training, steps | viewer=off | viewer=on, 1 client orbiting | on/off | lost | target | "
+        "the viewer's account | frames meanwhile |",
+        f"| {w['from_step']:,}-{w['to_step']:,} ({w['windows']} windows) "
+        f"| {w['off_steps_per_s']:.1f} steps/s | {w['on_steps_per_s']:.1f} steps/s ({canvas}x{canvas}) "
+        f"| **{w['ratio']:.3f}** | "
+        f"**{100 * w['lost']:.1f} %** | <= {100 * TARGET_LOST:.0f} % ({verdict}) | {account} | "
+        f"{on['frames_received']} sent ({on['frames_per_s']:.1f}/s), {on.get('frames_completed', 0)} full |",
+    ]
 
 
 def print_report(report: dict[str, Any], ckpt: str) -> None:
@@ -177,12 +252,14 @@ def print_report(report: dict[str, Any], ckpt: str) -> None:
         off, on = report["train"]["off"], report["train"]["on"]
         lost = 100 * (1 - on["steps_per_s"] / off["steps_per_s"])
         print(
-            f"  training: viewer=off {off['steps_per_s']:.1f} steps/s, viewer=on with a client "
-            f"{on['steps_per_s']:.1f} steps/s ({lost:+.1f} % lost; "
-            f"{on['frames_received']} frames, {on['frames_per_s']:.1f}/s sent meanwhile)"
+            f"  whole runs: viewer=off {off['steps_per_s']:.1f} steps/s, viewer=on with a client "
+            f"{on['steps_per_s']:.1f} steps/s ({lost:+.1f} % lost; the start of the run included)"
         )
         psnr_off, psnr_on = off.get("val/psnr", float("nan")), on.get("val/psnr", float("nan"))
         print(f"  val/psnr: off {psnr_off:.2f} dB, on {psnr_on:.2f} dB")
+        if "window" in report["train"]:
+            print()
+            print("\n".join(throughput_row(report["train"], max(report["sizes"]))))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,24 +2,29 @@
 
 The server starts on rank 0 when fitting starts (the port is checked at ``setup``, before the data is
 loaded) and renders only between two optimizer steps, in ``on_train_batch_end`` (never inside the
-training step, which may be a captured CUDA graph), within a time budget: each step earns
-``budget`` times its wall time of render time (at most ``max_burst_s`` banked), so rendering takes at
-most ``budget / (1 + budget)`` of the run's time (7.4 % at 0.08) while a browser has something to
-see, and nothing but a few attribute reads per step when none does. The statistics (step, loss,
-held-out PSNR, rays/s) are read from the device once per ``stats_every_s`` and only while a browser
-is connected.
+training step, which may be a captured CUDA graph), in bursts within a time budget
+(``viewer/budget.py``): at most one burst every ``burst_every_s``, each after one device synchronize,
+so that the GPU's queue of training work is drained once per burst instead of once per step; each
+second of training earns ``budget`` seconds of render time, and the burst's render time and the step
+after it (the refill of the drained queue) are charged, so the viewer costs at most
+``budget / (1 + budget)`` of the run (7.4 % at 0.08) while a browser has something to see. Between
+bursts a step costs one clock read; with no browser connected there is no burst at all (no
+synchronize). The statistics (step, loss, held-out PSNR, rays/s) are read from the device once per
+``stats_every_s``, inside a burst (after its synchronize) and only while a browser is connected.
 
 Pause holds the training loop in the callback: it waits on an event (no busy loop, the GIL is free)
 and renders for the browsers meanwhile; "Stop training" ends the fit after the current step (the
-run then validates and writes its checkpoint and metrics as at its last step). Under several
-processes (DDP) rank 0 shows the scene and statistics without pause and stop (one rank cannot hold
-the others); FSDP shards the field, so the viewer is refused there.
+run then validates and writes its checkpoint and metrics as at its last step). Both buttons are
+looked at every ``burst_every_s``. Under several processes (DDP) rank 0 shows the scene and
+statistics without pause and stop (one rank cannot hold the others); FSDP shards the field, so the
+viewer is refused there.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,7 @@ import lightning as L
 import torch
 
 from nerf_lightning.errors import UserError
+from nerf_lightning.viewer.budget import BurstBudget
 from nerf_lightning.viewer.panels import TrainingStatus
 from nerf_lightning.viewer.ports import check_port
 
@@ -41,13 +47,15 @@ class ViewerCallback(L.Callback):
     Args:
         host, port: where the viewer listens (``127.0.0.1``: this machine only; tunnel the port over SSH).
         budget: render seconds earned per second of training (0.08: at most 7.4 % of the run's time).
-        max_burst_s: most render seconds banked while nothing was rendered.
+        burst_every_s: least time between two bursts of rendering (each drains the GPU's queue once).
+        max_bank_s: most render seconds banked while nothing was rendered (the longest burst).
         max_size, preview_size: longest side of a full frame / of the preview (None: 1024 / 256 on a GPU,
             256 / 64 on the CPU).
         chunk_s: target seconds of one chunk of rays (None: 10 ms on a GPU, 100 ms on the CPU).
         refresh_every_s: a finished view is rendered again after this long when the weights changed.
         stats_every_s: seconds between two readings of the training statistics.
         export_dir: where camera paths are written (the run folder).
+        clock: seconds, monotonic (tests pass a simulated one).
     """
 
     def __init__(
@@ -55,30 +63,38 @@ class ViewerCallback(L.Callback):
         host: str = "127.0.0.1",
         port: int = 7007,
         budget: float = 0.08,
-        max_burst_s: float = 0.1,
+        burst_every_s: float = 0.1,
+        max_bank_s: float = 0.1,
         max_size: int | None = None,
         preview_size: int | None = None,
         chunk_s: float | None = None,
         refresh_every_s: float = 1.0,
         stats_every_s: float = 1.0,
         export_dir: str | Path = ".",
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if budget <= 0:
             raise ValueError(f"viewer.budget must be > 0 (render seconds per training second), got {budget}")
+        if burst_every_s <= 0 or max_bank_s <= 0:
+            raise ValueError(
+                f"viewer.burst_every_s={burst_every_s}, viewer.max_bank_s={max_bank_s}: expected > 0"
+            )
         self.host, self.port = str(host), int(port)
-        self.budget, self.max_burst_s = float(budget), float(max_burst_s)
+        self.budget = float(budget)
+        self.burst_every_s, self.max_bank_s = float(burst_every_s), float(max_bank_s)
         self.max_size, self.preview_size, self.chunk_s = max_size, preview_size, chunk_s
         self.refresh_every_s, self.stats_every_s = float(refresh_every_s), float(stats_every_s)
         self.export_dir = Path(export_dir)
+        self.clock = clock
         self.server: Any = None
-        self._credit = 0.0
-        self._last = 0.0
+        self._budget: BurstBudget | None = None
+        self._sync: Callable[[], None] = lambda: None
         self._next_stats = 0.0
         self._window: tuple[float, float] | None = None  # (rays seen, time) at the last reading
         self._controls = True
-        #: seconds spent rendering and paused, for the run's summary
-        self.render_s = 0.0
+        #: seconds spent paused (and rendering meanwhile), for the run's summary
         self.paused_s = 0.0
+        self.paused_render_s = 0.0
 
     # ----------------------------------------------------------------------- lifecycle
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -108,8 +124,7 @@ class ViewerCallback(L.Callback):
             device=device,
             context=trainer.precision_plugin.forward_context,
         )
-        self._controls = trainer.world_size == 1
-        self.server = ViewerServer(
+        server = ViewerServer(
             SceneInfo.of(capture),
             source,
             host=self.host,
@@ -122,11 +137,24 @@ class ViewerCallback(L.Callback):
             render_command=f"python -m nerf_lightning.render ckpt={self.export_dir}",
             training=True,
         )
-        if not self._controls:
-            self.server.training.pause.visible = self.server.training.stop.visible = False
-        print(f"viewer: {self.server.url}  (training; over SSH: ssh -L {self.server.port}:localhost:"
-              f"{self.server.port} HOST)", flush=True)  # fmt: skip
-        self._last = time.perf_counter()
+        controls = trainer.world_size == 1
+        if not controls:
+            server.training.pause.visible = server.training.stop.visible = False
+        print(f"viewer: {server.url}  (training; over SSH: ssh -L {server.port}:localhost:"
+              f"{server.port} HOST)", flush=True)  # fmt: skip
+        sync = (lambda: torch.cuda.synchronize(device)) if gpu else (lambda: None)
+        self.attach(server, pipelined=gpu, sync=sync, controls=controls)
+
+    def attach(
+        self, server: Any, *, pipelined: bool, sync: Callable[[], None], controls: bool = True
+    ) -> None:
+        """Serve ``server`` from the training loop from now on (``on_fit_start`` ends here; a test attaches
+        a stand-in). ``pipelined``: the device runs ahead of the host (a GPU); ``sync`` waits for it;
+        ``controls``: pause and stop act on this process's loop."""
+        self.server, self._sync, self._controls = server, sync, controls
+        self._budget = BurstBudget(
+            self.budget, self.burst_every_s, self.max_bank_s, pipelined=pipelined, clock=self.clock
+        )
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage == "fit" and self.server is not None:
@@ -138,45 +166,56 @@ class ViewerCallback(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        server = self.server
-        if server is None:
+        budget = self._budget
+        if budget is None or self.server is None or not budget.step():  # between bursts: one clock read
             return
-        now = time.perf_counter()
-        self._credit = min(self._credit + self.budget * (now - self._last), self.max_burst_s)
+        server = self.server
         server.model_changed()
         panel = server.training
         if self._controls and panel.stop_requested:
             trainer.should_stop = True
-        if now >= self._next_stats and server.n_browsers:
-            self._next_stats = now + self.stats_every_s
-            state = "stopping" if trainer.should_stop else "training"
-            server.show_training(self._status(trainer, pl_module, state))
         if self._controls and panel.paused:
             self._pause(trainer, pl_module)
-        elif self._credit > 0 and server.has_work():
-            spent = server.render(self._credit)
-            self._credit -= spent
-            self.render_s += spent
-        self._last = time.perf_counter()
+            budget.restart()
+            return
+        if not server.n_browsers:  # nobody to show anything to: no synchronize
+            budget.wait()
+            return
+        now = self.clock()
+        stats_due = now >= self._next_stats
+        if not (stats_due or server.has_work()) or not budget.affordable:
+            budget.wait()
+            return
+        self._sync()  # the queued training steps: the one wait for the device of this burst
+        budget.open()
+        if stats_due:
+            self._next_stats = self.clock() + self.stats_every_s
+            server.show_training(
+                self._status(trainer, pl_module, "stopping" if trainer.should_stop else "training")
+            )
+        remaining = budget.remaining_s
+        if remaining > 0 and server.has_work():
+            server.render(remaining)
+        budget.close()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._next_stats = 0.0  # show the new held-out PSNR at the next step
 
     def _pause(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         server, panel = self.server, self.server.training
-        start = time.perf_counter()
+        start = self.clock()
         log.info("viewer: training paused at step %d", trainer.global_step)
         shown = 0.0
         # a SIGTERM ends the pause too: Lightning then stops the fit at this step (exit 143, last.ckpt)
         while panel.paused and not panel.stop_requested and not trainer.received_sigterm:
-            if time.perf_counter() - shown >= self.stats_every_s:  # the step stays where it paused
+            if self.clock() - shown >= self.stats_every_s:  # the step stays where it paused
                 server.show_training(self._status(trainer, pl_module, "paused"))
-                shown = time.perf_counter()
+                shown = self.clock()
             if server.has_work():
-                self.render_s += server.render(0.05)
+                self.paused_render_s += server.render(0.05)
             else:
                 server.wait(0.25)  # an Event wait: no busy loop, the GIL is free
-        self.paused_s += time.perf_counter() - start
+        self.paused_s += self.clock() - start
         self._window = None  # the paused time is not in the next rays/s
         if panel.stop_requested:
             trainer.should_stop = True
@@ -188,7 +227,7 @@ class ViewerCallback(L.Callback):
     def _status(self, trainer: L.Trainer, pl_module: L.LightningModule, state: str) -> TrainingStatus:
         """The panel's statistics (reads the device: one host sync)."""
         metrics = trainer.callback_metrics
-        now = time.perf_counter()
+        now = self.clock()
         rays_seen = getattr(pl_module, "rays_seen", None)
         rays_per_s = None
         if isinstance(rays_seen, torch.Tensor):
@@ -211,5 +250,12 @@ class ViewerCallback(L.Callback):
         )
 
     def summary(self) -> dict[str, float]:
-        """Into the run's metrics.json: seconds spent rendering for the viewer and paused."""
-        return {"viewer/render_s": self.render_s, "viewer/paused_s": self.paused_s}
+        """Into the run's metrics.json: seconds of the viewer's bursts (after their synchronize), of the
+        steps after them (the refills), of the pause, and the bursts."""
+        b = self._budget
+        return {
+            "viewer/render_s": (b.burst_s if b else 0.0) + self.paused_render_s,
+            "viewer/refill_s": b.charged_refill_s if b else 0.0,
+            "viewer/bursts": float(b.bursts if b else 0),
+            "viewer/paused_s": self.paused_s,
+        }
