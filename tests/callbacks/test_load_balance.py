@@ -21,6 +21,8 @@ from runs import child_env, fork_app
 
 from nerf_lightning.callbacks.load_balance import LoadBalancer
 from nerf_lightning.data.synthetic import generate_scene
+from nerf_lightning.models.clock import TrainingClock, resolve_rule
+from nerf_lightning.models.feedback import TrainingFeedback
 
 STEPS = 96
 WINDOW = 12  # optimizer steps per load-balancing window
@@ -46,16 +48,14 @@ def test_shares_move_towards_equal_forward_times() -> None:
     class _Trainer:
         world_size, global_rank, is_global_zero, global_step, loggers = 2, 1, False, 50, []
 
-        class datamodule:  # noqa: N801
-            batch_scaling = "throughput"
-
     class _Module:
         share = None
 
         def set_work_scale(self, s: float) -> None:
             self.share = s
 
-    lb = LoadBalancer(momentum=0.0)  # undamped: the whole correction in one window
+    feedback = TrainingFeedback(TrainingClock(resolve_rule("throughput")))
+    lb = LoadBalancer(momentum=0.0, feedback=feedback)  # undamped: the whole correction in one window
     module = _Module()
     # even shares; rank 1 needs 3 s for 10 steps, rank 0 1 s: shares ~ 1 / time, renormalized
     lb._update(_Trainer(), module, torch.tensor([[1.0, 10, 1.0], [3.0, 10, 1.0]], dtype=torch.float64))

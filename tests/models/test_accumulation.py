@@ -64,7 +64,7 @@ def _first_step_grads(scene: Path, compose_cfg, accumulate: int, batch: dict[str
 
     dm.on_after_batch_transfer = micro_batch
     torch.manual_seed(0)
-    model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale)
+    model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale, feedback=dm.feedback)
     grads = _Grads()
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=[grads], logger=False)
     trainer.fit(model, datamodule=dm)

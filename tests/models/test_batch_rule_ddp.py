@@ -92,6 +92,7 @@ def _parts(scene: Path, cache: Path, multiple: int) -> tuple[NeRFDataModule, NeR
         scheduler=DECAY,
         aabb_scale=dm.aabb_scale, grid_resolution=16, grid_update_every=2, grid_warmup_steps=2,
         step_size=0.054, max_samples_per_ray=32, ops_backend="torch", save_val_images=False, clock=dm.clock,
+        feedback=dm.feedback,
     )  # fmt: skip
     return dm, model
 

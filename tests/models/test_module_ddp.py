@@ -76,6 +76,7 @@ def test_two_rank_training_keeps_grid_sampler_and_weights_identical(tmp_path: Pa
         appearance=functools.partial(PerViewExposure, enabled=True),
         n_train_views=dm.n_train_views,
         train_poses=dm.train_poses,
+        feedback=dm.feedback,
     )
     trainer = L.Trainer(
         accelerator="cpu",

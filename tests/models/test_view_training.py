@@ -84,6 +84,7 @@ def _train(
         n_train_views=dm.n_train_views,
         train_poses=dm.train_poses,
         photograph=dm.is_photograph,
+        feedback=dm.feedback,
         **components,
     )
     quiet = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")

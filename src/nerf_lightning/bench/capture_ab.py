@@ -113,7 +113,7 @@ def run_variant(path: str, overrides: list[str], steps: int, seed: int, out_dir:
     dm = hydra.utils.instantiate(cfg.data)
     dm.prepare_data()
     dm.setup("fit")
-    model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale)
+    model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale, feedback=dm.feedback)
     trainer = L.Trainer(
         accelerator=cfg.accelerator,
         devices=1,

@@ -45,6 +45,7 @@ from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
 from nerf_lightning.data.types import Capture, Frame
 from nerf_lightning.errors import UserError
 from nerf_lightning.models.clock import RULES, TrainingClock, resolve_rule
+from nerf_lightning.models.feedback import TrainCameras, TrainingFeedback
 from nerf_lightning.ops import data_kernel
 
 log = logging.getLogger(__name__)
@@ -333,8 +334,9 @@ class NeRFDataModule(L.LightningDataModule):
         rule = resolve_rule(batch_scaling, lr_scaling, schedule_unit)
         self.clock = TrainingClock(rule, batch_multiple, lr_warmup)
         self.batch_scaling = batch_scaling
-        #: this rank's share of the work under batch_scaling=throughput (mean 1 over ranks)
-        self.work_scale = 1.0
+        #: what the model and the callbacks report to and read of this DataModule (the train app hands
+        #: it to them); filled in at setup
+        self.feedback = TrainingFeedback(self.clock)
         if cuda_graph not in (True, False, "auto"):
             raise ValueError(f"data.cuda_graph must be true, false or auto, got {cuda_graph!r}")
         self.cuda_graph = cuda_graph
@@ -420,6 +422,9 @@ class NeRFDataModule(L.LightningDataModule):
         self.sampler = self.sampler_factory(
             widths=self.train_set.widths.clone(), heights=self.train_set.heights.clone()
         )
+        ts = self.train_set
+        cameras = TrainCameras(ts.poses.clone(), ts.intrinsics.clone(), ts.widths.clone(), ts.heights.clone())
+        self.feedback.attach(capture, cameras, self.sampler)
         if self.resolution_schedule is not None:
             smallest = int(torch.minimum(self.train_set.widths, self.train_set.heights).min())
             too_large = sorted(k for k in self.resolution_schedule.factors if k > smallest)
@@ -577,16 +582,17 @@ class NeRFDataModule(L.LightningDataModule):
         return self.val_batch(int(batch))
 
     def rays_per_step(self) -> int:
-        """This rank's rays per step: ``batch_size`` as ``batch_scaling`` and ``work_scale`` say
+        """This rank's rays per step: ``batch_size`` as ``batch_scaling`` and ``feedback.work_scale`` say
         (scaled sizes are multiples of 1/64 of the batch, so that batch graphs are captured for at
         most ~100 distinct sizes)."""
         n = int(round(self.batch_size * self.clock.batch_multiple))
         world = self.trainer.world_size if self.trainer is not None else 1
         if self.clock.rule.split == "global":
             n = max(1, n // world)
-        if self.work_scale != 1.0:
+        scale = self.feedback.work_scale
+        if scale != 1.0:
             quantum = max(1, n // 64)
-            n = max(quantum, int(round(n * self.work_scale / quantum)) * quantum)
+            n = max(quantum, int(round(n * scale / quantum)) * quantum)
         return n
 
     # ------------------------------------------------------------------ resolution schedule

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.clock import TrainingClock
+from nerf_lightning.models.feedback import TrainingFeedback
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.metrics import METRICS, ViewMetrics, ngp_composite
 from nerf_lightning.models.schedules import on_clock, with_group_lambdas
@@ -92,6 +93,11 @@ class NeRFModule(L.LightningModule):
         train_poses: float [V, 3, 4] NGP-space given poses of the training views (``train`` passes
             them; the camera corrections' gauge). None when the state is loaded from a checkpoint next.
         photograph: whether the capture is photographs (the components' ``enabled=auto``).
+        feedback: the DataModule's :class:`~nerf_lightning.models.feedback.TrainingFeedback` (the train app
+            passes ``NeRFDataModule.feedback``): where each step's per-ray losses go (the ray sampler),
+            this rank's work share under ``data.batch_scaling=throughput`` without a sample budget, and
+            the training cameras, whose unseen cells the occupancy grid marks at the first step. None:
+            a feedback attached to nothing (no sampler statistics, every cell visible).
 
     Evaluation (``validation_step`` / ``test_step``, one whole held-out image per batch): PSNR, SSIM
     (and LPIPS) per image, logged at the end of the pass as their means over the views
@@ -138,12 +144,13 @@ class NeRFModule(L.LightningModule):
         n_train_views: int = 0,
         train_poses: Tensor | None = None,
         photograph: bool = False,
+        feedback: TrainingFeedback | None = None,
     ) -> None:
         super().__init__()
         # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
         # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
         factories = ["field", "optimizer", "scheduler", "camera_opt", "appearance"]
-        self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "clock"])
+        self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "clock", "feedback"])
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
@@ -197,6 +204,7 @@ class NeRFModule(L.LightningModule):
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.clock = clock if clock is not None else TrainingClock()
+        self.feedback = feedback if feedback is not None else TrainingFeedback(self.clock)
         self.val_metrics = ViewMetrics(lpips=lpips)
         self.test_metrics = ViewMetrics(lpips=lpips)
         #: stage ("val" / "test") -> last ViewMetrics.compute() result of that stage (rank 0 has all views)
@@ -227,14 +235,13 @@ class NeRFModule(L.LightningModule):
         self._follow_clock_length()
         if self.trainer.world_size > 1:
             throttle_sigterm_broadcast(self.trainer, every_n_steps=self.hparams.sigterm_check_every)
-        dm = self.trainer.datamodule
-        ts = getattr(dm, "train_set", None)
-        if ts is not None and self.global_step == 0:
+        cameras = self.feedback.cameras
+        if cameras is not None and self.global_step == 0:
             self.occupancy.mark_invisible_cells(
-                ts.poses.to(self.device),
-                ts.intrinsics.to(self.device),
-                ts.widths.to(self.device),
-                ts.heights.to(self.device),
+                cameras.poses.to(self.device),
+                cameras.intrinsics.to(self.device),
+                cameras.widths.to(self.device),
+                cameras.heights.to(self.device),
             )
 
     def _step_buffers(self) -> dict[str, Tensor]:
@@ -272,7 +279,7 @@ class NeRFModule(L.LightningModule):
         if self.train_step_fn is not None:
             self.train_step_fn.target_fraction.fill_(min(scale, THROUGHPUT_HEADROOM) / THROUGHPUT_HEADROOM)
         else:
-            self.trainer.datamodule.work_scale = float(scale)
+            self.feedback.work_scale = float(scale)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         if self.train_step_fn is not None:
@@ -290,9 +297,7 @@ class NeRFModule(L.LightningModule):
         if self.hparams.distortion_weight > 0:
             dist = ray_distortion(out, self.renderer.ops)
             loss = loss + self.hparams.distortion_weight * dist.mean()
-        sampler = getattr(self.trainer.datamodule, "sampler", None)
-        if sampler is not None:
-            sampler.update(batch["view_ids"], batch["px"], batch["py"], per_ray.detach())
+        self.feedback.report_losses(batch["view_ids"], batch["px"], batch["py"], per_ray.detach())
         self.rays_seen += per_ray.shape[0]
         self.samples_seen += out["n_samples"].detach().to(torch.float64)
         if self._logging_step():
@@ -319,9 +324,7 @@ class NeRFModule(L.LightningModule):
         # The graphed step returns every float output as requiring grad. Summed into the run's
         # counters as they are, each step's autograd graph would stay alive from step to step.
         per_ray, stats = per_ray.detach(), stats.detach()
-        sampler = getattr(self.trainer.datamodule, "sampler", None)
-        if sampler is not None:
-            sampler.update(batch["view_ids"], batch["px"], batch["py"], per_ray, valid=valid)
+        self.feedback.report_losses(batch["view_ids"], batch["px"], batch["py"], per_ray, valid=valid)
         self.rays_seen += stats[0]
         self.samples_seen += stats[1]
         if self._logging_step():
@@ -362,9 +365,7 @@ class NeRFModule(L.LightningModule):
         if (batch_idx + 1) % self.trainer.accumulate_grad_batches != 0:
             return  # only after a real optimizer step
         tick = self.clock.tick(self.global_step)
-        sampler = getattr(self.trainer.datamodule, "sampler", None)
-        if sampler is not None:
-            sampler.step(tick)
+        self.feedback.step(tick)
         hp = self.hparams
         if tick.crossed(hp.grid_update_every):
             with self._full_parameters():

@@ -27,6 +27,7 @@ import lightning as L
 import torch
 
 from nerf_lightning.errors import UserError
+from nerf_lightning.models.feedback import TrainingFeedback
 from nerf_lightning.viewer.panels import TrainingStatus
 from nerf_lightning.viewer.ports import check_port
 
@@ -48,6 +49,8 @@ class ViewerCallback(L.Callback):
         refresh_every_s: a finished view is rendered again after this long when the weights changed.
         stats_every_s: seconds between two readings of the training statistics.
         export_dir: where camera paths are written (the run folder).
+        feedback: the DataModule's :class:`~nerf_lightning.models.feedback.TrainingFeedback` (the train
+            app passes it), which holds the capture the viewer shows.
     """
 
     def __init__(
@@ -62,6 +65,7 @@ class ViewerCallback(L.Callback):
         refresh_every_s: float = 1.0,
         stats_every_s: float = 1.0,
         export_dir: str | Path = ".",
+        feedback: TrainingFeedback | None = None,
     ) -> None:
         if budget <= 0:
             raise ValueError(f"viewer.budget must be > 0 (render seconds per training second), got {budget}")
@@ -70,6 +74,7 @@ class ViewerCallback(L.Callback):
         self.max_size, self.preview_size, self.chunk_s = max_size, preview_size, chunk_s
         self.refresh_every_s, self.stats_every_s = float(refresh_every_s), float(stats_every_s)
         self.export_dir = Path(export_dir)
+        self.feedback = feedback
         self.server: Any = None
         self._credit = 0.0
         self._last = 0.0
@@ -96,9 +101,9 @@ class ViewerCallback(L.Callback):
         from nerf_lightning.viewer.scene import SceneInfo
         from nerf_lightning.viewer.server import RenderSource, ViewerServer
 
-        capture = getattr(trainer.datamodule, "capture", None)
+        capture = self.feedback.capture if self.feedback is not None else None
         if capture is None:
-            raise UserError("viewer=on: the datamodule has no capture to show (expected NeRFDataModule)")
+            raise UserError("viewer=on: no capture to show (the callback needs NeRFDataModule.feedback)")
         device = pl_module.device
         gpu = device.type == "cuda"
         source = RenderSource(
