@@ -352,7 +352,7 @@ def test_budgeted_training_runs_through_the_stages(tiny_scene: Path, compose_cfg
     from nerf_lightning.apps.train import train
 
     torch.set_num_threads(2)
-    budget = ["model.sample_budget=3072", "model.march_budget=8192", "model.n_rays_init=128"]
+    budget = ["model.step.sample_budget=3072", "model.step.march_budget=8192", "model.step.n_rays_init=128"]
     stages = _Stages()
     cfg = compose_cfg(f"data.path={tiny_scene}", "trainer.max_steps=24", *TINY, *budget,
                       "data.resolution_schedule=[[0.0,4],[0.25,2],[0.5,1]]", "logger=none")

@@ -42,20 +42,20 @@ CPU_REPRO = [
     "accelerator=cpu",
     "data.downscale=16",
     "data.batch_size=512",
-    "model.sample_budget=null",
-    "model.ops_backend=torch",
+    "model.step.sample_budget=null",
+    "model.renderer.ops_backend=torch",
     "model.field.encoding.backend=torch",
-    "model.grid_resolution=32",
-    "model.step_size=0.03",
-    "model.large_scene_cone_angle=0.0625",
-    "model.max_samples_per_ray=64",
+    "model.renderer.occupancy.resolution=32",
+    "model.renderer.step_size=0.03",
+    "model.renderer.large_scene_cone_angle=0.0625",
+    "model.renderer.max_samples_per_ray=64",
 ]
 _COARSE_MARCH = [
-    "model.step_size=0.0067658",
-    "model.large_scene_cone_angle=0.015625",
-    "model.max_samples_per_ray=256",
-    "model.grid_resolution=64",
-    "model.grid_warmup_steps=64",
+    "model.renderer.step_size=0.0067658",
+    "model.renderer.large_scene_cone_angle=0.015625",
+    "model.renderer.max_samples_per_ray=256",
+    "model.renderer.occupancy.resolution=64",
+    "model.renderer.occupancy.warmup_steps=64",
 ]
 #: name -> overrides. Each isolates one candidate cause. On a CPU at 1/16 resolution the fruit capture
 #: fails with the default hash grid and reconstructs with ``small_hash`` (README); ``res_512``,
@@ -76,13 +76,13 @@ VARIANTS: dict[str, list[str]] = {
     "coarse_march": _COARSE_MARCH,
     "downscale_4": ["data.downscale=4"],
     # samples start 0.2 (NGP units) from the camera: no per-view floaters right in front of a camera
-    "near_0.2": ["++model.near_plane=0.2"],
+    "near_0.2": ["++model.renderer.near_plane=0.2"],
     # smaller outer box: less space behind the scene where one view's rays pass alone
     "aabb_2": ["data.aabb_scale=2"],
     # instant-ngp's initial density (exp(x) with x ~ 0, i.e. sigma ~ 1) instead of exp(x - 1)
     "bias_0": ["model.field.density_bias=0.0"],
     # every op on the PyTorch reference (the test oracle): rules the CUDA kernels in or out (slow)
-    "torch_ops": ["model.ops_backend=torch", "model.field.encoding.backend=torch"],
+    "torch_ops": ["model.renderer.ops_backend=torch", "model.field.encoding.backend=torch"],
 }
 DEFAULT_VARIANTS = "baseline,small_hash,res_512,table_15,levels_8"
 

@@ -618,14 +618,12 @@ class FruitBedScene(SyntheticScene):
     view, on a dark floor under the sky. The objects fill about a third of a phone-rig view, as the
     fruit does.
 
-    Why it exists (issue 9): without a near plane (``model.near_plane=0``) the default hash grid fails
-    on it as it does on ``fruit`` (held-out PSNR far below the training PSNR, several dB below a grid
-    with 2^15 entries; unlike on ``fruit``, 8 levels fail too), while the default scene on the same rig
-    reconstructs with any grid. What it shares with ``fruit`` and the
-    default scene lacks is a background with almost no texture: the bed looks the same from wherever
-    it is seen, so the training views do not pin its depth, and a grid with enough collision-free fine
-    cells explains each view with density of its own instead of one surface (measured in
-    ``docs/fruit.md``). With 40 views it fails clearly on a CPU in minutes.
+    Why it exists: without a near plane (``model.renderer.near_plane=0``) the default hash grid fails on
+    it as it does on ``fruit`` (held-out PSNR far below the training PSNR), while the default scene on
+    the same rig reconstructs with any grid. What it shares with ``fruit`` and the default scene lacks
+    is a background with almost no texture: the bed looks the same from wherever it is seen, so the
+    training views do not pin its depth, and a grid with enough collision-free fine cells explains each
+    view with density of its own instead of one surface. See ``docs/fruit.md``.
     """
 
     def __init__(
