@@ -315,15 +315,15 @@ def test_graph_batches_follow_the_stage_on_cuda(scene: Path, tmp_path: Path) -> 
     n = 1024
     for step in range(9):
         k = dm.stage_factor(step)
-        first = (n, k) not in dm._batch_graphs
+        first = (n, k) not in dm._batch_graphs.captured()
         if not first:
             torch.cuda.synchronize()
             torch.cuda.set_sync_debug_mode("error")
         try:
-            b = dm._replay_train_batch(n, k)
+            b = dm._batch_graphs.batch(n, k)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-        assert set(dm._batch_graphs) == {(n, k)} and dm._batch_graphs[(n, k)] is not None
+        assert dm._batch_graphs.captured() == {(n, k): True}
         assert b["rays_o"].shape == (n, 3) and b["rgb"].is_cuda
         ts = dm.train_set
         if k == 1:

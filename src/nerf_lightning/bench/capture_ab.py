@@ -1,6 +1,6 @@
 """A/B of training variants on one capture: held-out vs training PSNR after a fixed number of steps.
 
-Built to find out why a real capture does not reconstruct (issue 9, the ``fruit`` phone capture):
+Built to find out why a real capture does not reconstruct (the ``fruit`` phone capture, ``docs/fruit.md``):
 held-out PSNR at the level of a constant image while the training PSNR climbs is the signature of a
 model that memorizes the views instead of forming geometry. Each variant is the default training
 (``NeRFModule.training_step``, whatever the current recipe) plus a few config overrides::
@@ -10,7 +10,7 @@ model that memorizes the views instead of forming geometry. Each variant is the 
     python -m nerf_lightning.bench.capture_ab --path CAPTURE --variant mse="model.loss=mse"
     python -m nerf_lightning.bench.capture_ab --path ../shared/data/fruit --cpu-repro --steps 400
 
-``--cpu-repro`` adds :data:`CPU_REPRO` to every variant: issue 9's reproduction on a CPU at 1/16
+``--cpu-repro`` adds :data:`CPU_REPRO` to every variant: the fruit failure's reproduction on a CPU at 1/16
 resolution (a few minutes per variant on 2 cores; the table is in ``docs/fruit.md``).
 
 Prints one row per variant: mean per-image held-out PSNR / SSIM (``models/metrics.py``), the
@@ -36,8 +36,8 @@ _SMALL_HASH = [
     "model.field.encoding.log2_hashmap_size=15",
     "model.field.encoding.max_resolution=512",
 ]
-#: issue 9 on a CPU: 1/16 resolution, 512 rays per step, 32^3 occupancy grid, step 0.03, cone 1/16, at
-#: most 64 samples per ray; the hash grid is left to the variants
+#: the fruit failure on a CPU: 1/16 resolution, 512 rays per step, 32^3 occupancy grid, step 0.03,
+#: cone 1/16, at most 64 samples per ray; the hash grid is left to the variants
 CPU_REPRO = [
     "accelerator=cpu",
     "data.downscale=16",
@@ -158,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         help="extra variant (repeatable)",
     )
     ap.add_argument("--common", default="", help="overrides added to every variant, e.g. data.downscale=2")
-    ap.add_argument("--cpu-repro", action="store_true", help="add CPU_REPRO (issue 9, CPU) to each variant")
+    ap.add_argument(
+        "--cpu-repro", action="store_true", help="add CPU_REPRO (the fruit failure on a CPU) to each variant"
+    )
     ap.add_argument("--out", type=Path, default=Path("capture_ab.json"))
     args = ap.parse_args(argv)
     variants = {}

@@ -10,14 +10,11 @@ probabilities and the capture, instead of reaching into ``trainer.datamodule``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from torch import Tensor
 
 from nerf_lightning.models.clock import Tick, TrainingClock
-
-if TYPE_CHECKING:
-    from nerf_lightning.data.types import Capture
 
 __all__ = ["LossSampler", "TrainCameras", "TrainingFeedback"]
 
@@ -62,11 +59,12 @@ class TrainingFeedback:
         #: this rank's share of the work under ``data.batch_scaling=throughput`` (mean 1 over the ranks);
         #: the DataModule's rays per step follow it when the step has no sample budget
         self.work_scale = 1.0
-        self.capture: Capture | None = None
+        #: the capture (``data/types.py``'s ``Capture``: cameras, splits, scene box) once read
+        self.capture: Any = None
         self.cameras: TrainCameras | None = None
         self.sampler: LossSampler | None = None
 
-    def attach(self, capture: Capture, cameras: TrainCameras, sampler: LossSampler) -> None:
+    def attach(self, capture: Any, cameras: TrainCameras, sampler: LossSampler) -> None:
         """Called by the DataModule's ``setup`` once the capture is read."""
         self.capture, self.cameras, self.sampler = capture, cameras, sampler
 

@@ -1,4 +1,4 @@
-"""Multi-cascade occupancy grid (instant-ngp): which cells of space the ray marcher visits.
+"""Multi-cascade occupancy grid (instant-ngp): which cells of space the ray marcher samples.
 
 State: ``density_grid`` float32 [C, G^3] (an exponential-max average of the field's density per
 cell; negative = never seen by a training camera) and ``binaries`` bool [C, G, G, G] (occupied
@@ -23,7 +23,7 @@ __all__ = ["OccupancyGrid", "DEFAULT_THRESHOLD", "MIN_STEP"]
 #: instant-ngp's minimum step: the unit cube's diagonal / 1024.
 MIN_STEP = math.sqrt(3.0) / 1024
 #: Density threshold equivalent to instant-ngp's minimum optical thickness 0.01 over one minimum
-#: step: a cell is worth visiting if ``sigma * MIN_STEP > 0.01`` (about 5.91).
+#: step: a cell is worth sampling if ``sigma * MIN_STEP > 0.01`` (about 5.91).
 DEFAULT_THRESHOLD = 0.01 / MIN_STEP
 
 

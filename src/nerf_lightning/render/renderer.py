@@ -54,7 +54,7 @@ class Renderer(nn.Module):
     ``.to()`` and the state dict).
 
     Args:
-        occupancy: the occupancy grid (gives the outer box and the cells to visit).
+        occupancy: the occupancy grid (gives the outer box and the cells to march through).
         step_size: minimum marching step (instant-ngp: sqrt(3)/1024).
         cone_angle: step grows as ``t * cone_angle`` (0: uniform; instant-ngp uses 1/256 for
             large scenes).
