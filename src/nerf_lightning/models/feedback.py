@@ -4,7 +4,7 @@ The DataModule (``data/datamodule.py``) owns one from its construction and fills
 the train app hands it to the model (``NeRFModule(feedback=...)``) and to every callback whose
 constructor takes a ``feedback`` argument. Through it the model reports each step's per-ray losses
 to the ray sampler and this rank's work share, and the callbacks read the sampler's view
-probabilities and the capture, instead of reaching into ``trainer.datamodule``.
+probabilities and the capture, instead of reaching into the DataModule through the trainer.
 """
 
 from __future__ import annotations
