@@ -27,8 +27,8 @@ NO_DATA = "data.path=/no/such/capture"
         ("trainer.max_steps=2.5", "trainer.max_steps=2.5: expected an integer >= -1"),
         ("data.batch_size=0", "data.batch_size=0: expected an integer >= 1 (rays per step)"),
         ("data.batch_size=-5", "data.batch_size=-5: expected an integer >= 1"),
-        ("model.step_size=0", "model.step_size=0: expected a number > 0"),
-        ("model.step_size=nan", "model.step_size=nan: expected a number > 0"),
+        ("model.renderer.step_size=0", "model.renderer.step_size=0: expected a number > 0"),
+        ("model.renderer.step_size=nan", "model.renderer.step_size=nan: expected a number > 0"),
         ("data.max_val_views=0", "data.max_val_views=0: expected an integer >= 1 or null"),
         ("data.aabb_scale=3", "data.aabb_scale=3: expected a power of two <= 128 or null"),
         ("model.optimizer.lr=-0.01", "model.optimizer.lr=-0.01: expected a number > 0"),
@@ -70,7 +70,7 @@ def test_a_gpu_that_is_not_there_is_refused(compose_cfg) -> None:
         ["strategy=ddp", "devices=2"],
         ["strategy=fsdp", "devices=2", "accelerator=cpu"],
         ["trainer.max_steps=0"],
-        ["model.sample_budget=null", "data.max_val_views=3", "model.cone_angle=null"],
+        ["model.step.sample_budget=null", "data.max_val_views=3", "model.renderer.cone_angle=null"],
     ],
 )
 def test_every_shipped_preset_passes(compose_cfg, overrides: list[str]) -> None:

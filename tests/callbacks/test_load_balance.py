@@ -21,6 +21,8 @@ from runs import child_env, fork_app
 
 from nerf_lightning.callbacks.load_balance import LoadBalancer
 from nerf_lightning.data.synthetic import generate_scene
+from nerf_lightning.models.clock import TrainingClock, resolve_rule
+from nerf_lightning.models.feedback import TrainingFeedback
 
 STEPS = 96
 WINDOW = 12  # optimizer steps per load-balancing window
@@ -46,16 +48,14 @@ def test_shares_move_towards_equal_forward_times() -> None:
     class _Trainer:
         world_size, global_rank, is_global_zero, global_step, loggers = 2, 1, False, 50, []
 
-        class datamodule:  # noqa: N801
-            batch_scaling = "throughput"
-
     class _Module:
         share = None
 
         def set_work_scale(self, s: float) -> None:
             self.share = s
 
-    lb = LoadBalancer(momentum=0.0)  # undamped: the whole correction in one window
+    feedback = TrainingFeedback(TrainingClock(resolve_rule("throughput")))
+    lb = LoadBalancer(momentum=0.0, feedback=feedback)  # undamped: the whole correction in one window
     module = _Module()
     # even shares; rank 1 needs 3 s for 10 steps, rank 0 1 s: shares ~ 1 / time, renormalized
     lb._update(_Trainer(), module, torch.tensor([[1.0, 10, 1.0], [3.0, 10, 1.0]], dtype=torch.float64))
@@ -74,9 +74,10 @@ def test_throughput_scaling_evens_out_a_slow_rank(tmp_path: Path) -> None:
         "strategy=ddp", "devices=2", "accelerator=cpu", "experiment=cpu", "logger=none",
         f"data.path={scene}", "data.batch_size=64", "data.batch_scaling=throughput",
         f"data.steps_per_epoch={STEPS}", f"trainer.max_steps={STEPS}", "trainer.check_val_every_n_epoch=1000",
-        "model.grid_resolution=16", "model.field.encoding.n_levels=4",
+        "model.renderer.occupancy.resolution=16", "model.field.encoding.n_levels=4",
         "model.field.encoding.max_resolution=64",
-        "model.step_size=0.06", "model.max_samples_per_ray=24", "model.grid_warmup_steps=4",
+        "model.renderer.step_size=0.06", "model.renderer.max_samples_per_ray=24",
+        "model.renderer.occupancy.warmup_steps=4",
         "callbacks.progress_bar=null", "callbacks.model_checkpoint=null",
         f"callbacks.load_balance.every_n_steps={WINDOW}",
         "+callbacks.slow._target_=slow_rank.SlowRank", f"hydra.run.dir={run}",

@@ -29,7 +29,7 @@ import imageio.v3 as iio
 import numpy as np
 
 from nerf_lightning.data.synthetic import SyntheticScene, look_at, render_view
-from nerf_lightning.data.synthetic.scene import fbm
+from nerf_lightning.data.synthetic.noise import fbm
 
 N_VIEWS = 40
 SIZE = 192

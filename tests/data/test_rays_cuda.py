@@ -1,5 +1,5 @@
-"""The one-kernel training rays (``ops.cuda.training_rays`` through ``_ViewSet.train_rays``) equal the
-data layer's torch path (``_ViewSet.batch``): pinhole RGBA (Blender), a distorted lens through the
+"""The one-kernel training rays (``ops.cuda.training_rays`` through ``ViewSet.train_rays``) equal the
+data layer's torch path (``ViewSet.batch``): pinhole RGBA (Blender), a distorted lens through the
 undistortion table, and a pinhole RGB capture. GPU only: ``pytest -m cuda``."""
 
 from __future__ import annotations

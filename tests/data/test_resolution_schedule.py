@@ -315,15 +315,15 @@ def test_graph_batches_follow_the_stage_on_cuda(scene: Path, tmp_path: Path) -> 
     n = 1024
     for step in range(9):
         k = dm.stage_factor(step)
-        first = (n, k) not in dm._batch_graphs
+        first = (n, k) not in dm._batch_graphs.captured()
         if not first:
             torch.cuda.synchronize()
             torch.cuda.set_sync_debug_mode("error")
         try:
-            b = dm._replay_train_batch(n, k)
+            b = dm._batch_graphs.batch(n, k)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-        assert set(dm._batch_graphs) == {(n, k)} and dm._batch_graphs[(n, k)] is not None
+        assert dm._batch_graphs.captured() == {(n, k): True}
         assert b["rays_o"].shape == (n, 3) and b["rgb"].is_cuda
         ts = dm.train_set
         if k == 1:
@@ -352,7 +352,7 @@ def test_budgeted_training_runs_through_the_stages(tiny_scene: Path, compose_cfg
     from nerf_lightning.apps.train import train
 
     torch.set_num_threads(2)
-    budget = ["model.sample_budget=3072", "model.march_budget=8192", "model.n_rays_init=128"]
+    budget = ["model.step.sample_budget=3072", "model.step.march_budget=8192", "model.step.n_rays_init=128"]
     stages = _Stages()
     cfg = compose_cfg(f"data.path={tiny_scene}", "trainer.max_steps=24", *TINY, *budget,
                       "data.resolution_schedule=[[0.0,4],[0.25,2],[0.5,1]]", "logger=none")

@@ -16,14 +16,14 @@ SMALL = [
     "accelerator=cpu",
     "logger=none",
     "callbacks=none",
-    "model.sample_budget=null",
+    "model.step.sample_budget=null",
     "model.jitter=false",
-    "model.grid_resolution=16",
+    "model.renderer.occupancy.resolution=16",
     "model.field.encoding.n_levels=4",
     "model.field.encoding.log2_hashmap_size=12",
     "model.field.encoding.max_resolution=64",
-    "model.step_size=0.02",
-    "model.max_samples_per_ray=64",
+    "model.renderer.step_size=0.02",
+    "model.renderer.max_samples_per_ray=64",
     "+trainer.enable_progress_bar=false",
     "trainer.enable_model_summary=false",
     "trainer.max_steps=2",
@@ -64,7 +64,7 @@ def _first_step_grads(scene: Path, compose_cfg, accumulate: int, batch: dict[str
 
     dm.on_after_batch_transfer = micro_batch
     torch.manual_seed(0)
-    model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale)
+    model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale, feedback=dm.feedback)
     grads = _Grads()
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=[grads], logger=False)
     trainer.fit(model, datamodule=dm)

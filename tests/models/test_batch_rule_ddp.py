@@ -27,6 +27,8 @@ from nerf_lightning.data.synthetic import generate_scene
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.module import NeRFModule
 from nerf_lightning.models.schedules import ngp_exponential_decay
+from nerf_lightning.render.occupancy import OccupancyGrid
+from nerf_lightning.render.renderer import build_renderer
 
 RULE = "sqrt_lr"
 DECAY = functools.partial(ngp_exponential_decay, decay_start=0.5, decay_interval=0.25, decay_base=0.1)
@@ -90,8 +92,13 @@ def _parts(scene: Path, cache: Path, multiple: int) -> tuple[NeRFDataModule, NeR
         ),
         optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
         scheduler=DECAY,
-        aabb_scale=dm.aabb_scale, grid_resolution=16, grid_update_every=2, grid_warmup_steps=2,
-        step_size=0.054, max_samples_per_ray=32, ops_backend="torch", save_val_images=False, clock=dm.clock,
+        renderer=functools.partial(
+            build_renderer,
+            occupancy=functools.partial(OccupancyGrid, resolution=16, update_every=2, warmup_steps=2),
+            step_size=0.054, max_samples_per_ray=32, ops_backend="torch",
+        ),
+        aabb_scale=dm.aabb_scale, save_val_images=False, clock=dm.clock,
+        feedback=dm.feedback,
     )  # fmt: skip
     return dm, model
 

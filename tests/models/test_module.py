@@ -10,6 +10,8 @@ import torch
 
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.module import NeRFModule
+from nerf_lightning.render.occupancy import OccupancyGrid
+from nerf_lightning.render.renderer import build_renderer
 
 
 def _tiny_module(seed: int) -> NeRFModule:
@@ -22,10 +24,11 @@ def _tiny_module(seed: int) -> NeRFModule:
             density_bias=1.0,
         ),
         optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
+        renderer=functools.partial(
+            build_renderer, occupancy=functools.partial(OccupancyGrid, resolution=16), step_size=1 / 32,
+            ops_backend="torch",
+        ),
         aabb_scale=2,
-        grid_resolution=16,
-        step_size=1 / 32,
-        ops_backend="torch",
     )
 
 

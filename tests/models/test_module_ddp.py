@@ -26,6 +26,8 @@ from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.module import NeRFModule
+from nerf_lightning.render.occupancy import OccupancyGrid
+from nerf_lightning.render.renderer import build_renderer
 
 
 class _SaveRankState(L.Callback):
@@ -65,17 +67,20 @@ def test_two_rank_training_keeps_grid_sampler_and_weights_identical(tmp_path: Pa
         ),
         optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
         aabb_scale=dm.aabb_scale,
-        grid_resolution=8,
-        grid_update_every=2,
-        grid_warmup_steps=2,  # steps 0 (warm-up: all cells) and 2, 4 (sampled cells)
-        step_size=0.05,
-        max_samples_per_ray=32,
-        ops_backend="torch",
+        renderer=functools.partial(
+            build_renderer,
+            # updates at steps 0 (warm-up: all cells) and 2, 4 (sampled cells)
+            occupancy=functools.partial(OccupancyGrid, resolution=8, update_every=2, warmup_steps=2),
+            step_size=0.05,
+            max_samples_per_ray=32,
+            ops_backend="torch",
+        ),
         save_val_images=False,
         camera_opt=functools.partial(CameraOptimizer, enabled=True),
         appearance=functools.partial(PerViewExposure, enabled=True),
         n_train_views=dm.n_train_views,
         train_poses=dm.train_poses,
+        feedback=dm.feedback,
     )
     trainer = L.Trainer(
         accelerator="cpu",

@@ -18,7 +18,7 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU CI
 from nerf_lightning.models.appearance import PerViewExposure  # noqa: E402
 from nerf_lightning.models.camera_opt import CameraOptimizer  # noqa: E402
 from nerf_lightning.models.field import NGPField  # noqa: E402
-from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture  # noqa: E402
+from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, budgeted_step, capture  # noqa: E402
 from nerf_lightning.render.occupancy import OccupancyGrid  # noqa: E402
 from nerf_lightning.render.renderer import Renderer  # noqa: E402
 
@@ -137,7 +137,7 @@ def test_module_builds_the_components_into_its_graphed_step() -> None:
     module = NeRFModule(
         field=functools.partial(NGPField),
         optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
-        sample_budget=1 << 16,
+        step=functools.partial(budgeted_step, sample_budget=1 << 16),
         camera_opt=functools.partial(CameraOptimizer, enabled=True),
         appearance=functools.partial(PerViewExposure, enabled=True),
         n_train_views=N_VIEWS,

@@ -28,6 +28,8 @@ from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.module import NeRFModule
+from nerf_lightning.render.occupancy import OccupancyGrid
+from nerf_lightning.render.renderer import build_renderer
 
 SIZE = 24  # pixels per side: 2 degrees per pixel at the generator's 50 degree field of view
 N_VIEWS = 24  # every 8th is held out (data.test_every)
@@ -74,16 +76,19 @@ def _train(
         ),
         optimizer=functools.partial(torch.optim.Adam, lr=1e-2, betas=(0.9, 0.99), eps=1e-15),
         aabb_scale=dm.aabb_scale,
-        grid_resolution=32,
-        grid_warmup_steps=16,
-        step_size=0.0135,
-        max_samples_per_ray=128,
-        ops_backend="torch",
+        renderer=functools.partial(
+            build_renderer,
+            occupancy=functools.partial(OccupancyGrid, resolution=32, warmup_steps=16),
+            step_size=0.0135,
+            max_samples_per_ray=128,
+            ops_backend="torch",
+        ),
         save_val_images=False,
         lpips=False,
         n_train_views=dm.n_train_views,
         train_poses=dm.train_poses,
         photograph=dm.is_photograph,
+        feedback=dm.feedback,
         **components,
     )
     quiet = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")

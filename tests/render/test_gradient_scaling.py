@@ -100,9 +100,9 @@ def test_the_config_key_reaches_the_renderer(tmp_path) -> None:
 
     from nerf_lightning.run.config import compose_train_config
 
-    cfg = compose_train_config(["model.gradient_scaling_distance=0.75"], tmp_path)
+    cfg = compose_train_config(["model.renderer.gradient_scaling_distance=0.75"], tmp_path)
     module = hydra.utils.instantiate(cfg.model, aabb_scale=1)
     assert module.renderer.gradient_scaling_distance == 0.75
-    assert compose_train_config([], tmp_path).model.gradient_scaling_distance == 1.0
-    off = compose_train_config(["model.gradient_scaling_distance=null"], tmp_path)
+    assert compose_train_config([], tmp_path).model.renderer.gradient_scaling_distance == 1.0
+    off = compose_train_config(["model.renderer.gradient_scaling_distance=null"], tmp_path)
     assert hydra.utils.instantiate(off.model, aabb_scale=1).renderer.gradient_scaling_distance is None

@@ -91,7 +91,7 @@ def test_default_config_sets_the_near_plane_of_the_renderer(tmp_path) -> None:
     from nerf_lightning.run.config import compose_train_config
 
     cfg = compose_train_config([], tmp_path)
-    assert cfg.model.near_plane == 0.2
+    assert cfg.model.renderer.near_plane == 0.2
     module = hydra.utils.instantiate(cfg.model, aabb_scale=1)
     assert module.renderer.near_plane == 0.2
 

@@ -60,3 +60,32 @@ def test_moved_targets_point_at_importable_classes() -> None:
     for old, new in MOVED_TARGETS.items():
         assert old.rsplit(".", 1)[1] == new.rsplit(".", 1)[1], (old, new)  # moved, not renamed
         hydra.utils.get_class(new)
+
+
+def test_a_checkpoint_of_the_flat_model_layout_restores(tmp_path: Path) -> None:
+    """A run config whose model keys were flat (``model.grid_resolution``, ``model.sample_budget``, ...)
+    rebuilds the same model: its values land in the renderer and step nodes."""
+    cfg = compose_train_config(["experiment=cpu", "model.renderer.occupancy.resolution=16",
+                                "model.renderer.near_plane=0.1"], tmp_path)  # fmt: skip
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=True)
+        model = hydra.utils.instantiate(cfg.model, aabb_scale=2)
+    finally:
+        GlobalHydra.instance().clear()
+    plain.pop("hydra")
+    renderer, step = plain["model"].pop("renderer"), plain["model"].pop("step")
+    grid = renderer.pop("occupancy")
+    flat = {f"grid_{k}": v for k, v in grid.items() if k in ("update_every", "warmup_steps", "decay")}
+    flat |= {"grid_resolution": grid["resolution"], "grid_threshold": grid["density_threshold"]}
+    flat |= {k: v for k, v in renderer.items() if not k.startswith("_")}
+    flat |= {k: v for k, v in step.items() if not k.startswith("_")}
+    plain["model"].update(flat)
+    section = {"config": plain, "instantiate_kwargs": {"model": {"aabb_scale": 2}}}
+    ckpt = tmp_path / "flat.ckpt"
+    torch.save({"state_dict": model.state_dict(), "global_step": 3, CHECKPOINT_KEY: section}, ckpt)
+
+    run = load_run(ckpt)
+    assert "grid_resolution" not in run.config.model and run.config.model.renderer.occupancy.resolution == 16
+    restored = run.build_model()  # strict: the grid has the checkpoint's 16^3 cells
+    assert restored.renderer.near_plane == 0.1 and restored.occupancy.resolution == 16
+    assert restored.train_step_fn is None  # the CPU preset's sample_budget: null

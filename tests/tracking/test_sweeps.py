@@ -34,11 +34,13 @@ def tiny_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_overrides(scene: Path) -> list[str]:
     return [
         f"data.path={scene}", "data.batch_size=256", "data.steps_per_epoch=6", "trainer.max_steps=6",
-        "model.grid_resolution=16", "model.field.encoding.n_levels=4",
-        "model.field.encoding.max_resolution=64", "model.step_size=0.02", "model.max_samples_per_ray=64",
-        "model.grid_warmup_steps=4", "trainer.check_val_every_n_epoch=1000", "callbacks.progress_bar=null",
+        "model.renderer.occupancy.resolution=16", "model.field.encoding.n_levels=4",
+        "model.field.encoding.max_resolution=64", "model.renderer.step_size=0.02",
+        "model.renderer.max_samples_per_ray=64",
+        "model.renderer.occupancy.warmup_steps=4", "trainer.check_val_every_n_epoch=1000",
+        "callbacks.progress_bar=null",
         "accelerator=cpu", "trainer.log_every_n_steps=3", "trainer.enable_model_summary=false",
-        "callbacks.model_checkpoint=null", "model.sample_budget=null",
+        "callbacks.model_checkpoint=null", "model.step.sample_budget=null",
     ]
 
 

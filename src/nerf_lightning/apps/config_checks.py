@@ -1,7 +1,8 @@
 """The apps' config values checked before any work starts: a bad value fails in a second, by its key.
 
 A value of the wrong type or range (``trainer.max_steps=abc``, ``data.batch_size=0``,
-``model.step_size=0``, ``render width=0``, ``export resolution=0``) would otherwise fail deep inside the
+``model.renderer.step_size=0``, ``render width=0``, ``export resolution=0``) would otherwise fail deep
+inside the
 run — after the capture has loaded, with a traceback that names no key — or, worse, run and produce a
 meaningless result (zero rays trained, a 16x16 video). Each app checks its config against its table
 of :class:`Rule` first (:func:`check_config`): the first bad value ends the run with one line,
@@ -131,24 +132,24 @@ DATA: tuple[Rule, ...] = (
 
 #: model.* values (train; eval/render/export overrides)
 MODEL: tuple[Rule, ...] = (
-    _num_rule("model.step_size", above=0, note="the marching step in NGP units"),
-    _int("model.max_samples_per_ray", 1),
-    _int("model.grid_resolution", 1),
-    _int("model.grid_update_every", 1),
-    _int("model.grid_warmup_steps", 0),
-    _num_rule("model.grid_decay", low=0, high=1),
-    _num_rule("model.grid_threshold", low=0),
-    _num_rule("model.near_plane", low=0),
-    _num_rule("model.cone_angle", low=0, null=True),
-    _num_rule("model.large_scene_cone_angle", low=0),
-    _num_rule("model.early_stop_eps", low=0, below=1),
+    _num_rule("model.renderer.step_size", above=0, note="the marching step in NGP units"),
+    _int("model.renderer.max_samples_per_ray", 1),
+    _int("model.renderer.occupancy.resolution", 1),
+    _int("model.renderer.occupancy.update_every", 1),
+    _int("model.renderer.occupancy.warmup_steps", 0),
+    _num_rule("model.renderer.occupancy.decay", low=0, high=1),
+    _num_rule("model.renderer.occupancy.density_threshold", low=0),
+    _num_rule("model.renderer.near_plane", low=0),
+    _num_rule("model.renderer.cone_angle", low=0, null=True),
+    _num_rule("model.renderer.large_scene_cone_angle", low=0),
+    _num_rule("model.renderer.early_stop_eps", low=0, below=1),
     _num_rule("model.huber_delta", above=0),
     _num_rule("model.distortion_weight", low=0),
     _num_rule("model.mlp_weight_decay", low=0),
-    _num_rule("model.gradient_scaling_distance", above=0, null=True, note="null: off"),
-    _int("model.sample_budget", 1, null=True, note="null: data.batch_size rays per step"),
-    _int("model.march_budget", 1, null=True),
-    _int("model.n_rays_init", 1),
+    _num_rule("model.renderer.gradient_scaling_distance", above=0, null=True, note="null: off"),
+    _int("model.step.sample_budget", 1, null=True, note="null: data.batch_size rays per step"),
+    _int("model.step.march_budget", 1, null=True),
+    _int("model.step.n_rays_init", 1),
     _int("model.val_chunk", 1),
     _int("model.sigterm_check_every", 1),
     _num_rule("model.optimizer.lr", above=0),

@@ -23,31 +23,16 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.errors import EXIT_DIVERGED, EXIT_USER_ERROR, Interrupted, user_errors
-from nerf_lightning.run.config import CONF_DIR
+from nerf_lightning.run.config import CONF_DIR, KEY_ALIASES, alias_override
 from nerf_lightning.run.run_dir import register_resolvers
 
 __all__ = ["KEY_ALIASES", "device_of", "hydra_app", "nested_overrides", "normalize_argv"]
-
-#: Override keys accepted under another spelling: old key prefix -> the config's key prefix.
-KEY_ALIASES: dict[str, str] = {
-    # instant-ngp's spelling: the hash encoding is the field's
-    "model.encoding.": "model.field.encoding.",
-}
 
 #: Config nodes of the apps that work on a checkpoint (eval, render, export) that hold overrides of the
 #: *checkpoint's* config: empty in the app's own config, so an override must be allowed to add keys.
 CHECKPOINT_NODES = ("data", "model")
 
 _NUMERIC_GROUP_CHOICE = re.compile(r"^(\+{0,2}precision)=(\d+)$")
-_OVERRIDE_PREFIX = re.compile(r"^([+~]{0,2})(.*)$", re.S)
-
-
-def _alias(arg: str) -> str:
-    sign, rest = _OVERRIDE_PREFIX.match(arg).groups()  # type: ignore[union-attr]
-    for old, new in KEY_ALIASES.items():
-        if rest.startswith(old):
-            return f"{sign}{new}{rest[len(old) :]}"
-    return arg
 
 
 def normalize_argv(
@@ -56,8 +41,9 @@ def normalize_argv(
     """The command line as Hydra should read it.
 
     - a leading bare word -> ``<positional>=word`` (``python -m nerf_lightning.export mesh ...``);
-    - an aliased key (:data:`KEY_ALIASES`) -> the config's key (``model.encoding.x`` ->
-      ``model.field.encoding.x``);
+    - an aliased key (:data:`~nerf_lightning.run.config.KEY_ALIASES`) -> the config's key
+      (``model.encoding.x`` -> ``model.field.encoding.x``, ``model.renderer.near_plane`` ->
+      ``model.renderer.near_plane``);
     - ``precision=32`` -> ``precision='32'`` (a choice of the ``precision`` group; Hydra would parse an int);
     - ``<node>.k=v`` for a node of ``open_nodes`` -> ``++<node>.k=v`` (adds the key when it is new).
     """
@@ -66,7 +52,7 @@ def normalize_argv(
     for i, arg in enumerate(argv):
         if positional and i == 0 and "=" not in arg and not arg.startswith("-"):
             arg = f"{positional}={arg}"
-        arg = _NUMERIC_GROUP_CHOICE.sub(r"\1='\2'", _alias(arg))
+        arg = _NUMERIC_GROUP_CHOICE.sub(r"\1='\2'", alias_override(arg))
         out.append(f"++{arg}" if opened and arg.startswith(opened) else arg)
     return out
 

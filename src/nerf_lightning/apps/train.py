@@ -10,6 +10,7 @@ Returns the value of ``optimized_metric`` (val/psnr) so Hydra sweepers can optim
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 import time
@@ -48,13 +49,23 @@ warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).
 warnings.filterwarnings("ignore", message=".*is smaller than the logging interval.*")
 
 
-def instantiate_group(group: DictConfig | None) -> list[Any]:
-    """Instantiate every ``_target_`` entry of a dict-of-configs group (callbacks, loggers)."""
+def instantiate_group(group: DictConfig | None, **seams: Any) -> list[Any]:
+    """Instantiate every ``_target_`` entry of a dict-of-configs group (callbacks, loggers).
+
+    ``seams`` (e.g. ``feedback=datamodule.feedback``) go to each target whose constructor names them
+    as parameters, and only to those."""
     if not group:
         return []
-    return [
-        hydra.utils.instantiate(node) for node in group.values() if node is not None and "_target_" in node
-    ]
+    nodes = [node for node in group.values() if node is not None and "_target_" in node]
+    return [hydra.utils.instantiate(node, **_wanted(node._target_, seams)) for node in nodes]
+
+
+def _wanted(target: str, seams: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``seams`` that ``target``'s signature takes by name."""
+    if not seams:
+        return {}
+    parameters = inspect.signature(hydra.utils.get_object(target)).parameters
+    return {name: value for name, value in seams.items() if name in parameters}
 
 
 def run_config(cfg: DictConfig) -> dict[str, Any]:
@@ -145,11 +156,18 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         "photograph": datamodule.is_photograph,
     }
     # the batch rule's clock: the DataModule makes it from data.*, the model follows it
+    # and the feedback: where the step's per-ray losses and this rank's work share go, the training cameras
     model: L.LightningModule = hydra.utils.instantiate(
-        cfg.model, **model_kwargs, train_poses=datamodule.train_poses, clock=datamodule.clock
+        cfg.model,
+        **model_kwargs,
+        train_poses=datamodule.train_poses,
+        clock=datamodule.clock,
+        feedback=datamodule.feedback,
     )
 
-    callbacks = [*instantiate_group(cfg.get("callbacks")), *(extra_callbacks or [])]
+    # the callbacks that read the sampler or the capture take the same feedback at construction
+    callbacks = instantiate_group(cfg.get("callbacks"), feedback=datamodule.feedback)
+    callbacks += extra_callbacks or []
     # Always on: the run's config and exact-resume state go into every checkpoint; the gradient exchange.
     callbacks.append(RunState(plain_config, {"model": model_kwargs}, seed=int(cfg.seed)))
     callbacks.append(GradientExchange(str(cfg.get("grad_exchange") or "fp32")))

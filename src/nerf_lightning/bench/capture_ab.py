@@ -1,6 +1,6 @@
 """A/B of training variants on one capture: held-out vs training PSNR after a fixed number of steps.
 
-Built to find out why a real capture does not reconstruct (issue 9, the ``fruit`` phone capture):
+Built to find out why a real capture does not reconstruct (the ``fruit`` phone capture, ``docs/fruit.md``):
 held-out PSNR at the level of a constant image while the training PSNR climbs is the signature of a
 model that memorizes the views instead of forming geometry. Each variant is the default training
 (``NeRFModule.training_step``, whatever the current recipe) plus a few config overrides::
@@ -10,7 +10,7 @@ model that memorizes the views instead of forming geometry. Each variant is the 
     python -m nerf_lightning.bench.capture_ab --path CAPTURE --variant mse="model.loss=mse"
     python -m nerf_lightning.bench.capture_ab --path ../shared/data/fruit --cpu-repro --steps 400
 
-``--cpu-repro`` adds :data:`CPU_REPRO` to every variant: issue 9's reproduction on a CPU at 1/16
+``--cpu-repro`` adds :data:`CPU_REPRO` to every variant: the fruit failure's reproduction on a CPU at 1/16
 resolution (a few minutes per variant on 2 cores; the table is in ``docs/fruit.md``).
 
 Prints one row per variant: mean per-image held-out PSNR / SSIM (``models/metrics.py``), the
@@ -36,26 +36,26 @@ _SMALL_HASH = [
     "model.field.encoding.log2_hashmap_size=15",
     "model.field.encoding.max_resolution=512",
 ]
-#: issue 9 on a CPU: 1/16 resolution, 512 rays per step, 32^3 occupancy grid, step 0.03, cone 1/16, at
-#: most 64 samples per ray; the hash grid is left to the variants
+#: the fruit failure on a CPU: 1/16 resolution, 512 rays per step, 32^3 occupancy grid, step 0.03,
+#: cone 1/16, at most 64 samples per ray; the hash grid is left to the variants
 CPU_REPRO = [
     "accelerator=cpu",
     "data.downscale=16",
     "data.batch_size=512",
-    "model.sample_budget=null",
-    "model.ops_backend=torch",
+    "model.step.sample_budget=null",
+    "model.renderer.ops_backend=torch",
     "model.field.encoding.backend=torch",
-    "model.grid_resolution=32",
-    "model.step_size=0.03",
-    "model.large_scene_cone_angle=0.0625",
-    "model.max_samples_per_ray=64",
+    "model.renderer.occupancy.resolution=32",
+    "model.renderer.step_size=0.03",
+    "model.renderer.large_scene_cone_angle=0.0625",
+    "model.renderer.max_samples_per_ray=64",
 ]
 _COARSE_MARCH = [
-    "model.step_size=0.0067658",
-    "model.large_scene_cone_angle=0.015625",
-    "model.max_samples_per_ray=256",
-    "model.grid_resolution=64",
-    "model.grid_warmup_steps=64",
+    "model.renderer.step_size=0.0067658",
+    "model.renderer.large_scene_cone_angle=0.015625",
+    "model.renderer.max_samples_per_ray=256",
+    "model.renderer.occupancy.resolution=64",
+    "model.renderer.occupancy.warmup_steps=64",
 ]
 #: name -> overrides. Each isolates one candidate cause. On a CPU at 1/16 resolution the fruit capture
 #: fails with the default hash grid and reconstructs with ``small_hash`` (README); ``res_512``,
@@ -76,13 +76,13 @@ VARIANTS: dict[str, list[str]] = {
     "coarse_march": _COARSE_MARCH,
     "downscale_4": ["data.downscale=4"],
     # samples start 0.2 (NGP units) from the camera: no per-view floaters right in front of a camera
-    "near_0.2": ["++model.near_plane=0.2"],
+    "near_0.2": ["++model.renderer.near_plane=0.2"],
     # smaller outer box: less space behind the scene where one view's rays pass alone
     "aabb_2": ["data.aabb_scale=2"],
     # instant-ngp's initial density (exp(x) with x ~ 0, i.e. sigma ~ 1) instead of exp(x - 1)
     "bias_0": ["model.field.density_bias=0.0"],
     # every op on the PyTorch reference (the test oracle): rules the CUDA kernels in or out (slow)
-    "torch_ops": ["model.ops_backend=torch", "model.field.encoding.backend=torch"],
+    "torch_ops": ["model.renderer.ops_backend=torch", "model.field.encoding.backend=torch"],
 }
 DEFAULT_VARIANTS = "baseline,small_hash,res_512,table_15,levels_8"
 
@@ -113,7 +113,7 @@ def run_variant(path: str, overrides: list[str], steps: int, seed: int, out_dir:
     dm = hydra.utils.instantiate(cfg.data)
     dm.prepare_data()
     dm.setup("fit")
-    model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale)
+    model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale, feedback=dm.feedback)
     trainer = L.Trainer(
         accelerator=cfg.accelerator,
         devices=1,
@@ -158,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         help="extra variant (repeatable)",
     )
     ap.add_argument("--common", default="", help="overrides added to every variant, e.g. data.downscale=2")
-    ap.add_argument("--cpu-repro", action="store_true", help="add CPU_REPRO (issue 9, CPU) to each variant")
+    ap.add_argument(
+        "--cpu-repro", action="store_true", help="add CPU_REPRO (the fruit failure on a CPU) to each variant"
+    )
     ap.add_argument("--out", type=Path, default=Path("capture_ab.json"))
     args = ap.parse_args(argv)
     variants = {}

@@ -52,8 +52,8 @@ DEFAULT: dict[str, tuple[str, ...]] = {"default": ()}
 
 # --------------------------------------------------------------------------------------- variants
 INGP_PIXELS = ("data.pixel_jitter=true", "data.train_background=random")  # instant-ngp: jitter, random bg
-NO_GS = ("model.gradient_scaling_distance=null",)
-NO_NEAR = ("model.near_plane=0.0",)
+NO_GS = ("model.renderer.gradient_scaling_distance=null",)
+NO_NEAR = ("model.renderer.near_plane=0.0",)
 _LW = "data.samplers.loss_weighted"
 LW = ("data.sampler=loss_weighted",)
 ERROR_MAP = (*LW, f"{_LW}.error_map_resolution=16")
@@ -73,7 +73,8 @@ WARMUP = ("+model.scheduler.warmup_steps=100",)
 MLP_L2 = ("model.mlp_weight_decay=1e-6",)
 #: candidates for the background of real captures (fruit's garbled wall, blurred bed, floaters)
 PHOTO_BACKGROUND = {**DEFAULT, "t21": TABLE["t21"], "dist_0.001": ("model.distortion_weight=0.001",)}
-FAR_CONE = {**DEFAULT, "cone_512": ("model.large_scene_cone_angle=0.001953125",)}  # 1/512: 2x far samples
+# 1/512: 2x far samples
+FAR_CONE = {**DEFAULT, "cone_512": ("model.renderer.large_scene_cone_angle=0.001953125",)}
 #: this project's recipe before it followed the images: a Blender-layout capture got the render recipe
 RENDER_RECIPE = ("--", "data.pixel_jitter=false", "data.train_background=eval")
 POSES = ("model.camera_opt.enabled=true",)
@@ -87,17 +88,18 @@ GPU_0 = {"CUDA_VISIBLE_DEVICES": "0"}
 #: The CPU test's tiny run (seconds on 2 cores): small grid, coarse marching, a 24x24 scene.
 TINY = (
     "accelerator=cpu", "experiment=cpu", "data.path={exp_dir}/scene", "data.batch_size=128",
-    "data.steps_per_epoch=8", "model.grid_resolution=16", "model.grid_warmup_steps=4",
-    "model.grid_update_every=4", f"{_ENC}.n_levels=4", f"{_ENC}.log2_hashmap_size=12",
-    f"{_ENC}.max_resolution=64", "model.max_samples_per_ray=32", "model.step_size=0.054",
+    "data.steps_per_epoch=8", "model.renderer.occupancy.resolution=16",
+    "model.renderer.occupancy.warmup_steps=4",
+    "model.renderer.occupancy.update_every=4", f"{_ENC}.n_levels=4", f"{_ENC}.log2_hashmap_size=12",
+    f"{_ENC}.max_resolution=64", "model.renderer.max_samples_per_ray=32", "model.renderer.step_size=0.054",
     "model.save_val_images=false",
 )  # fmt: skip
 #: ``make test-repro``'s recipe on the generated fruit-like capture: ``bench.capture_ab.CPU_REPRO``
 #: without the downscale (the generated views have the real capture's 1/16 size).
 GENERATED_RECIPE = (
-    "accelerator=cpu data.batch_size=512 model.sample_budget=null model.ops_backend=torch "
-    f"{_ENC}.backend=torch model.grid_resolution=32 model.step_size=0.03 "
-    "model.large_scene_cone_angle=0.0625 model.max_samples_per_ray=64"
+    "accelerator=cpu data.batch_size=512 model.step.sample_budget=null model.renderer.ops_backend=torch "
+    f"{_ENC}.backend=torch model.renderer.occupancy.resolution=32 model.renderer.step_size=0.03 "
+    "model.renderer.large_scene_cone_angle=0.0625 model.renderer.max_samples_per_ray=64"
 )
 
 
@@ -248,7 +250,7 @@ add("weight-decay", "instant-ngp's L2 (1e-6) on the MLP matrices: lego and fox 5
                ("fox", {**DEFAULT, "mlp_l2": MLP_L2}, SEEDS, 5000)]), data=("lego", "fox"))
 add("sample-budget", "lego 20k steps alone: 2^18 samples per step (default) against a fixed 8192 rays",
     train("budget", "lego", steps=20000, seed=1, shared=False),
-    train("rays_8192", "lego", "model.sample_budget=null", "data.batch_size=8192", steps=20000, seed=1,
+    train("rays_8192", "lego", "model.step.sample_budget=null", "data.batch_size=8192", steps=20000, seed=1,
           baseline="budget", expected_s=240, timeout_s=420), data=("lego",))
 
 add("views-5k", "learned camera poses / exposure / both against neither: fox and fruit 5k steps, 3 seeds "
@@ -383,9 +385,9 @@ add("fruit-generated", "the generated fruit-like capture on the CPU: neither fix
            expected_s=20, timeout_s=300),
     module("capture_ab", "nerf_lightning.bench.capture_ab", "--path", "{exp_dir}/capture", "--steps", "400",
            "--variants", "baseline,table_15",
-           "--variant", "neither=model.near_plane=0.0 model.gradient_scaling_distance=null",
-           "--variant", "near_plane_only=model.gradient_scaling_distance=null",
-           "--variant", "scaling_only=model.near_plane=0.0", "--common", GENERATED_RECIPE,
+           "--variant", "neither=model.renderer.near_plane=0.0 model.renderer.gradient_scaling_distance=null",
+           "--variant", "near_plane_only=model.renderer.gradient_scaling_distance=null",
+           "--variant", "scaling_only=model.renderer.near_plane=0.0", "--common", GENERATED_RECIPE,
            "--out", "{run_dir}/capture_ab.json", read=readers.capture_ab_json, gpus=0,
            expected_s=600, timeout_s=1800))
 FOX_20K = ("trainer.max_steps=20000", "hydra.run.dir={run_dir}")

@@ -49,7 +49,7 @@ class BudgetedStep:
         self.model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale).to(self.device)
         self.fn = self.model.train_step_fn
         if self.fn is None:
-            raise ValueError("bench: the step needs a sample budget (model.sample_budget is null)")
+            raise ValueError("bench: the step needs a sample budget (model.step.sample_budget is null)")
         self.fn.to(self.device)
         self.fn.set_capacity_scale(scale)
         self.n_rays = max(1, int(dm.batch_size * scale))

@@ -246,7 +246,7 @@ class Suite:
         with open(log, "wb") as f:
             try:
                 proc = subprocess.Popen(
-                    argv, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                    argv, stdout=f, stderr=subprocess.STDOUT, env=env, process_group=0
                 )
             except OSError as err:
                 f.write(f"cannot start {argv[0]}: {err}\n".encode())

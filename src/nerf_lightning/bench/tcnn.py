@@ -148,7 +148,7 @@ def bench_lego(path: str, seconds: float, out: Path, graph_ok: dict[str, bool]) 
     """lego for ``seconds`` of training per backend, each ``bench.curve`` run in its own process (a
     backend that fails cannot leave this process's CUDA context broken for the next)."""
     row: dict[str, Any] = {"name": f"lego {seconds:g} s: PSNR dB / steps/s", "unit": "dB, steps/s"}
-    rate = 380.0  # lego's 60 s rate on an H200 (BENCHMARKS.md); the second run starts from the first's
+    rate = 380.0  # a first guess of lego's steps/s (BENCHMARKS.md); the second run starts from the first's
     for backend in ("cuda", "tcnn"):
         overrides = [
             "experiment=blender",

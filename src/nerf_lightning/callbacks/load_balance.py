@@ -23,6 +23,8 @@ from typing import Any
 import lightning as L
 import torch
 
+from nerf_lightning.models.feedback import TrainingFeedback
+
 log = logging.getLogger(__name__)
 
 
@@ -34,6 +36,8 @@ class LoadBalancer(L.Callback):
         warn_imbalance: relative forward-time spread above which one warning is printed.
         momentum: damping of each share update (0: move all the way to equal times at once).
         min_share / max_share: bounds of a rank's work share (the model's headroom caps it too).
+        feedback: the DataModule's :class:`~nerf_lightning.models.feedback.TrainingFeedback` (the train
+            app passes it): whether ``data.batch_scaling=throughput`` splits the work. None: it does not.
     """
 
     def __init__(
@@ -43,7 +47,9 @@ class LoadBalancer(L.Callback):
         momentum: float = 0.5,
         min_share: float = 0.25,
         max_share: float = 1.5,
+        feedback: TrainingFeedback | None = None,
     ) -> None:
+        self.feedback = feedback
         self.every_n_steps = max(1, int(every_n_steps))
         self.warn_imbalance = float(warn_imbalance)
         self.momentum = float(momentum)
@@ -111,8 +117,8 @@ class LoadBalancer(L.Callback):
         if trainer.is_global_zero:
             for lg in trainer.loggers:
                 lg.log_metrics(metrics, step=trainer.global_step)
-        scaling = getattr(trainer.datamodule, "batch_scaling", "per_device")
-        if self.imbalance - 1.0 > self.warn_imbalance and not self._warned and scaling != "throughput":
+        by_throughput = self.feedback is not None and self.feedback.splits_by_throughput
+        if self.imbalance - 1.0 > self.warn_imbalance and not self._warned and not by_throughput:
             self._warned = True
             if trainer.is_global_zero:
                 slow = int(per_step.argmax())
@@ -123,7 +129,7 @@ class LoadBalancer(L.Callback):
                     slow,
                     self.imbalance,
                 )
-        if scaling == "throughput" and hasattr(pl_module, "set_work_scale"):
+        if by_throughput and hasattr(pl_module, "set_work_scale"):
             # Every rank computes the same new split from the gathered record: each share moves by
             # (mean time / its time)^(1 - momentum), then the shares are renormalized to mean 1.
             # Multiplicative steps on the times themselves converge whatever the per-step overhead.

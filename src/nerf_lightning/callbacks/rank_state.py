@@ -27,13 +27,14 @@ from typing import Any
 import lightning as L
 import torch
 
+from nerf_lightning.models.feedback import TrainingFeedback
 from nerf_lightning.utils.io import atomic_write_json
 
 #: What the in-run check compares, in the order of :func:`_checksums`.
 CHECKED = ("occupancy density", "occupancy bitfield", "sampler", "parameters")
 
 
-def _checksums(trainer: L.Trainer, pl_module: L.LightningModule) -> torch.Tensor:
+def _checksums(pl_module: L.LightningModule, feedback: TrainingFeedback | None) -> torch.Tensor:
     """float64 [4] position-weighted sums: equal state gives equal sums; the slightest change moves them."""
 
     def weighted(t: torch.Tensor) -> torch.Tensor:
@@ -41,7 +42,7 @@ def _checksums(trainer: L.Trainer, pl_module: L.LightningModule) -> torch.Tensor
         return (flat * torch.linspace(1.0, 2.0, flat.numel(), device=flat.device, dtype=torch.float64)).sum()
 
     grid = pl_module.occupancy
-    sampler = getattr(trainer.datamodule, "sampler", None)
+    sampler = feedback.sampler if feedback is not None else None
     probs = sampler.view_probs if sampler is not None else torch.zeros(1, device=pl_module.device)
     params = torch.stack([weighted(p) for p in pl_module.parameters()]).sum()
     return torch.stack([weighted(grid.density_grid), weighted(grid.binaries), weighted(probs), params]).to(
@@ -64,10 +65,19 @@ class RankStateDump(L.Callback):
 
     Args:
         dirname: sub-folder of the run directory for the ``rank<r>.json`` files.
+        check_every_n_steps: optimizer steps between two in-run comparisons (0: none).
+        feedback: the DataModule's :class:`~nerf_lightning.models.feedback.TrainingFeedback` (the train
+            app passes it), whose ray sampler is digested. None: no sampler digest.
     """
 
-    def __init__(self, dirname: str = "rank_state", check_every_n_steps: int = 0) -> None:
+    def __init__(
+        self,
+        dirname: str = "rank_state",
+        check_every_n_steps: int = 0,
+        feedback: TrainingFeedback | None = None,
+    ) -> None:
         self.dirname = dirname
+        self.feedback = feedback
         self.check_every_n_steps = int(check_every_n_steps)
         self.checks = 0
         self._first_batch: str | None = None
@@ -82,7 +92,7 @@ class RankStateDump(L.Callback):
         step = trainer.global_step
         if self.check_every_n_steps <= 0 or trainer.world_size <= 1 or step % self.check_every_n_steps:
             return
-        local = _checksums(trainer, pl_module)
+        local = _checksums(pl_module, self.feedback)
         gathered = trainer.strategy.all_gather(local).reshape(trainer.world_size, -1).cpu()
         differ = [
             name for i, name in enumerate(CHECKED) if not bool((gathered[:, i] == gathered[0, i]).all())
@@ -105,7 +115,7 @@ class RankStateDump(L.Callback):
             "run_dir": str(Path(trainer.default_root_dir).resolve()),
             "parameters": tensor_digest(*(p for _, p in sorted(pl_module.named_parameters()))),
         }
-        sampler = getattr(trainer.datamodule, "sampler", None)
+        sampler = self.feedback.sampler if self.feedback is not None else None
         if sampler is not None:
             record["sampler"] = tensor_digest(sampler.view_probs)
         record["first_batch"] = self._first_batch

@@ -9,9 +9,11 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import WandbLogger
 
+from nerf_lightning.models.feedback import TrainingFeedback
+
 
 class SamplerMonitor(L.Callback):
-    """Logs ``trainer.datamodule.sampler.view_probabilities()`` every ``every_n_steps`` and at the end.
+    """Logs the ray sampler's ``view_probabilities()`` every ``every_n_steps`` and at the end.
 
     Scalars for every logger: ``sampler/view_prob_min``, ``sampler/view_prob_max`` and
     ``sampler/effective_views`` (``exp(entropy)``: V when uniform, 1 when one view takes all the rays).
@@ -21,18 +23,17 @@ class SamplerMonitor(L.Callback):
 
     Args:
         every_n_steps: optimizer steps between logs (0: only at the end of training).
+        feedback: the DataModule's :class:`~nerf_lightning.models.feedback.TrainingFeedback` (the train
+            app passes it), through which the sampler is read. None: nothing is logged.
     """
 
-    def __init__(self, every_n_steps: int = 500) -> None:
+    def __init__(self, every_n_steps: int = 500, feedback: TrainingFeedback | None = None) -> None:
         self.every_n_steps = int(every_n_steps)
+        self.feedback = feedback
 
-    @staticmethod
-    def _probs(trainer: L.Trainer) -> torch.Tensor | None:
-        sampler = getattr(getattr(trainer, "datamodule", None), "sampler", None)
-        fn = getattr(sampler, "view_probabilities", None)
-        if not callable(fn):
-            return None
-        return fn().detach().to("cpu", torch.float64)
+    def _probs(self) -> torch.Tensor | None:
+        probs = self.feedback.view_probabilities() if self.feedback is not None else None
+        return probs.detach().to("cpu", torch.float64) if probs is not None else None
 
     @staticmethod
     def stats(probs: torch.Tensor) -> dict[str, float]:
@@ -46,7 +47,7 @@ class SamplerMonitor(L.Callback):
     def _log(self, trainer: L.Trainer, final: bool) -> None:
         if not trainer.is_global_zero:
             return
-        probs = self._probs(trainer)
+        probs = self._probs()
         if probs is None or probs.numel() == 0:
             return
         step = trainer.global_step

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nerf_lightning.data.formats import NGP_DEFAULT_SCALE, _rotation_between
+from nerf_lightning.data.poses import NGP_DEFAULT_SCALE, rotation_between
 
 __all__ = [
     "CAMERA_DISTANCE",
@@ -126,7 +126,7 @@ def normalization(cam_to_world: np.ndarray) -> Normalization:
     """Steps 1-4 for cameras [V, 4, 4] (COLMAP camera-to-world, OpenCV camera, COLMAP world)."""
     c2w = colmap2nerf_axes(cam_to_world)
     up = c2w[:, :3, 1].mean(axis=0)
-    up_rot = _rotation_between(up / np.linalg.norm(up), np.array([0.0, 0.0, 1.0]))
+    up_rot = rotation_between(up / np.linalg.norm(up), np.array([0.0, 0.0, 1.0]))
     rotation = up_rot @ _COLMAP_AXES
     c2w[:, :3, :] = np.einsum("ij,vjk->vik", up_rot, c2w[:, :3, :])
     center = focus_point(c2w)

@@ -27,25 +27,28 @@ costs no host->device copy and no host synchronization.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader
 
-from nerf_lightning.data.cameras import UndistortionTable, intrinsics_tensor, pixel_rays, poses_tensor
+from nerf_lightning.data.batch_graphs import BatchGraphs
 from nerf_lightning.data.capture_kind import CaptureKind, classify_pixels
 from nerf_lightning.data.formats import CaptureError, load_capture
-from nerf_lightning.data.images import ImageSet, load_images
-from nerf_lightning.data.resolution import BlockImages, ResolutionSchedule, block_means, factor_at
+from nerf_lightning.data.heldout import capture_camera_model, no_heldout_message, validation_frames
+from nerf_lightning.data.images import load_images
+from nerf_lightning.data.loaders import StepIndices, StepLoader, ViewIndices
+from nerf_lightning.data.resolution import ResolutionSchedule, factor_at
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
-from nerf_lightning.data.types import Capture, Frame
+from nerf_lightning.data.types import Capture
+from nerf_lightning.data.view_set import ViewSet
 from nerf_lightning.errors import UserError
 from nerf_lightning.models.clock import RULES, TrainingClock, resolve_rule
-from nerf_lightning.ops import data_kernel
+from nerf_lightning.models.feedback import TrainCameras, TrainingFeedback
 
 log = logging.getLogger(__name__)
 
@@ -56,174 +59,6 @@ VAL_SPLITS = ("val", "test", "auto", "train")
 #: values of ``data.batch_scaling`` (the batch rules of ``models/clock.py``)
 BATCH_SCALINGS = tuple(RULES)
 TRAIN_BACKGROUNDS = ("random", "eval", "auto")
-
-
-class _StepIndices(IterableDataset):
-    """Yields ``steps_per_epoch`` step numbers: a training "batch" is just a request for rays.
-
-    Plain ints, not tensors: Lightning copies tensor batches to the device, and a host->device copy
-    from pageable memory waits for the GPU's queue to drain, a host sync every step.
-    """
-
-    def __init__(self, steps_per_epoch: int) -> None:
-        self.steps_per_epoch = steps_per_epoch
-
-    def __iter__(self) -> Iterator[int]:
-        yield from range(self.steps_per_epoch)
-
-    def __len__(self) -> int:
-        return self.steps_per_epoch
-
-
-class _StepLoader(DataLoader):
-    """The training loader: resumable mid-epoch, because it has no state to resume.
-
-    Its items are step numbers that nothing reads (``train_batch`` draws the rays from the sampler,
-    whose state is in the DataModule's ``state_dict``); Lightning's loop tracks the position within
-    the epoch and ends a resumed epoch after the remaining steps. Implementing the ``_Stateful``
-    protocol tells Lightning that resuming mid-epoch is exact (no "dataloader is not resumable"
-    warning)."""
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        pass
-
-
-class _ViewIndices(Dataset):
-    """The held-out views one process renders."""
-
-    def __init__(self, views: list[int]) -> None:
-        self.views = views
-
-    def __len__(self) -> int:
-        return len(self.views)
-
-    def __getitem__(self, i: int) -> int:
-        return self.views[i]
-
-
-class _ViewSet:
-    """The frames of one split on one device: uint8 pixels, poses, intrinsics, sizes."""
-
-    def __init__(self, frames: list[Frame], images: ImageSet, camera_model: str) -> None:
-        self.frames = frames
-        self.camera_model = camera_model
-        self.pixels = images.pixels  # [P, C] uint8
-        self.offsets = images.offsets  # [V]
-        self.widths = images.widths
-        self.heights = images.heights
-        self.poses = poses_tensor(frames)  # [V, 3, 4]
-        self.intrinsics = intrinsics_tensor(frames)  # [V, 10]
-        self.undistortion = UndistortionTable(self.intrinsics, self.widths, self.heights, camera_model)
-        self._has_distortion = bool((self.intrinsics[:, 4:] != 0).any())
-        #: box-filtered images per downscale factor (``data.resolution_schedule``), built on first use
-        #: on the pixels' device
-        self.blocks: dict[int, BlockImages] = {}
-
-    def to(self, device: torch.device) -> _ViewSet:
-        for name in ("pixels", "offsets", "widths", "heights", "poses", "intrinsics"):
-            setattr(self, name, getattr(self, name).to(device, non_blocking=True))
-        self.undistortion.to(device)
-        self.blocks.clear()  # rebuilt on the new device when used
-        return self
-
-    def block_images(self, factor: int) -> BlockImages:
-        """The images box-filtered by ``factor`` (computed once, on the pixels' device, and kept)."""
-        if factor not in self.blocks:
-            self.blocks[factor] = block_means(self.pixels, self.offsets, self.widths, self.heights, factor)
-        return self.blocks[factor]
-
-    def keep_blocks(self, factors: set[int]) -> None:
-        """Free the box-filtered images of every other factor."""
-        for k in [k for k in self.blocks if k not in factors]:
-            del self.blocks[k]
-
-    @property
-    def channels(self) -> int:
-        return int(self.pixels.shape[1])
-
-    def rays(self, view_ids: Tensor, px: Tensor, py: Tensor) -> tuple[Tensor, Tensor]:
-        """Rays through continuous pixel positions (pixel centre at i + 0.5)."""
-        if self.undistortion.enabled:
-            return self.undistortion.rays(self.poses[view_ids], view_ids, px, py)
-        return pixel_rays(self.poses[view_ids], self.intrinsics[view_ids], px, py, model=self.camera_model)
-
-    def train_rays(
-        self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor
-    ) -> dict[str, Tensor]:
-        """:meth:`batch` at the sub-pixel positions ``(ix + ux, iy + uy)``. On a GPU with the CUDA
-        extension, pinhole and tabulated (distorted) cameras take one kernel (``ops.cuda.training_rays``)
-        instead of about 25 small ones; :meth:`batch` is its contract and test oracle."""
-        fused = self._fused_rays(view_ids, ix, iy, ux, uy, background)
-        if fused is not None:
-            return _training_batch(*fused, background, view_ids, ix, iy)
-        return self.batch(view_ids, ix, iy, ix.float() + ux, iy.float() + uy, background)
-
-    def _fused_rays(
-        self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor] | None:
-        shapes_ok = background.shape == ux.shape + (3,) and self.poses.dtype == torch.float32
-        kernel = data_kernel("training_rays", self.pixels, view_ids) if shapes_ok else None
-        if kernel is None:
-            return None
-        table = self.undistortion
-        if not table.enabled:
-            distorted = bool(self._has_distortion) and self.camera_model != "pinhole"
-            if distorted or self.camera_model == "opencv_fisheye":
-                return None  # Newton undistortion per ray: the torch path
-        args = (self.poses, self.intrinsics, self.pixels, self.offsets, self.widths, view_ids, ix, iy)
-        extra = (table.table, table.camera_of_view) if table.enabled else (None, None)
-        return kernel(*args, ux.float(), uy.float(), background.float(), *extra)
-
-    def batch(
-        self, view_ids: Tensor, ix: Tensor, iy: Tensor, px: Tensor, py: Tensor, background: Tensor
-    ) -> dict[str, Tensor]:
-        """Rays through (px, py) of integer pixels (ix, iy), targets composited over ``background``."""
-        rays_o, rays_d = self.rays(view_ids, px, py)
-        color = self.colors(view_ids, ix, iy)
-        rgb = color[:, :3]
-        if color.shape[1] == 4:
-            rgb = rgb * color[:, 3:] + background * (1.0 - color[:, 3:])
-        return _training_batch(rays_o, rays_d, rgb, background, view_ids, ix, iy)
-
-    def block_batch(
-        self,
-        view_ids: Tensor,
-        bx: Tensor,
-        by: Tensor,
-        ux: Tensor,
-        uy: Tensor,
-        background: Tensor,
-        factor: int,
-    ) -> dict[str, Tensor]:
-        """Rays through blocks (bx, by) of ``factor x factor`` pixels at the in-block positions (ux, uy)
-        in [0, 1) (0.5: the block's centre), targets the blocks' mean colours over ``background``.
-
-        The ray position ``factor * (b + u)`` is a full-resolution pixel coordinate that goes through
-        :meth:`rays`, the camera model of every full-resolution ray (principal point, focal lengths,
-        distortion); it is the ray of the camera downscaled by ``factor`` (``Intrinsics.downscaled``)
-        at position ``b + u`` of the small image. RGBA: the blocks hold premultiplied colour and mean
-        alpha, so ``rgb + background * (1 - alpha)`` is the mean of the block's pixels composited
-        over ``background``, as :meth:`batch` composites one pixel. ``px``/``py`` are the
-        full-resolution pixel the ray goes through."""
-        blocks = self.block_images(factor)
-        k = float(factor)
-        rays_o, rays_d = self.rays(view_ids, (bx.float() + ux) * k, (by.float() + uy) * k)
-        color = blocks.gather(view_ids, bx, by)
-        rgb = color[:, :3]
-        if color.shape[1] == 4:
-            rgb = rgb + background * (1.0 - color[:, 3:])
-        # the pixel of the ray, from the same u (no float rounding can put it in the next block)
-        ix = bx * factor + (ux * k).long().clamp_(max=factor - 1)
-        iy = by * factor + (uy * k).long().clamp_(max=factor - 1)
-        return _training_batch(rays_o, rays_d, rgb, background, view_ids, ix, iy)
-
-    def colors(self, view_ids: Tensor, ix: Tensor, iy: Tensor) -> Tensor:
-        """RGB(A) in [0, 1], [R, C] f32, of integer pixels."""
-        flat = self.offsets[view_ids] + iy * self.widths[view_ids] + ix
-        return self.pixels[flat].float() / 255.0
 
 
 class NeRFDataModule(L.LightningDataModule):
@@ -333,13 +168,14 @@ class NeRFDataModule(L.LightningDataModule):
         rule = resolve_rule(batch_scaling, lr_scaling, schedule_unit)
         self.clock = TrainingClock(rule, batch_multiple, lr_warmup)
         self.batch_scaling = batch_scaling
-        #: this rank's share of the work under batch_scaling=throughput (mean 1 over ranks)
-        self.work_scale = 1.0
+        #: what the model and the callbacks report to and read of this DataModule (the train app hands
+        #: it to them); filled in at setup
+        self.feedback = TrainingFeedback(self.clock)
         if cuda_graph not in (True, False, "auto"):
             raise ValueError(f"data.cuda_graph must be true, false or auto, got {cuda_graph!r}")
         self.cuda_graph = cuda_graph
         #: (rays per step, downscale factor) -> the captured batch graph and its static batch
-        self._batch_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, dict[str, Any]] | None] = {}
+        self._batch_graphs = BatchGraphs(self.train_batch, self._block_images, strict=cuda_graph is True)
         self.path = path
         self.format = format
         self.downscale = int(downscale)
@@ -362,9 +198,9 @@ class NeRFDataModule(L.LightningDataModule):
         self.val_split = val_split
         self.aabb_scale_override = aabb_scale
         self.capture: Capture | None = None
-        self.train_set: _ViewSet | None = None
-        self.val_set: _ViewSet | None = None
-        self.test_set: _ViewSet | None = None
+        self.train_set: ViewSet | None = None
+        self.val_set: ViewSet | None = None
+        self.test_set: ViewSet | None = None
         self.sampler: RaySampler | None = None
         self._device: torch.device | None = None
         #: image path -> index among the training views (``train_view`` of the evaluation batches)
@@ -394,21 +230,21 @@ class NeRFDataModule(L.LightningDataModule):
             min_sharpness=self.min_sharpness,
             aabb_scale=self.aabb_scale_override,
         )
-        model = self.camera_model_override or _camera_model(capture)
+        model = self.camera_model_override or capture_camera_model(capture)
         self.capture = capture
         if not capture.train:
             raise CaptureError(f"{path}: no training views ({len(capture.val)} held out, none left to train)")
         train_images = load_images(capture.train, self.downscale, self.image_workers, self.cache_dir)
         self._resolve_recipe(classify_pixels(train_images.pixels))
-        self.train_set = _ViewSet(capture.train, train_images, model)
+        self.train_set = ViewSet(capture.train, train_images, model)
         self._train_index = {Path(f.image_path): i for i, f in enumerate(capture.train)}
-        val_frames = _split_frames(capture, self.val_split, path)
+        val_frames = validation_frames(capture, self.val_split, path)
         if not val_frames:
-            raise CaptureError(_no_heldout_message(path, capture, self.test_every))
+            raise CaptureError(no_heldout_message(path, capture, self.test_every))
         if self.max_val_views is not None and len(val_frames) > self.max_val_views:
             stride = len(val_frames) / self.max_val_views
             val_frames = [val_frames[int(i * stride)] for i in range(self.max_val_views)]
-        self.val_set = _ViewSet(
+        self.val_set = ViewSet(
             val_frames, load_images(val_frames, self.downscale, self.image_workers, self.cache_dir), model
         )
         test_frames = capture.test or capture.val
@@ -416,10 +252,13 @@ class NeRFDataModule(L.LightningDataModule):
             self.test_set = self.val_set  # the same views: keep one copy of their pixels
         else:
             test_images = load_images(test_frames, self.downscale, self.image_workers, self.cache_dir)
-            self.test_set = _ViewSet(test_frames, test_images, model)
+            self.test_set = ViewSet(test_frames, test_images, model)
         self.sampler = self.sampler_factory(
             widths=self.train_set.widths.clone(), heights=self.train_set.heights.clone()
         )
+        ts = self.train_set
+        cameras = TrainCameras(ts.poses.clone(), ts.intrinsics.clone(), ts.widths.clone(), ts.heights.clone())
+        self.feedback.attach(capture, cameras, self.sampler)
         if self.resolution_schedule is not None:
             smallest = int(torch.minimum(self.train_set.widths, self.train_set.heights).min())
             too_large = sorted(k for k in self.resolution_schedule.factors if k > smallest)
@@ -519,7 +358,7 @@ class NeRFDataModule(L.LightningDataModule):
             )
         # an epoch is data.steps_per_epoch reference steps (the clock's rate of them per optimizer step)
         steps = self.clock.steps_for(self.steps_per_epoch)
-        return _StepLoader(_StepIndices(steps), batch_size=None, num_workers=0, generator=torch.Generator())
+        return StepLoader(StepIndices(steps), batch_size=None, num_workers=0, generator=torch.Generator())
 
     def val_dataloader(self) -> DataLoader:
         """Each held-out view counted exactly once over all ranks: rank r renders views r, r + W, ...
@@ -534,7 +373,7 @@ class NeRFDataModule(L.LightningDataModule):
         exactly once over all ranks (as ``val_dataloader``)."""
         return self._view_loader(self.test_set)
 
-    def _view_loader(self, views_set: _ViewSet | None) -> DataLoader:
+    def _view_loader(self, views_set: ViewSet | None) -> DataLoader:
         n = len(views_set.frames) if views_set is not None else 0
         trainer = self.trainer
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
@@ -546,7 +385,7 @@ class NeRFDataModule(L.LightningDataModule):
         per_rank = -(-n // world)
         while n > 0 and len(views) < per_rank:
             views.append(views[-1] if views else rank % n)
-        return DataLoader(_ViewIndices(views), batch_size=None, num_workers=0, generator=torch.Generator())
+        return DataLoader(ViewIndices(views), batch_size=None, num_workers=0, generator=torch.Generator())
 
     # -------------------------------------------------------------------------- device batches
     def _ensure_device(self, device: torch.device) -> None:
@@ -570,23 +409,24 @@ class NeRFDataModule(L.LightningDataModule):
             n_rays = self.rays_per_step()
             factor = self.stage_factor(self.clock.position(trainer.global_step))
             if device.type == "cuda" and self.cuda_graph is not False:
-                return self._replay_train_batch(n_rays, factor)
+                return self._batch_graphs.batch(n_rays, factor)
             return self.train_batch(n_rays, factor)
         if trainer is not None and trainer.testing:
             return self.test_batch(int(batch))
         return self.val_batch(int(batch))
 
     def rays_per_step(self) -> int:
-        """This rank's rays per step: ``batch_size`` as ``batch_scaling`` and ``work_scale`` say
+        """This rank's rays per step: ``batch_size`` as ``batch_scaling`` and ``feedback.work_scale`` say
         (scaled sizes are multiples of 1/64 of the batch, so that batch graphs are captured for at
         most ~100 distinct sizes)."""
         n = int(round(self.batch_size * self.clock.batch_multiple))
         world = self.trainer.world_size if self.trainer is not None else 1
         if self.clock.rule.split == "global":
             n = max(1, n // world)
-        if self.work_scale != 1.0:
+        scale = self.feedback.work_scale
+        if scale != 1.0:
             quantum = max(1, n // 64)
-            n = max(quantum, int(round(n * self.work_scale / quantum)) * quantum)
+            n = max(quantum, int(round(n * scale / quantum)) * quantum)
         return n
 
     # ------------------------------------------------------------------ resolution schedule
@@ -606,13 +446,7 @@ class NeRFDataModule(L.LightningDataModule):
             log.info("data.resolution_schedule: step %d, training rays at downscale %d", global_step, factor)
             self._stage_logged = True
             self.train_factor = factor
-            old = [key for key in self._batch_graphs if key[1] != factor]
-            if any(self._batch_graphs[key] is not None for key in old):
-                # A graph must not be destroyed while a replay of it may still run; the next stage's
-                # capture synchronizes anyway, so this one wait per stage change costs nothing.
-                torch.cuda.synchronize()
-            for key in old:
-                del self._batch_graphs[key]
+            self._batch_graphs.keep_factor(factor)
             if self.train_set is not None:
                 self.train_set.keep_blocks({factor})
         return factor
@@ -661,45 +495,9 @@ class NeRFDataModule(L.LightningDataModule):
         return steps
 
     # ------------------------------------------------------------------ batch drawing
-    def _replay_train_batch(self, n_rays: int, factor: int = 1) -> dict[str, Any]:
-        """:meth:`train_batch` replayed from a CUDA graph captured on first use (per ray count and
-        downscale factor: a resolution stage draws its batches through its own graph, captured when the
-        stage starts; the shapes are the same in every stage).
-
-        The returned tensors are the graph's static outputs: the next replay overwrites them, so a
-        step must consume its batch before asking for the next one (the training loop does)."""
-        key = (n_rays, factor)
-        if key not in self._batch_graphs:
-            self._batch_graphs[key] = self._capture_train_batch(n_rays, factor)
-        entry = self._batch_graphs[key]
-        if entry is None:
-            return self.train_batch(n_rays, factor)
-        graph, batch = entry
-        graph.replay()
-        return batch
-
-    def _capture_train_batch(
-        self, n_rays: int, factor: int = 1
-    ) -> tuple[torch.cuda.CUDAGraph, dict[str, Any]] | None:
-        try:
-            if factor > 1:  # the block images are made outside the capture, on the current stream
-                assert self.train_set is not None
-                self.train_set.block_images(factor)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # warm-up off the capture (allocator, lazy init)
-                for _ in range(2):
-                    self.train_batch(n_rays, factor)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                batch = self.train_batch(n_rays, factor)
-            return graph, batch
-        except Exception as err:  # noqa: BLE001 - an uncapturable sampler still trains, eagerly
-            if self.cuda_graph is True:
-                raise
-            log.warning("data.cuda_graph=auto: drawing batches eagerly (capture failed: %s)", err)
-            return None
+    def _block_images(self, factor: int) -> None:
+        assert self.train_set is not None
+        self.train_set.block_images(factor)
 
     def train_batch(self, n_rays: int, factor: int = 1) -> dict[str, Any]:
         """Draw ``n_rays`` training rays on the data's device (no host sync); ``factor > 1``: through
@@ -744,7 +542,7 @@ class NeRFDataModule(L.LightningDataModule):
         assert self.test_set is not None, "call setup() first"
         return self._image_batch(self.test_set, view)
 
-    def _image_batch(self, vs: _ViewSet, view: int) -> dict[str, Any]:
+    def _image_batch(self, vs: ViewSet, view: int) -> dict[str, Any]:
         device = vs.pixels.device
         h, w = int(vs.heights[view]), int(vs.widths[view])
         iy, ix = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
@@ -773,57 +571,3 @@ class NeRFDataModule(L.LightningDataModule):
         if "resolution_schedule" in state_dict:
             self._restored_schedule = state_dict["resolution_schedule"]
             self._schedule_steps = None  # resolved again (the checkpoint's steps win) at the next batch
-
-
-def _training_batch(
-    rays_o: Tensor, rays_d: Tensor, rgb: Tensor, background: Tensor, view_ids: Tensor, ix: Tensor, iy: Tensor
-) -> dict[str, Tensor]:
-    """A training batch's dict (keys: the module docstring's)."""
-    return {
-        "rays_o": rays_o,
-        "rays_d": rays_d,
-        "rgb": rgb,
-        "background": background,
-        "view_ids": view_ids,
-        "px": ix,
-        "py": iy,
-    }
-
-
-def _split_frames(capture: Capture, split: str, path: Path) -> list[Frame]:
-    """The frames validation renders for ``split`` (see ``NeRFDataModule``)."""
-    if split == "test" and not capture.test:
-        raise CaptureError(
-            f"{path}: the capture has no test split (data.val_split=test); "
-            "use data.val_split=val for the held-out views"
-        )
-    if split == "test" or (split == "auto" and capture.test):
-        return capture.test
-    if split == "train":
-        return capture.train
-    return capture.val or capture.test
-
-
-def _no_heldout_message(path: Path, capture: Capture, test_every: int) -> str:
-    """Why a capture has no validation view, and what to change."""
-    if capture.format == "blender":
-        return (
-            f"{path}: no held-out views to validate on: transforms_val.json / transforms_test.json list no "
-            "frame with an existing image; fix those files, or remove them to hold out every "
-            "data.test_every-th training frame"
-        )
-    if test_every == 0:
-        return (
-            f"{path}: no held-out views to validate on: data.test_every=0 holds out no frame and the capture "
-            "has no split; set data.test_every=N (N >= 2) to hold out every Nth frame"
-        )
-    return (
-        f"{path}: no held-out views to validate on: the capture's own split lists no validation or test "
-        "frame with an existing image; add one, or remove the split to hold out every data.test_every-th "
-        "frame"
-    )
-
-
-def _camera_model(capture: Capture) -> str:
-    frames = capture.train or capture.val
-    return frames[0].intrinsics.model if frames else "pinhole"

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nerf_lightning.data.formats import CaptureError
+from nerf_lightning.data.transforms_json import CaptureError
 from nerf_lightning.data.types import Frame
 
 __all__ = ["ImageSet", "decode_image", "default_cache_dir", "downscale_image", "load_images"]

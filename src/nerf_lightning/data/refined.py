@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from nerf_lightning.data.formats import resolve_image_path
 from nerf_lightning.data.scene_space import SceneSpace
+from nerf_lightning.data.transforms_json import resolve_image_path
 from nerf_lightning.data.types import Capture
 from nerf_lightning.utils.io import atomic_write_json
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nerf_lightning.data.formats import nerf_to_ngp, ngp_to_nerf
+from nerf_lightning.data.poses import nerf_to_ngp, ngp_to_nerf
 from nerf_lightning.data.types import Capture
 
 __all__ = ["SceneSpace", "opengl_to_opencv"]

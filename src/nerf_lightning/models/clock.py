@@ -3,7 +3,7 @@
 Every schedule of a run (the learning-rate decay and warm-up, the occupancy-grid updates, the loss-weighted
 sampler's windows, the resolution stages, the run's length, the epoch of validation) is written in
 **reference steps**: optimizer steps of one process drawing ``data.batch_size`` ray slots with
-``model.sample_budget`` samples, the batch every default was tuned at. A *batch rule*
+``model.step.sample_budget`` samples, the batch every default was tuned at. A *batch rule*
 (``data.batch_scaling``) says how big each rank's batch is and how the schedules read a step:
 
 ============== ===================== ========================= ============== ==============================

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -17,13 +16,14 @@ from torch import Tensor, nn
 from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.clock import TrainingClock
+from nerf_lightning.models.feedback import TrainingFeedback
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.metrics import METRICS, ViewMetrics, ngp_composite
 from nerf_lightning.models.schedules import on_clock, with_group_lambdas
 from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
 from nerf_lightning.ops.reference import per_ray_loss
 from nerf_lightning.render.occupancy import OccupancyGrid
-from nerf_lightning.render.renderer import Renderer, ray_distortion
+from nerf_lightning.render.renderer import Renderer, build_renderer, ray_distortion
 from nerf_lightning.utils.distributed import fsdp_full_copy, throttle_sigterm_broadcast
 
 log = logging.getLogger(__name__)
@@ -38,35 +38,21 @@ class NeRFModule(L.LightningModule):
     Args:
         field: factory (Hydra ``_partial_``) of the radiance field, called with ``aabb_scale``.
         optimizer: factory of the optimizer, called with parameter groups.
+        renderer: factory of the :class:`~nerf_lightning.render.renderer.Renderer` (``model.renderer``:
+            ``render/renderer.py``'s ``build_renderer`` with its ``occupancy`` grid, whose update schedule
+            this module follows), called with ``aabb_scale``. None: instant-ngp's defaults.
         scheduler: factory called with ``(optimizer, total_steps)``; stepped every optimizer step.
+        step: factory of the budgeted training step (``model.step``: ``models/train_step.py``'s
+            ``budgeted_step``), called with the field, the renderer, the loss and the per-view
+            components; it may return None (no sample budget). None: ``data.batch_size`` rays per step
+            with data-dependent shapes.
         aabb_scale: outer box size (from the capture; see ``data/types.py``).
-        grid_resolution: occupancy-grid cells per side per cascade.
-        grid_update_every / grid_warmup_steps / grid_decay / grid_threshold: occupancy schedule
-            (instant-ngp: every 16 steps, all cells during the first 256 steps, EMA decay 0.95).
-        step_size: minimum marching step in NGP units (instant-ngp: sqrt(3)/1024).
-        cone_angle: step grows as t * cone_angle (0 = constant). ``None`` follows instant-ngp:
-            ``large_scene_cone_angle`` (1/256) when ``aabb_scale > 1`` (real captures with
-            background), else 0.
-        max_samples_per_ray: per-ray cap on kept samples.
-        near_plane: samples start this far (NGP units) from the ray origin (0: at the camera).
-        gradient_scaling_distance: scale the gradients of samples closer than this to the camera
-            by ``(t / distance)^2`` ("Floaters No More"; ``render/gradient_scaling.py``); None: off.
-        early_stop_eps: transmittance below which a ray stops contributing.
-        compact_samples: drop samples behind the early-termination point before the differentiable
-            pass (see ``Renderer``).
         loss: ``huber`` (instant-ngp's NeRF default, delta 0.1) or ``mse``.
         distortion_weight: weight of mip-NeRF 360's distortion loss (mean over the rays) added to the
             photometric loss; 0 (default) leaves it out.
         mlp_weight_decay: L2 regularization of the MLPs' weight matrices (Adam's coupled
             ``weight_decay`` on their parameter group; instant-ngp's ``l2_reg``, 1e-6, acts on its
             MLP matrices only); the hash table and the biases are never decayed. 0: off.
-        sample_budget: samples per training step in the differentiable pass (instant-ngp: 2^18);
-            the number of rays adapts to it (at most the batch's ``data.batch_size`` ray slots) and
-            every shape of the step is static (``models/train_step.py``). ``None``: a fixed number
-            of rays per step (``data.batch_size``) with data-dependent shapes (the CPU preset).
-        march_budget: sample slots of the marching / no-grad density pass (default 4x
-            ``sample_budget``).
-        n_rays_init: rays marched in the first step under a sample budget.
         cuda_graph: ``auto`` (capture the budgeted step as CUDA graphs on a GPU, except under FSDP,
             whose parameters are re-gathered every step), ``true`` or ``false``.
         jitter: shift each training ray's first sample by a random fraction of a step (off only for
@@ -75,7 +61,6 @@ class NeRFModule(L.LightningModule):
             SIGTERM, with a broadcast and a host sync; this runs it every N optimizer steps instead
             (a SIGTERM is then honoured within N steps).
         val_chunk: rays per chunk when rendering validation images.
-        ops_backend: ``auto | cuda | torch`` for the ray ops.
         save_val_images: write ``val/view{v}_step{s}.png`` (GT | prediction | depth | error).
         lpips: LPIPS in the evaluation metrics: ``null`` (VGG, as nerfacc, when its weights are local),
             ``false``, or a torchmetrics net name (``vgg``, ``alex``, ``squeeze``).
@@ -92,6 +77,11 @@ class NeRFModule(L.LightningModule):
         train_poses: float [V, 3, 4] NGP-space given poses of the training views (``train`` passes
             them; the camera corrections' gauge). None when the state is loaded from a checkpoint next.
         photograph: whether the capture is photographs (the components' ``enabled=auto``).
+        feedback: the DataModule's :class:`~nerf_lightning.models.feedback.TrainingFeedback` (the train app
+            passes ``NeRFDataModule.feedback``): where each step's per-ray losses go (the ray sampler),
+            this rank's work share under ``data.batch_scaling=throughput`` without a sample budget, and
+            the training cameras, whose unseen cells the occupancy grid marks at the first step. None:
+            a feedback attached to nothing (no sampler statistics, every cell visible).
 
     Evaluation (``validation_step`` / ``test_step``, one whole held-out image per batch): PSNR, SSIM
     (and LPIPS) per image, logged at the end of the pass as their means over the views
@@ -103,33 +93,18 @@ class NeRFModule(L.LightningModule):
         self,
         field: Callable[..., NGPField],
         optimizer: Callable[..., torch.optim.Optimizer],
+        renderer: Callable[..., Renderer] | None = None,
         scheduler: Callable[..., Any] | None = None,
+        step: Callable[..., FixedBudgetStep | None] | None = None,
         aabb_scale: int = 1,
-        grid_resolution: int = 128,
-        grid_update_every: int = 16,
-        grid_warmup_steps: int = 256,
-        grid_decay: float = 0.95,
-        grid_threshold: float = 0.01 * 1024 / math.sqrt(3),
-        step_size: float = math.sqrt(3) / 1024,
-        cone_angle: float | None = None,
-        large_scene_cone_angle: float = 1.0 / 256,
-        max_samples_per_ray: int = 1024,
-        near_plane: float = 0.0,
-        gradient_scaling_distance: float | None = None,
-        early_stop_eps: float = 1e-4,
-        compact_samples: bool = True,
         loss: str = "huber",
         huber_delta: float = 0.1,
         distortion_weight: float = 0.0,
         mlp_weight_decay: float = 0.0,
-        sample_budget: int | None = None,
-        march_budget: int | None = None,
-        n_rays_init: int = 4096,
         cuda_graph: bool | str = "auto",
         jitter: bool = True,
         sigterm_check_every: int = 100,
         val_chunk: int = 1 << 15,
-        ops_backend: str = "auto",
         save_val_images: bool = True,
         lpips: bool | str | None = None,
         clock: TrainingClock | None = None,
@@ -138,12 +113,13 @@ class NeRFModule(L.LightningModule):
         n_train_views: int = 0,
         train_poses: Tensor | None = None,
         photograph: bool = False,
+        feedback: TrainingFeedback | None = None,
     ) -> None:
         super().__init__()
         # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
         # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
-        factories = ["field", "optimizer", "scheduler", "camera_opt", "appearance"]
-        self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "clock"])
+        factories = ["field", "optimizer", "renderer", "scheduler", "step", "camera_opt", "appearance"]
+        self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "clock", "feedback"])
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
@@ -152,19 +128,7 @@ class NeRFModule(L.LightningModule):
         object.__setattr__(self, "_field_factory", field)
         self._eval_field: nn.Module | None
         object.__setattr__(self, "_eval_field", None)
-        self.renderer = Renderer(
-            OccupancyGrid(aabb_scale=aabb_scale, resolution=grid_resolution),
-            step_size=step_size,
-            cone_angle=(large_scene_cone_angle if aabb_scale > 1 else 0.0)
-            if cone_angle is None
-            else cone_angle,
-            max_samples_per_ray=max_samples_per_ray,
-            near_plane=near_plane,
-            early_stop_eps=early_stop_eps,
-            compact_samples=compact_samples,
-            gradient_scaling_distance=gradient_scaling_distance,
-            ops_backend=ops_backend,
-        )
+        self.renderer = (renderer or build_renderer)(aabb_scale=aabb_scale)
         if cuda_graph not in (True, False, "auto"):
             raise ValueError(f"model.cuda_graph must be true, false or auto, got {cuda_graph!r}")
         # Learned per-training-view state: submodules (state dict, parameters, DDP) only when enabled.
@@ -174,16 +138,13 @@ class NeRFModule(L.LightningModule):
         self.appearance: PerViewExposure | None = _if_enabled(
             appearance, n_views=n_train_views, photograph=photograph
         )
-        step = None
-        if sample_budget is not None:
-            step = FixedBudgetStep(
+        train_step = None
+        if step is not None:
+            train_step = step(
                 self.field,
                 self.renderer,
                 loss,
                 huber_delta,
-                sample_budget=sample_budget,
-                march_budget=march_budget or 4 * sample_budget,
-                n_rays_init=n_rays_init,
                 jitter=jitter,
                 distortion_weight=distortion_weight,
                 camera_opt=self.camera_opt,
@@ -192,11 +153,12 @@ class NeRFModule(L.LightningModule):
         # Not a registered submodule: it shares the field and renderer, which must appear once in
         # the state dict and the parameter list.
         self.train_step_fn: nn.Module | None
-        object.__setattr__(self, "train_step_fn", step)
+        object.__setattr__(self, "train_step_fn", train_step)
         self._graphed = False
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.clock = clock if clock is not None else TrainingClock()
+        self.feedback = feedback if feedback is not None else TrainingFeedback(self.clock)
         self.val_metrics = ViewMetrics(lpips=lpips)
         self.test_metrics = ViewMetrics(lpips=lpips)
         #: stage ("val" / "test") -> last ViewMetrics.compute() result of that stage (rank 0 has all views)
@@ -227,14 +189,13 @@ class NeRFModule(L.LightningModule):
         self._follow_clock_length()
         if self.trainer.world_size > 1:
             throttle_sigterm_broadcast(self.trainer, every_n_steps=self.hparams.sigterm_check_every)
-        dm = self.trainer.datamodule
-        ts = getattr(dm, "train_set", None)
-        if ts is not None and self.global_step == 0:
+        cameras = self.feedback.cameras
+        if cameras is not None and self.global_step == 0:
             self.occupancy.mark_invisible_cells(
-                ts.poses.to(self.device),
-                ts.intrinsics.to(self.device),
-                ts.widths.to(self.device),
-                ts.heights.to(self.device),
+                cameras.poses.to(self.device),
+                cameras.intrinsics.to(self.device),
+                cameras.widths.to(self.device),
+                cameras.heights.to(self.device),
             )
 
     def _step_buffers(self) -> dict[str, Tensor]:
@@ -272,7 +233,7 @@ class NeRFModule(L.LightningModule):
         if self.train_step_fn is not None:
             self.train_step_fn.target_fraction.fill_(min(scale, THROUGHPUT_HEADROOM) / THROUGHPUT_HEADROOM)
         else:
-            self.trainer.datamodule.work_scale = float(scale)
+            self.feedback.work_scale = float(scale)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         if self.train_step_fn is not None:
@@ -290,9 +251,7 @@ class NeRFModule(L.LightningModule):
         if self.hparams.distortion_weight > 0:
             dist = ray_distortion(out, self.renderer.ops)
             loss = loss + self.hparams.distortion_weight * dist.mean()
-        sampler = getattr(self.trainer.datamodule, "sampler", None)
-        if sampler is not None:
-            sampler.update(batch["view_ids"], batch["px"], batch["py"], per_ray.detach())
+        self.feedback.report_losses(batch["view_ids"], batch["px"], batch["py"], per_ray.detach())
         self.rays_seen += per_ray.shape[0]
         self.samples_seen += out["n_samples"].detach().to(torch.float64)
         if self._logging_step():
@@ -319,9 +278,7 @@ class NeRFModule(L.LightningModule):
         # The graphed step returns every float output as requiring grad. Summed into the run's
         # counters as they are, each step's autograd graph would stay alive from step to step.
         per_ray, stats = per_ray.detach(), stats.detach()
-        sampler = getattr(self.trainer.datamodule, "sampler", None)
-        if sampler is not None:
-            sampler.update(batch["view_ids"], batch["px"], batch["py"], per_ray, valid=valid)
+        self.feedback.report_losses(batch["view_ids"], batch["px"], batch["py"], per_ray, valid=valid)
         self.rays_seen += stats[0]
         self.samples_seen += stats[1]
         if self._logging_step():
@@ -362,19 +319,10 @@ class NeRFModule(L.LightningModule):
         if (batch_idx + 1) % self.trainer.accumulate_grad_batches != 0:
             return  # only after a real optimizer step
         tick = self.clock.tick(self.global_step)
-        sampler = getattr(self.trainer.datamodule, "sampler", None)
-        if sampler is not None:
-            sampler.step(tick)
-        hp = self.hparams
-        if tick.crossed(hp.grid_update_every):
+        self.feedback.step(tick)
+        if tick.crossed(self.occupancy.update_every):
             with self._full_parameters():
-                self.occupancy.update(
-                    tick.end,
-                    self.field.density,
-                    warmup_steps=hp.grid_warmup_steps,
-                    decay=hp.grid_decay,
-                    threshold=hp.grid_threshold,
-                )
+                self.occupancy.update(tick.end, self.field.density)
             if self.trainer.world_size > 1:
                 self.occupancy.sync_(_all_reduce_max)
 

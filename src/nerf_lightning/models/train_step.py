@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from nerf_lightning.render.renderer import Renderer, ray_distortion
 
-__all__ = ["FixedBudgetStep", "capture", "autocast_for"]
+__all__ = ["FixedBudgetStep", "budgeted_step", "capture", "autocast_for"]
 
 
 class FixedBudgetStep(nn.Module):
@@ -82,7 +82,7 @@ class FixedBudgetStep(nn.Module):
         super().__init__()
         if sample_budget < 1 or march_budget < sample_budget:
             raise ValueError(
-                f"model.sample_budget must be >= 1 and model.march_budget >= sample_budget, "
+                f"model.step.sample_budget must be >= 1 and model.step.march_budget >= sample_budget, "
                 f"got {sample_budget} and {march_budget}"
             )
         if loss not in ("huber", "mse"):
@@ -174,6 +174,28 @@ class FixedBudgetStep(nn.Module):
             momentum=self.adapt_momentum,
         )
         return loss, per_ray, valid, stats
+
+
+def budgeted_step(
+    field: nn.Module,
+    renderer: Renderer,
+    loss: str = "huber",
+    huber_delta: float = 0.1,
+    *,
+    sample_budget: int | None,
+    march_budget: int | None = None,
+    **kwargs: Any,
+) -> FixedBudgetStep | None:
+    """The training step of the ``model.step`` config node: a :class:`FixedBudgetStep` of
+    ``sample_budget`` samples (``march_budget`` default 4x that), or None when ``sample_budget`` is
+    None (then ``data.batch_size`` rays per step, with data-dependent shapes: the CPU preset).
+    ``NeRFModule`` passes the field, the renderer, the loss and the per-view components."""
+    if sample_budget is None:
+        return None
+    march = march_budget if march_budget is not None else 4 * sample_budget
+    return FixedBudgetStep(
+        field, renderer, loss, huber_delta, sample_budget=sample_budget, march_budget=march, **kwargs
+    )
 
 
 def autocast_for(precision: str | int | None) -> Any:

@@ -1,4 +1,4 @@
-"""Multi-cascade occupancy grid (instant-ngp): which cells of space the ray marcher visits.
+"""Multi-cascade occupancy grid (instant-ngp): which cells of space the ray marcher samples.
 
 State: ``density_grid`` float32 [C, G^3] (an exponential-max average of the field's density per
 cell; negative = never seen by a training camera) and ``binaries`` bool [C, G, G, G] (occupied
@@ -23,7 +23,7 @@ __all__ = ["OccupancyGrid", "DEFAULT_THRESHOLD", "MIN_STEP"]
 #: instant-ngp's minimum step: the unit cube's diagonal / 1024.
 MIN_STEP = math.sqrt(3.0) / 1024
 #: Density threshold equivalent to instant-ngp's minimum optical thickness 0.01 over one minimum
-#: step: a cell is worth visiting if ``sigma * MIN_STEP > 0.01`` (about 5.91).
+#: step: a cell is worth sampling if ``sigma * MIN_STEP > 0.01`` (about 5.91).
 DEFAULT_THRESHOLD = 0.01 / MIN_STEP
 
 
@@ -35,6 +35,10 @@ class OccupancyGrid(nn.Module):
         resolution: cells per side G (even, so the bitfield packs into whole bytes).
         ops: a backend name for ``nerf_lightning.ops.get_ops`` (default ``"auto"``) or an ops
             namespace.
+        update_every: optimizer steps (reference steps of the training clock) between two updates
+            during training (instant-ngp: 16).
+        warmup_steps / decay / density_threshold: the defaults of :meth:`update` (instant-ngp: all
+            cells during the first 256 steps, EMA decay 0.95, :data:`DEFAULT_THRESHOLD`).
 
     Buffers (saved in the state dict, moved with ``.to()``):
         density_grid: float32 [C, G^3], initialised to 0.
@@ -44,14 +48,30 @@ class OccupancyGrid(nn.Module):
     density_grid: Tensor
     binaries: Tensor
 
-    def __init__(self, aabb_scale: int = 1, resolution: int = 128, ops=None) -> None:
+    def __init__(
+        self,
+        aabb_scale: int = 1,
+        resolution: int = 128,
+        ops=None,
+        *,
+        update_every: int = 16,
+        warmup_steps: int = 256,
+        decay: float = 0.95,
+        density_threshold: float = DEFAULT_THRESHOLD,
+    ) -> None:
         super().__init__()
         if aabb_scale < 1 or aabb_scale > 128 or aabb_scale & (aabb_scale - 1):
             raise ValueError(f"OccupancyGrid: aabb_scale must be a power of two in 1..128, got {aabb_scale}")
         if resolution < 2 or resolution % 2:
             raise ValueError(f"OccupancyGrid: resolution must be an even number >= 2, got {resolution}")
+        if update_every < 1:
+            raise ValueError(f"OccupancyGrid: update_every must be >= 1, got {update_every}")
         self.aabb_scale = int(aabb_scale)
         self.resolution = int(resolution)
+        self.update_every = int(update_every)
+        self.warmup_steps = int(warmup_steps)
+        self.decay = float(decay)
+        self.density_threshold = float(density_threshold)
         # A backend name is stored as such (modules cannot be deep-copied/pickled with the grid).
         self._ops = "auto" if ops is None else ops
         if isinstance(self._ops, str):
@@ -92,9 +112,9 @@ class OccupancyGrid(nn.Module):
         step: int,
         density_fn: Callable[[Tensor], Tensor],
         *,
-        warmup_steps: int = 256,
-        decay: float = 0.95,
-        threshold: float = DEFAULT_THRESHOLD,
+        warmup_steps: int | None = None,
+        decay: float | None = None,
+        threshold: float | None = None,
         n_samples_fraction: float = 0.25,
         chunk_size: int = 2**18,
         generator: torch.Generator | None = None,
@@ -116,13 +136,16 @@ class OccupancyGrid(nn.Module):
         Args:
             step: global training step.
             density_fn: ``positions float32 [N, 3] -> density [N]`` (NGP space, no grad needed).
-            warmup_steps: steps during which all cells are sampled.
-            decay: EMA decay of unsampled/previous values.
-            threshold: density threshold (see above).
+            warmup_steps: steps during which all cells are sampled (None: the grid's).
+            decay: EMA decay of unsampled/previous values (None: the grid's).
+            threshold: density threshold (see above; None: the grid's ``density_threshold``).
             n_samples_fraction: fraction of G^3 sampled uniformly (and again among occupied cells).
             chunk_size: positions per ``density_fn`` call.
             generator: optional torch.Generator (on the grid's device) for reproducibility.
         """
+        warmup_steps = self.warmup_steps if warmup_steps is None else warmup_steps
+        decay = self.decay if decay is None else decay
+        threshold = self.density_threshold if threshold is None else threshold
         device = self.density_grid.device
         c_count, g3 = self.density_grid.shape
         if step < warmup_steps:

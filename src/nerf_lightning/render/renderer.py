@@ -11,6 +11,7 @@ Positions are NGP-space sample midpoints; directions are the (unit) ray directio
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,7 +21,32 @@ from ..ops import get_ops
 from .gradient_scaling import scale_near_gradients
 from .occupancy import OccupancyGrid
 
-__all__ = ["Renderer", "fixed_render_counts", "ray_distortion"]
+__all__ = ["LARGE_SCENE_CONE_ANGLE", "Renderer", "build_renderer", "fixed_render_counts", "ray_distortion"]
+
+#: instant-ngp's cone angle for scenes larger than the unit cube (``aabb_scale > 1``)
+LARGE_SCENE_CONE_ANGLE = 1.0 / 256
+
+
+def build_renderer(
+    aabb_scale: int = 1,
+    occupancy: Callable[..., OccupancyGrid] = OccupancyGrid,
+    cone_angle: float | None = None,
+    large_scene_cone_angle: float = LARGE_SCENE_CONE_ANGLE,
+    **kwargs: Any,
+) -> Renderer:
+    """The renderer of a scene whose outer box is ``aabb_scale`` (the ``model.renderer`` config node).
+
+    Args:
+        aabb_scale: the capture's outer box (``NeRFModule`` passes it).
+        occupancy: factory of the occupancy grid (``model.renderer.occupancy``), called with
+            ``aabb_scale``.
+        cone_angle: the marching step grows as ``t * cone_angle``. None follows instant-ngp:
+            ``large_scene_cone_angle`` when ``aabb_scale > 1`` (real captures with background), else 0.
+        kwargs: the other :class:`Renderer` arguments (``step_size``, ``near_plane``, ...).
+    """
+    if cone_angle is None:
+        cone_angle = large_scene_cone_angle if aabb_scale > 1 else 0.0
+    return Renderer(occupancy(aabb_scale=aabb_scale), cone_angle=cone_angle, **kwargs)
 
 
 class Renderer(nn.Module):
@@ -28,7 +54,7 @@ class Renderer(nn.Module):
     ``.to()`` and the state dict).
 
     Args:
-        occupancy: the occupancy grid (gives the outer box and the cells to visit).
+        occupancy: the occupancy grid (gives the outer box and the cells to march through).
         step_size: minimum marching step (instant-ngp: sqrt(3)/1024).
         cone_angle: step grows as ``t * cone_angle`` (0: uniform; instant-ngp uses 1/256 for
             large scenes).
@@ -67,7 +93,7 @@ class Renderer(nn.Module):
         self.compact_samples = bool(compact_samples)
         if gradient_scaling_distance is not None and gradient_scaling_distance <= 0:
             raise ValueError(
-                "model.gradient_scaling_distance must be > 0 (NGP units) or null (off), "
+                "model.renderer.gradient_scaling_distance must be > 0 (NGP units) or null (off), "
                 f"got {gradient_scaling_distance}"
             )
         self.gradient_scaling_distance = gradient_scaling_distance

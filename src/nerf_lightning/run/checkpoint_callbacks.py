@@ -58,8 +58,8 @@ class LastCheckpoint(ModelCheckpoint):
     """``last.ckpt`` on a wall-clock (or step) cadence, after each validation and at the end of training.
 
     Why wall-clock by default: a write costs the same fraction of training on any device only when
-    it is spaced in time. A fixed 1000 steps meant one 160 MB write every 3 s on an H200 (lego at
-    ~330 steps/s), 96 writes in a 300 s run, against one every few minutes on a CPU.
+    it is spaced in time. A fixed step count that suits a CPU writes a large file every few seconds
+    on a fast GPU (``docs/checkpoints.md``).
 
     Args:
         dirpath: folder of ``last.ckpt`` (``<run>/checkpoints``).

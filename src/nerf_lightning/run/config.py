@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -13,6 +15,52 @@ from nerf_lightning.run.run_dir import register_resolvers
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
+#: Override keys accepted under another spelling, old -> the config's key. An entry ending in "." maps
+#: every key under it; any other maps that key alone.
+KEY_ALIASES: dict[str, str] = {
+    # instant-ngp's spelling: the hash encoding is the field's
+    "model.encoding.": "model.field.encoding.",
+    # the flat model keys before the renderer, its occupancy grid and the budgeted step became nodes
+    "model.grid_resolution": "model.renderer.occupancy.resolution",
+    "model.grid_update_every": "model.renderer.occupancy.update_every",
+    "model.grid_warmup_steps": "model.renderer.occupancy.warmup_steps",
+    "model.grid_decay": "model.renderer.occupancy.decay",
+    "model.grid_threshold": "model.renderer.occupancy.density_threshold",
+    **{
+        f"model.{key}": f"model.renderer.{key}"
+        for key in (
+            "step_size",
+            "cone_angle",
+            "large_scene_cone_angle",
+            "max_samples_per_ray",
+            "near_plane",
+            "gradient_scaling_distance",
+            "early_stop_eps",
+            "compact_samples",
+            "ops_backend",
+        )
+    },
+    **{f"model.{key}": f"model.step.{key}" for key in ("sample_budget", "march_budget", "n_rays_init")},
+}
+
+_OVERRIDE = re.compile(r"^([+~]{0,2})([^=]*)(.*)$", re.S)
+
+
+def alias_override(arg: str) -> str:
+    """One command-line override with an aliased key (:data:`KEY_ALIASES`) spelled as the config's key."""
+    sign, key, rest = _OVERRIDE.match(arg).groups()  # type: ignore[union-attr]
+    for old, new in KEY_ALIASES.items():
+        if key == old:
+            return f"{sign}{new}{rest}"
+        if old.endswith(".") and key.startswith(old):
+            return f"{sign}{new}{key[len(old) :]}{rest}"
+    return arg
+
+
+def alias_overrides(overrides: Sequence[str]) -> list[str]:
+    """:func:`alias_override` of each override."""
+    return [alias_override(arg) for arg in overrides]
+
 
 def compose_train_config(
     overrides: list[str], output_dir: str | Path, cwd: str | Path | None = None
@@ -20,7 +68,8 @@ def compose_train_config(
     """The config ``python -m nerf_lightning.train <overrides>`` would run, writing into ``output_dir``.
 
     ``cwd`` stands for the launch directory (``paths.root_dir``: scene and image caches); default
-    ``output_dir``. Registers the config as the current Hydra config so ``${hydra:...}`` resolves.
+    ``output_dir``. Aliased keys (:data:`KEY_ALIASES`) are read as the command line reads them.
+    Registers the config as the current Hydra config so ``${hydra:...}`` resolves.
     """
     return compose_app_config("train", overrides, output_dir, cwd)
 
@@ -32,7 +81,7 @@ def compose_app_config(
     register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name=config_name, overrides=list(overrides), return_hydra_config=True)
+        cfg = compose(config_name=config_name, overrides=alias_overrides(overrides), return_hydra_config=True)
         with open_dict(cfg):
             cfg.hydra.runtime.output_dir = str(output_dir)
             cfg.hydra.runtime.cwd = str(cwd if cwd is not None else output_dir)

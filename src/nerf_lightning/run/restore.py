@@ -9,7 +9,9 @@ DDP, FSDP (``state_dict_type: full``) or any precision hold full-precision, unwr
 rebuild the same way on one device.
 
 The stored config names classes by their import path (``_target_``) at the time of writing; paths that
-have moved since are mapped to their new place when the file is read (:data:`MOVED_TARGETS`).
+have moved since are mapped to their new place when the file is read (:data:`MOVED_TARGETS`). A model
+config of the flat layout (``model.near_plane``, ``model.sample_budget``, ...) gets today's
+``renderer`` and ``step`` nodes, holding its values (:func:`upgrade_model_keys`).
 """
 
 from __future__ import annotations
@@ -27,8 +29,16 @@ from nerf_lightning.data.types import Capture
 from nerf_lightning.errors import UserError
 from nerf_lightning.run.checkpoint_callbacks import CHECKPOINT_KEY
 from nerf_lightning.run.checkpoint_io import read_checkpoint
+from nerf_lightning.run.config import CONF_DIR, KEY_ALIASES
 
-__all__ = ["MOVED_TARGETS", "RestoredRun", "load_run", "resolve_ckpt_file", "upgrade_targets"]
+__all__ = [
+    "MOVED_TARGETS",
+    "RestoredRun",
+    "load_run",
+    "resolve_ckpt_file",
+    "upgrade_model_keys",
+    "upgrade_targets",
+]
 
 #: ``_target_`` paths a checkpoint's stored config may hold that have moved: old -> new.
 MOVED_TARGETS: dict[str, str] = {
@@ -54,6 +64,30 @@ def upgrade_targets(node: Any) -> Any:
     if isinstance(node, list):
         return [upgrade_targets(v) for v in node]
     return node
+
+
+def upgrade_model_keys(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (plain run config) with a flat-layout ``model`` section moved into today's nodes: each
+    flat key of :data:`~nerf_lightning.run.config.KEY_ALIASES` goes to its node, the nodes it lacks
+    come from ``conf/model/ngp.yaml``."""
+    model = config.get("model")
+    flat = {
+        old.removeprefix("model."): new.removeprefix("model.")
+        for old, new in KEY_ALIASES.items()
+        if not old.endswith(".")
+    }
+    if not isinstance(model, dict) or not any(key in model for key in flat):
+        return config
+    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "ngp.yaml"))
+    assert isinstance(defaults, dict)
+    upgraded = OmegaConf.create({k: v for k, v in model.items() if k not in flat})
+    for node in {new.split(".")[0] for new in flat.values()}:
+        if node not in upgraded:
+            upgraded[node] = defaults[node]
+    for old, new in flat.items():
+        if old in model:
+            OmegaConf.update(upgraded, new, model[old], merge=False)
+    return {**config, "model": OmegaConf.to_container(upgraded)}
 
 
 def resolve_ckpt_file(ckpt: str | Path | None) -> Path:
@@ -144,7 +178,7 @@ def load_run(ckpt: str | Path | None) -> RestoredRun:
     return RestoredRun(
         path=path,
         checkpoint=checkpoint,
-        config=OmegaConf.create(upgrade_targets(section["config"])),
+        config=OmegaConf.create(upgrade_model_keys(upgrade_targets(section["config"]))),
         instantiate_kwargs=dict(section.get("instantiate_kwargs") or {}),
     )
 

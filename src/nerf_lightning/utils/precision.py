@@ -9,8 +9,8 @@ __all__ = ["resolve_precision"]
 
 def resolve_precision(precision: str, accelerator: str = "auto") -> str:
     """``auto`` -> ``bf16-mixed`` when the run trains on a CUDA GPU of compute capability >= 8.0, where
-    the field's MLPs run as fused bf16 tensor-core kernels (``ops/csrc/mlp.cu``: 1.45x the steps/s of
-    ``32-true`` on an H200 at the same held-out PSNR, BENCHMARKS.md); else ``32-true``
+    the field's MLPs run as fused bf16 tensor-core kernels (``ops/csrc/mlp.cu``: faster than ``32-true``
+    at the same held-out PSNR, see BENCHMARKS.md); else ``32-true``
     (CPU runs keep the CPU preset's numbers; older GPUs lack the kernels' MMA instructions). Any
     other value is returned as it is.
 

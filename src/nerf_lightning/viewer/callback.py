@@ -32,6 +32,7 @@ import lightning as L
 import torch
 
 from nerf_lightning.errors import UserError
+from nerf_lightning.models.feedback import TrainingFeedback
 from nerf_lightning.viewer.budget import BurstBudget
 from nerf_lightning.viewer.panels import TrainingStatus
 from nerf_lightning.viewer.ports import check_port
@@ -56,6 +57,8 @@ class ViewerCallback(L.Callback):
         stats_every_s: seconds between two readings of the training statistics.
         export_dir: where camera paths are written (the run folder).
         clock: seconds, monotonic (tests pass a simulated one).
+        feedback: the DataModule's :class:`~nerf_lightning.models.feedback.TrainingFeedback` (the train
+            app passes it), which holds the capture the viewer shows.
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class ViewerCallback(L.Callback):
         stats_every_s: float = 1.0,
         export_dir: str | Path = ".",
         clock: Callable[[], float] = time.perf_counter,
+        feedback: TrainingFeedback | None = None,
     ) -> None:
         if budget <= 0:
             raise ValueError(f"viewer.budget must be > 0 (render seconds per training second), got {budget}")
@@ -86,6 +90,7 @@ class ViewerCallback(L.Callback):
         self.refresh_every_s, self.stats_every_s = float(refresh_every_s), float(stats_every_s)
         self.export_dir = Path(export_dir)
         self.clock = clock
+        self.feedback = feedback
         self.server: Any = None
         self._budget: BurstBudget | None = None
         self._sync: Callable[[], None] = lambda: None
@@ -112,9 +117,9 @@ class ViewerCallback(L.Callback):
         from nerf_lightning.viewer.scene import SceneInfo
         from nerf_lightning.viewer.server import RenderSource, ViewerServer
 
-        capture = getattr(trainer.datamodule, "capture", None)
+        capture = self.feedback.capture if self.feedback is not None else None
         if capture is None:
-            raise UserError("viewer=on: the datamodule has no capture to show (expected NeRFDataModule)")
+            raise UserError("viewer=on: no capture to show (the callback needs NeRFDataModule.feedback)")
         device = pl_module.device
         gpu = device.type == "cuda"
         source = RenderSource(

@@ -1,6 +1,6 @@
 """Kernels of the data layer: training rays and their targets, and training pixels, one kernel each.
 
-Their contracts and references live with their callers (``data/datamodule.py``, ``data/sampler.py``),
+Their contracts and references live with their callers (``data/view_set.py``, ``data/sampler.py``),
 which reach them through ``nerf_lightning.ops.data_kernel`` and run their torch path when it returns
 None. Not ops of the registry (no reference in ``ops``); CUDA tensors only.
 """
@@ -37,7 +37,7 @@ def training_rays(
     [U, H + 1, W + 1, 3] of camera ``camera_of_view[view]``; rotated by the pose, normalized. The
     target is ``pixels[offsets[v] + iy * widths[v] + ix] / 255``, RGBA composited over ``background``.
     The contract is the data layer's (``data/cameras.py::pixel_rays`` / ``UndistortionTable.rays`` and
-    ``_ViewSet.batch``), which is also the fallback and the test oracle; CUDA tensors only (else
+    ``ViewSet.batch``), which is also the fallback and the test oracle; CUDA tensors only (else
     RuntimeError)."""
     require_kernel("training_rays", poses, pixels, view_ids, ix, iy)
     return tuple(

@@ -1,0 +1,49 @@
+"""Which frames a run validates on, and what to say when a capture holds none out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nerf_lightning.data.transforms_json import CaptureError
+from nerf_lightning.data.types import Capture, Frame
+
+__all__ = ["capture_camera_model", "no_heldout_message", "validation_frames"]
+
+
+def validation_frames(capture: Capture, split: str, path: Path) -> list[Frame]:
+    """The frames validation renders for ``split`` (see ``NeRFDataModule``)."""
+    if split == "test" and not capture.test:
+        raise CaptureError(
+            f"{path}: the capture has no test split (data.val_split=test); "
+            "use data.val_split=val for the held-out views"
+        )
+    if split == "test" or (split == "auto" and capture.test):
+        return capture.test
+    if split == "train":
+        return capture.train
+    return capture.val or capture.test
+
+
+def no_heldout_message(path: Path, capture: Capture, test_every: int) -> str:
+    """Why a capture has no validation view, and what to change."""
+    if capture.format == "blender":
+        return (
+            f"{path}: no held-out views to validate on: transforms_val.json / transforms_test.json list no "
+            "frame with an existing image; fix those files, or remove them to hold out every "
+            "data.test_every-th training frame"
+        )
+    if test_every == 0:
+        return (
+            f"{path}: no held-out views to validate on: data.test_every=0 holds out no frame and the capture "
+            "has no split; set data.test_every=N (N >= 2) to hold out every Nth frame"
+        )
+    return (
+        f"{path}: no held-out views to validate on: the capture's own split lists no validation or test "
+        "frame with an existing image; add one, or remove the split to hold out every data.test_every-th "
+        "frame"
+    )
+
+
+def capture_camera_model(capture: Capture) -> str:
+    frames = capture.train or capture.val
+    return frames[0].intrinsics.model if frames else "pinhole"

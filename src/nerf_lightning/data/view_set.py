@@ -1,0 +1,155 @@
+"""The frames of one split held on one device, and the training rays drawn from them.
+
+:class:`ViewSet` keeps a split's uint8 pixels, poses, intrinsics and sizes on the training device and
+turns pixel positions into rays and targets (the training batch's keys: ``data/datamodule.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from nerf_lightning.data.cameras import UndistortionTable, intrinsics_tensor, pixel_rays, poses_tensor
+from nerf_lightning.data.images import ImageSet
+from nerf_lightning.data.resolution import BlockImages, block_means
+from nerf_lightning.data.types import Frame
+from nerf_lightning.ops import data_kernel
+
+__all__ = ["ViewSet", "training_batch"]
+
+
+class ViewSet:
+    """The frames of one split on one device: uint8 pixels, poses, intrinsics, sizes."""
+
+    def __init__(self, frames: list[Frame], images: ImageSet, camera_model: str) -> None:
+        self.frames = frames
+        self.camera_model = camera_model
+        self.pixels = images.pixels  # [P, C] uint8
+        self.offsets = images.offsets  # [V]
+        self.widths = images.widths
+        self.heights = images.heights
+        self.poses = poses_tensor(frames)  # [V, 3, 4]
+        self.intrinsics = intrinsics_tensor(frames)  # [V, 10]
+        self.undistortion = UndistortionTable(self.intrinsics, self.widths, self.heights, camera_model)
+        self._has_distortion = bool((self.intrinsics[:, 4:] != 0).any())
+        #: box-filtered images per downscale factor (``data.resolution_schedule``), built on first use
+        #: on the pixels' device
+        self.blocks: dict[int, BlockImages] = {}
+
+    def to(self, device: torch.device) -> ViewSet:
+        for name in ("pixels", "offsets", "widths", "heights", "poses", "intrinsics"):
+            setattr(self, name, getattr(self, name).to(device, non_blocking=True))
+        self.undistortion.to(device)
+        self.blocks.clear()  # rebuilt on the new device when used
+        return self
+
+    def block_images(self, factor: int) -> BlockImages:
+        """The images box-filtered by ``factor`` (computed once, on the pixels' device, and kept)."""
+        if factor not in self.blocks:
+            self.blocks[factor] = block_means(self.pixels, self.offsets, self.widths, self.heights, factor)
+        return self.blocks[factor]
+
+    def keep_blocks(self, factors: set[int]) -> None:
+        """Free the box-filtered images of every other factor."""
+        for k in [k for k in self.blocks if k not in factors]:
+            del self.blocks[k]
+
+    @property
+    def channels(self) -> int:
+        return int(self.pixels.shape[1])
+
+    def rays(self, view_ids: Tensor, px: Tensor, py: Tensor) -> tuple[Tensor, Tensor]:
+        """Rays through continuous pixel positions (pixel centre at i + 0.5)."""
+        if self.undistortion.enabled:
+            return self.undistortion.rays(self.poses[view_ids], view_ids, px, py)
+        return pixel_rays(self.poses[view_ids], self.intrinsics[view_ids], px, py, model=self.camera_model)
+
+    def train_rays(
+        self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor
+    ) -> dict[str, Tensor]:
+        """:meth:`batch` at the sub-pixel positions ``(ix + ux, iy + uy)``. On a GPU with the CUDA
+        extension, pinhole and tabulated (distorted) cameras take one kernel (``ops.cuda.training_rays``)
+        instead of about 25 small ones; :meth:`batch` is its contract and test oracle."""
+        fused = self._fused_rays(view_ids, ix, iy, ux, uy, background)
+        if fused is not None:
+            return training_batch(*fused, background, view_ids, ix, iy)
+        return self.batch(view_ids, ix, iy, ix.float() + ux, iy.float() + uy, background)
+
+    def _fused_rays(
+        self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor] | None:
+        shapes_ok = background.shape == ux.shape + (3,) and self.poses.dtype == torch.float32
+        kernel = data_kernel("training_rays", self.pixels, view_ids) if shapes_ok else None
+        if kernel is None:
+            return None
+        table = self.undistortion
+        if not table.enabled:
+            distorted = bool(self._has_distortion) and self.camera_model != "pinhole"
+            if distorted or self.camera_model == "opencv_fisheye":
+                return None  # Newton undistortion per ray: the torch path
+        args = (self.poses, self.intrinsics, self.pixels, self.offsets, self.widths, view_ids, ix, iy)
+        extra = (table.table, table.camera_of_view) if table.enabled else (None, None)
+        return kernel(*args, ux.float(), uy.float(), background.float(), *extra)
+
+    def batch(
+        self, view_ids: Tensor, ix: Tensor, iy: Tensor, px: Tensor, py: Tensor, background: Tensor
+    ) -> dict[str, Tensor]:
+        """Rays through (px, py) of integer pixels (ix, iy), targets composited over ``background``."""
+        rays_o, rays_d = self.rays(view_ids, px, py)
+        color = self.colors(view_ids, ix, iy)
+        rgb = color[:, :3]
+        if color.shape[1] == 4:
+            rgb = rgb * color[:, 3:] + background * (1.0 - color[:, 3:])
+        return training_batch(rays_o, rays_d, rgb, background, view_ids, ix, iy)
+
+    def block_batch(
+        self,
+        view_ids: Tensor,
+        bx: Tensor,
+        by: Tensor,
+        ux: Tensor,
+        uy: Tensor,
+        background: Tensor,
+        factor: int,
+    ) -> dict[str, Tensor]:
+        """Rays through blocks (bx, by) of ``factor x factor`` pixels at the in-block positions (ux, uy)
+        in [0, 1) (0.5: the block's centre), targets the blocks' mean colours over ``background``.
+
+        The ray position ``factor * (b + u)`` is a full-resolution pixel coordinate that goes through
+        :meth:`rays`, the camera model of every full-resolution ray (principal point, focal lengths,
+        distortion); it is the ray of the camera downscaled by ``factor`` (``Intrinsics.downscaled``)
+        at position ``b + u`` of the small image. RGBA: the blocks hold premultiplied colour and mean
+        alpha, so ``rgb + background * (1 - alpha)`` is the mean of the block's pixels composited
+        over ``background``, as :meth:`batch` composites one pixel. ``px``/``py`` are the
+        full-resolution pixel the ray goes through."""
+        blocks = self.block_images(factor)
+        k = float(factor)
+        rays_o, rays_d = self.rays(view_ids, (bx.float() + ux) * k, (by.float() + uy) * k)
+        color = blocks.gather(view_ids, bx, by)
+        rgb = color[:, :3]
+        if color.shape[1] == 4:
+            rgb = rgb + background * (1.0 - color[:, 3:])
+        # the pixel of the ray, from the same u (no float rounding can put it in the next block)
+        ix = bx * factor + (ux * k).long().clamp_(max=factor - 1)
+        iy = by * factor + (uy * k).long().clamp_(max=factor - 1)
+        return training_batch(rays_o, rays_d, rgb, background, view_ids, ix, iy)
+
+    def colors(self, view_ids: Tensor, ix: Tensor, iy: Tensor) -> Tensor:
+        """RGB(A) in [0, 1], [R, C] f32, of integer pixels."""
+        flat = self.offsets[view_ids] + iy * self.widths[view_ids] + ix
+        return self.pixels[flat].float() / 255.0
+
+
+def training_batch(
+    rays_o: Tensor, rays_d: Tensor, rgb: Tensor, background: Tensor, view_ids: Tensor, ix: Tensor, iy: Tensor
+) -> dict[str, Tensor]:
+    """A training batch's dict (keys: the module docstring's)."""
+    return {
+        "rays_o": rays_o,
+        "rays_d": rays_d,
+        "rgb": rgb,
+        "background": background,
+        "view_ids": view_ids,
+        "px": ix,
+        "py": iy,
+    }

@@ -1,0 +1,90 @@
+"""The seam between the training data and what trains on it: :class:`TrainingFeedback`.
+
+The DataModule (``data/datamodule.py``) owns one from its construction and fills it in at ``setup``;
+the train app hands it to the model (``NeRFModule(feedback=...)``) and to every callback whose
+constructor takes a ``feedback`` argument. Through it the model reports each step's per-ray losses
+to the ray sampler and this rank's work share, and the callbacks read the sampler's view
+probabilities and the capture, instead of reaching into the DataModule through the trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from torch import Tensor
+
+from nerf_lightning.models.clock import Tick, TrainingClock
+
+__all__ = ["LossSampler", "TrainCameras", "TrainingFeedback"]
+
+
+class LossSampler(Protocol):
+    """What the feedback needs of a ray sampler (``data/sampler.py``'s ``RaySampler``)."""
+
+    view_probs: Tensor
+
+    def update(
+        self, view_ids: Tensor, px: Tensor, py: Tensor, losses: Tensor, valid: Tensor | None = None
+    ) -> None: ...
+
+    def step(self, global_step: int | Tick) -> None: ...
+
+    def view_probabilities(self) -> Tensor: ...
+
+
+@dataclass(frozen=True)
+class TrainCameras:
+    """The training views' cameras, on the host: what the occupancy grid needs to mark the cells that
+    no training camera sees."""
+
+    poses: Tensor  # [V, 3, 4] NGP space
+    intrinsics: Tensor  # [V, 10]
+    widths: Tensor  # [V]
+    heights: Tensor  # [V]
+
+
+class TrainingFeedback:
+    """What the model and the callbacks may know of the training data, and tell it.
+
+    Args:
+        clock: the DataModule's batch-rule clock (``data.batch_scaling``).
+
+    Before the DataModule's ``setup`` (or for a model trained without one) nothing is attached:
+    the reports go nowhere and the reads return None.
+    """
+
+    def __init__(self, clock: TrainingClock | None = None) -> None:
+        self.clock = clock if clock is not None else TrainingClock()
+        #: this rank's share of the work under ``data.batch_scaling=throughput`` (mean 1 over the ranks);
+        #: the DataModule's rays per step follow it when the step has no sample budget
+        self.work_scale = 1.0
+        #: the capture (``data/types.py``'s ``Capture``: cameras, splits, scene box) once read
+        self.capture: Any = None
+        self.cameras: TrainCameras | None = None
+        self.sampler: LossSampler | None = None
+
+    def attach(self, capture: Any, cameras: TrainCameras, sampler: LossSampler) -> None:
+        """Called by the DataModule's ``setup`` once the capture is read."""
+        self.capture, self.cameras, self.sampler = capture, cameras, sampler
+
+    @property
+    def splits_by_throughput(self) -> bool:
+        """Whether the ranks' work is split by their measured speed (``data.batch_scaling=throughput``)."""
+        return self.clock.rule.split == "throughput"
+
+    def report_losses(
+        self, view_ids: Tensor, px: Tensor, py: Tensor, per_ray: Tensor, valid: Tensor | None = None
+    ) -> None:
+        """One training step's per-ray losses (detached) at the pixels the batch drew."""
+        if self.sampler is not None:
+            self.sampler.update(view_ids, px, py, per_ray, valid=valid)
+
+    def step(self, tick: Tick) -> None:
+        """After each optimizer step: the sampler's update cadence."""
+        if self.sampler is not None:
+            self.sampler.step(tick)
+
+    def view_probabilities(self) -> Tensor | None:
+        """The probability [V] with which a training ray comes from each view (None: no sampler yet)."""
+        return self.sampler.view_probabilities() if self.sampler is not None else None
