@@ -129,3 +129,22 @@ def fork_app(
     proc = mp.get_context(method).Process(target=_fork_main, args=args)
     proc.start()
     return proc
+
+
+def run_ranks(fn, args: tuple, nprocs: int = 2, timeout_s: float = 180.0) -> None:  # noqa: ANN001
+    """``fn(rank, *args)`` in ``nprocs`` forked processes (they inherit the imported torch); raises what a
+    rank raised, and fails the test, killing the ranks, if they are not all done within ``timeout_s``.
+    A rank that hangs (a gloo peer gone while a collective or its process group's threads wait for it)
+    would otherwise hold the test, and the suite, until gloo's own 30-minute timeout."""
+    import time
+
+    import pytest
+    import torch.multiprocessing as mp
+
+    ranks = mp.start_processes(fn, args=args, nprocs=nprocs, start_method="fork", join=False)
+    deadline = time.monotonic() + timeout_s
+    while not ranks.join(timeout=1):
+        if time.monotonic() > deadline:
+            for proc in ranks.processes:
+                proc.kill()
+            pytest.fail(f"the {nprocs} ranks of {fn.__name__} did not finish within {timeout_s:.0f} s")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from runs import run_ranks
 
 from nerf_lightning.callbacks.grad_exchange import GradientExchange, bf16_gradients, comm_hook, register
 
@@ -47,6 +47,10 @@ def _worker(rank: int, port: int, out: str, exchange: str) -> None:
         _rank_loss(ddp, rank).backward()
         grads = {n: p.grad.clone() for n, p in ddp.module.named_parameters()}
         torch.save(grads, Path(out) / f"{exchange}_rank{rank}.pt")
+        # both ranks done before either tears down: the reducer and the process group go while the peer
+        # is still there (a gloo group destroyed after its peer left can wait forever for its threads)
+        dist.barrier()
+        del ddp
     finally:
         dist.destroy_process_group()
 
@@ -58,8 +62,7 @@ def test_bf16_exchange_equals_the_mean_of_the_ranks_gradients(tmp_path: Path) ->
     torch.set_num_threads(1)
     try:
         for exchange in ("fp32", "bf16"):
-            mp.start_processes(_worker, args=(_free_port(), str(tmp_path), exchange), nprocs=2,
-                               start_method="fork")  # fmt: skip
+            run_ranks(_worker, (_free_port(), str(tmp_path), exchange))
     finally:
         torch.set_num_threads(threads)
     # the mean over the two ranks, computed here from each rank's own gradient

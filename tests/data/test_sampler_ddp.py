@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from runs import run_ranks
 
 from nerf_lightning.data.sampler import LossWeightedRaySampler
 
@@ -49,6 +49,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
             {"view_probs": s.view_probs, "cdf": s.cdf, "ema": s.ema, "rays": rays},
             os.path.join(out_dir, f"rank{rank}.pt"),
         )
+        dist.barrier()  # neither rank tears its group down while the other may still use it
     finally:
         dist.destroy_process_group()
 
@@ -58,8 +59,7 @@ def test_ranks_hold_identical_weights_of_pooled_statistics(tmp_path: Path):
         pytest.skip("torch.distributed with gloo is not available")
     # fork: the children inherit the imported torch (a fresh import costs seconds per process); each
     # child uses one intra-op thread, the pattern DataLoader workers rely on after fork
-    mp.start_processes(_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD, join=True,
-                       start_method="fork")
+    run_ranks(_worker, (str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD))
 
     assert torch.equal(r0["view_probs"], r1["view_probs"])

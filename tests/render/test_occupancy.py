@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from runs import run_ranks
 
 from nerf_lightning.models.module import _all_reduce_max
 from nerf_lightning.ops import reference as ref
@@ -189,6 +189,7 @@ def _sync_worker(rank: int, init_file: str, out_dir: str) -> None:
             {"before": before, "after": grid.state_dict(), "threshold": grid.threshold},
             Path(out_dir) / f"rank{rank}.pt",
         )
+        dist.barrier()  # neither rank tears its group down while the other may still use it
     finally:
         dist.destroy_process_group()
 
@@ -199,13 +200,7 @@ def test_sync_all_reduces_the_max_over_two_gloo_ranks(tmp_path: Path) -> None:
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
     # fork: the children inherit the imported torch (see tests/data/test_sampler_ddp.py)
-    mp.start_processes(
-        _sync_worker,
-        args=(str(tmp_path / "init"), str(tmp_path)),
-        nprocs=WORLD,
-        join=True,
-        start_method="fork",
-    )
+    run_ranks(_sync_worker, (str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD))
     a, b = r0["before"]["density_grid"], r1["before"]["density_grid"]
     assert not torch.equal(a, b) and (a > 0).float().mean() > 0.5
