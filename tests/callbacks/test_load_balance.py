@@ -108,5 +108,7 @@ def test_throughput_scaling_evens_out_a_slow_rank(tmp_path: Path) -> None:
     assert (run / "train_node0_local1.log").is_file()  # rank 1 ran in the shared run folder
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["steps"] == STEPS
-    assert metrics["perf/forward_imbalance_first"] > 1.4, metrics  # an even split: rank 1 lags
+    # an even split: rank 1 lags (2x by construction; 1.40-1.9x measured, the least on a host busy with
+    # two other test processes), well clear of the balanced bound below
+    assert metrics["perf/forward_imbalance_first"] > 1.3, metrics
     assert metrics["perf/forward_imbalance"] <= 1.2, metrics

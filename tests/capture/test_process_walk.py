@@ -185,6 +185,7 @@ MAX_PSNR_GAP_DB = 1.0
 
 
 @pytest.mark.repro
+@pytest.mark.timeout(3600)  # two CPU trainings: about 12 minutes on 2 busy cores
 def test_training_on_the_recovered_poses_matches_training_on_the_true_ones(
     walk, photo_capture, tmp_path: Path
 ) -> None:
