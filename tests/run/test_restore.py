@@ -23,15 +23,21 @@ OLD_TARGETS = {
 }
 
 
-def _old_checkpoint(path: Path) -> dict[str, str]:
-    """A checkpoint as the version before the move wrote it; returns today's target of each moved key."""
-    cfg = compose_train_config(["experiment=cpu", "logger=many_loggers"], path.parent)
+def _composed(overrides: list[str], folder: Path, aabb_scale: int) -> tuple[dict, torch.nn.Module]:
+    """The plain run config (without ``hydra``) of ``overrides`` and the model it builds."""
+    cfg = compose_train_config(overrides, folder)
     try:
         plain = OmegaConf.to_container(cfg, resolve=True)
-        model = hydra.utils.instantiate(cfg.model, aabb_scale=1)
+        model = hydra.utils.instantiate(cfg.model, aabb_scale=aabb_scale)
     finally:
         GlobalHydra.instance().clear()
     plain.pop("hydra")
+    return plain, model
+
+
+def _old_checkpoint(path: Path) -> dict[str, str]:
+    """A checkpoint as the version before the move wrote it; returns today's target of each moved key."""
+    plain, model = _composed(["experiment=cpu", "logger=many_loggers"], path.parent, aabb_scale=1)
     today = {}
     for key, old in OLD_TARGETS.items():
         group, name = key.split(".")
@@ -65,14 +71,8 @@ def test_moved_targets_point_at_importable_classes() -> None:
 def test_a_checkpoint_of_the_flat_model_layout_restores(tmp_path: Path) -> None:
     """A run config whose model keys were flat (``model.grid_resolution``, ``model.sample_budget``, ...)
     rebuilds the same model: its values land in the renderer and step nodes."""
-    cfg = compose_train_config(["experiment=cpu", "model.renderer.occupancy.resolution=16",
-                                "model.renderer.near_plane=0.1"], tmp_path)  # fmt: skip
-    try:
-        plain = OmegaConf.to_container(cfg, resolve=True)
-        model = hydra.utils.instantiate(cfg.model, aabb_scale=2)
-    finally:
-        GlobalHydra.instance().clear()
-    plain.pop("hydra")
+    overrides = ["experiment=cpu", "model.renderer.occupancy.resolution=16", "model.renderer.near_plane=0.1"]
+    plain, model = _composed(overrides, tmp_path, aabb_scale=2)
     renderer, step = plain["model"].pop("renderer"), plain["model"].pop("step")
     grid = renderer.pop("occupancy")
     flat = {f"grid_{k}": v for k, v in grid.items() if k in ("update_every", "warmup_steps", "decay")}

@@ -132,7 +132,7 @@ class BurstBudget:
         self._next = self.clock() + self.burst_every_s
 
     def open(self) -> float:
-        """The burst starts (call it right after the device synchronize): the wait earns, and the return
+        """The burst starts (right after the device synchronize): the wait earns, and the return
         is the render seconds available (the credit less the expected refill)."""
         now = self.clock()
         self._earn(now)
