@@ -103,7 +103,14 @@ class SfmOptions:
 
 @dataclass(frozen=True)
 class Camera:
-    """The shared camera in instant-ngp's terms (pixels; OpenCV radial-tangential distortion)."""
+    """The shared camera in instant-ngp's terms: the top-level keys of ``transforms.json``.
+
+    Attributes:
+        model: COLMAP's camera model (one of :data:`CAMERA_MODELS`).
+        width, height: image size in pixels; fl_x, fl_y, cx, cy: focal lengths and principal point
+            in pixels (one focal length twice for the models that have one).
+        k1, k2, p1, p2: OpenCV radial-tangential distortion (0 for the coefficients the model lacks).
+    """
 
     model: str
     width: int

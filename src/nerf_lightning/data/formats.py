@@ -134,38 +134,36 @@ def _load_ngp(
     usable, missing, alpha = parse_frames(json_path, data, _ngp_camera_model(data), downscale)
     total = len(data["frames"])
     warn_missing(json_path, missing, total)
-    scale = (
-        read_number(json_path, "top level", "scale", data.get("scale", NGP_DEFAULT_SCALE))
-        if scale is None
-        else float(scale)
-    )
-    offset = read_offset3(data.get("offset", NGP_DEFAULT_OFFSET) if offset is None else offset, json_path)
+    scale, offset = _ngp_scale_offset(json_path, data, scale, offset)
     aabb = read_aabb_scale(json_path, data, 1, aabb_scale)
-    frames = _to_frames(usable, lambda m: nerf_to_ngp(m, scale, offset))
-    frames, blurry = _filter_sharpness(frames, min_sharpness, json_path)
-    if not frames:
-        raise no_frames_error(json_path, total, len(missing), blurry)
+    frames = _sharp_frames(_to_frames(usable, scale, offset), min_sharpness, json_path, total, len(missing))
     train, val = hold_out_every(frames, test_every)
     return Capture(
-        root=json_path.parent,
-        format="ngp",
-        train=train,
-        val=val,
-        aabb_scale=aabb,
-        scale=scale,
-        offset=offset,
-        has_alpha=alpha,
-    )
+        root=json_path.parent, format="ngp", train=train, val=val,
+        aabb_scale=aabb, scale=scale, offset=offset, has_alpha=alpha,
+    )  # fmt: skip
 
 
-def _to_frames(usable, convert) -> list[Frame]:
+def _ngp_scale_offset(
+    json_path: Path, data: dict[str, Any], scale: float | None, offset: Sequence[float] | None
+) -> tuple[float, tuple[float, float, float]]:
+    """The NGP transform of an instant-ngp style file (``ngp`` and ``blender`` layouts): ``scale`` and
+    ``offset`` as given, else the file's top-level keys, else instant-ngp's defaults."""
+    if scale is None:
+        scale = read_number(json_path, "top level", "scale", data.get("scale", NGP_DEFAULT_SCALE))
+    offset3 = read_offset3(data.get("offset", NGP_DEFAULT_OFFSET) if offset is None else offset, json_path)
+    return float(scale), offset3
+
+
+def _to_frames(usable, scale: float, offset: tuple[float, float, float]) -> list[Frame]:
+    """Frames of ``parse_frames``' usable entries, their NeRF poses moved into NGP space."""
     out = []
     for f, img, m, intr in usable:
         sharp = f.get("sharpness")
         out.append(
             Frame(
                 image_path=img,
-                c2w=convert(m),
+                c2w=nerf_to_ngp(m, scale, offset),
                 intrinsics=intr,
                 sharpness=None if sharp is None else float(sharp),
             )
@@ -173,18 +171,22 @@ def _to_frames(usable, convert) -> list[Frame]:
     return out
 
 
-def _filter_sharpness(
-    frames: list[Frame], min_sharpness: float | None, json_path: Path
-) -> tuple[list[Frame], int]:
-    if min_sharpness is None:
-        return frames, 0
-    kept = [f for f in frames if f.sharpness is None or f.sharpness >= min_sharpness]
+def _sharp_frames(
+    frames: list[Frame], min_sharpness: float | None, json_path: Path, total: int, missing: int
+) -> list[Frame]:
+    """The frames at least ``min_sharpness`` sharp (all when it is None); CaptureError when none is
+    left (``total`` frames listed, ``missing`` of them without an image file)."""
+    kept = frames
+    if min_sharpness is not None:
+        kept = [f for f in frames if f.sharpness is None or f.sharpness >= min_sharpness]
     dropped = len(frames) - len(kept)
     if dropped:
         log.info(
             "%s: dropped %d of %d frames with sharpness < %g", json_path, dropped, len(frames), min_sharpness
         )
-    return kept, dropped
+    if not kept:
+        raise no_frames_error(json_path, total, missing, dropped)
+    return kept
 
 
 def _load_blender(root: Path, downscale: int, test_every: int, scale, offset, aabb_scale) -> Capture:
@@ -192,12 +194,7 @@ def _load_blender(root: Path, downscale: int, test_every: int, scale, offset, aa
     if not train_json.is_file():
         raise CaptureError(f"{root}: no transforms file; expected transforms_train.json (Blender)")
     head = read_transforms_json(train_json)
-    scale = (
-        read_number(train_json, "top level", "scale", head.get("scale", NGP_DEFAULT_SCALE))
-        if scale is None
-        else float(scale)
-    )
-    offset3 = read_offset3(head.get("offset", NGP_DEFAULT_OFFSET) if offset is None else offset, train_json)
+    scale, offset3 = _ngp_scale_offset(train_json, head, scale, offset)
     aabb = read_aabb_scale(train_json, head, 1, aabb_scale)
     splits: dict[str, list[Frame]] = {}
     all_missing: list[str] = []
@@ -213,7 +210,7 @@ def _load_blender(root: Path, downscale: int, test_every: int, scale, offset, aa
         any_alpha |= alpha
         total += len(data["frames"])
         all_missing += [f"{split}: {m}" for m in missing]
-        splits[split] = _to_frames(usable, lambda m: nerf_to_ngp(m, scale, offset3))
+        splits[split] = _to_frames(usable, scale, offset3)
     warn_missing(train_json, all_missing, total)
     if not splits["train"]:
         raise no_frames_error(train_json, total, len(all_missing), 0)
@@ -228,20 +225,12 @@ def _load_blender(root: Path, downscale: int, test_every: int, scale, offset, aa
             test_every,
             len(splits["train"]),
         )
+    # NeRF-synthetic renders are RGBA over a transparent background, evaluated over white;
+    # photographs in this layout are opaque (the training recipe follows the pixels, not the layout)
     return Capture(
-        root=root,
-        format="blender",
-        train=train,
-        val=val,
-        test=splits["test"],
-        aabb_scale=aabb,
-        scale=scale,
-        offset=offset3,
-        # NeRF-synthetic renders are RGBA over a transparent background, evaluated over white;
-        # photographs in this layout are opaque (the training recipe follows the pixels, not the layout)
-        has_alpha=any_alpha,
-        eval_background=(1.0, 1.0, 1.0),
-    )
+        root=root, format="blender", train=train, val=val, test=splits["test"],
+        aabb_scale=aabb, scale=scale, offset=offset3, has_alpha=any_alpha, eval_background=(1.0, 1.0, 1.0),
+    )  # fmt: skip
 
 
 def _load_nerfstudio(
@@ -274,10 +263,7 @@ def _load_nerfstudio(
     offset3 = read_offset3(NGP_DEFAULT_OFFSET if offset is None else offset, json_path)
     aabb = read_aabb_scale(json_path, data, NERFSTUDIO_DEFAULT_AABB_SCALE, aabb_scale)
     usable = [(f, img, normed[i], intr) for i, (f, img, _, intr) in enumerate(usable)]
-    frames = _to_frames(usable, lambda m: nerf_to_ngp(m, scale, offset3))
-    frames, blurry = _filter_sharpness(frames, min_sharpness, json_path)
-    if not frames:
-        raise no_frames_error(json_path, total, len(missing), blurry)
+    frames = _sharp_frames(_to_frames(usable, scale, offset3), min_sharpness, json_path, total, len(missing))
 
     # nerfstudio may name its split explicitly; otherwise hold out every test_every-th frame.
     if "train_filenames" in data:
@@ -291,17 +277,9 @@ def _load_nerfstudio(
     else:
         (train, val), test = hold_out_every(frames, test_every), []
     return Capture(
-        root=json_path.parent,
-        format="nerfstudio",
-        train=train,
-        val=val,
-        test=test,
-        aabb_scale=aabb,
-        scale=scale,
-        offset=offset3,
-        has_alpha=alpha,
-        world_transform=_similarity(info),
-    )
+        root=json_path.parent, format="nerfstudio", train=train, val=val, test=test,
+        aabb_scale=aabb, scale=scale, offset=offset3, has_alpha=alpha, world_transform=_similarity(info),
+    )  # fmt: skip
 
 
 def _similarity(info: dict[str, Any]) -> np.ndarray:

@@ -62,15 +62,10 @@ class HashEncoding(nn.Module):
     """
 
     def __init__(
-        self,
-        n_levels: int = 16,
-        n_features_per_level: int = 2,
-        log2_hashmap_size: int = 19,
-        base_resolution: int = 16,
-        max_resolution: int = 2048,
-        backend: str = "auto",
-        param_dtype: torch.dtype | str = torch.float32,
-    ) -> None:
+        self, n_levels: int = 16, n_features_per_level: int = 2, log2_hashmap_size: int = 19,
+        base_resolution: int = 16, max_resolution: int = 2048,
+        backend: str = "auto", param_dtype: torch.dtype | str = torch.float32,
+    ) -> None:  # fmt: skip
         super().__init__()
         if backend not in HASH_BACKENDS:
             raise ValueError(f"model.field.encoding.backend must be one of {HASH_BACKENDS}, got {backend!r}")

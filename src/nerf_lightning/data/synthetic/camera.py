@@ -97,19 +97,10 @@ def pixel_grid(width: int, height: int) -> np.ndarray:
 
 
 def camera_rays(
-    c2w: np.ndarray,
-    fx: float,
-    fy: float,
-    cx: float,
-    cy: float,
-    w: int,
-    h: int,
-    k1: float = 0.0,
-    k2: float = 0.0,
-    p1: float = 0.0,
-    p2: float = 0.0,
+    c2w: np.ndarray, fx: float, fy: float, cx: float, cy: float, w: int, h: int,
+    k1: float = 0.0, k2: float = 0.0, p1: float = 0.0, p2: float = 0.0,
     pixels: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """World-space rays of a (possibly distorted) camera.
 
     Args:
@@ -136,17 +127,9 @@ def camera_rays(
 
 
 def project(
-    points: np.ndarray,
-    c2w: np.ndarray,
-    fx: float,
-    fy: float,
-    cx: float,
-    cy: float,
-    k1: float = 0.0,
-    k2: float = 0.0,
-    p1: float = 0.0,
-    p2: float = 0.0,
-) -> tuple[np.ndarray, np.ndarray]:
+    points: np.ndarray, c2w: np.ndarray, fx: float, fy: float, cx: float, cy: float,
+    k1: float = 0.0, k2: float = 0.0, p1: float = 0.0, p2: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Project world points (float [N, 3]) into the (distorted) image: pixel coordinates (u [N], v [N]).
 
     The inverse of :func:`camera_rays`: a point on the ray through (u, v) projects to (u, v).

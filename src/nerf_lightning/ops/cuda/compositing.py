@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..reference.compositing import check_volume_render_args
 from ..types import check_sample_arrays
 from . import _support
 from ._support import device_problem, dtype_problem, reference_for
@@ -59,14 +60,9 @@ class _RenderWeights(torch.autograd.Function):
 
 
 def render_weights(
-    sigmas: Tensor,
-    t_starts: Tensor,
-    t_ends: Tensor,
-    ray_indices: Tensor,
-    n_rays: int,
-    packed_info: Tensor | None = None,
-    early_stop_eps: float = 1e-4,
-) -> tuple[Tensor, Tensor]:
+    sigmas: Tensor, t_starts: Tensor, t_ends: Tensor, ray_indices: Tensor, n_rays: int,
+    packed_info: Tensor | None = None, early_stop_eps: float = 1e-4,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     """See :func:`nerf_lightning.ops.reference.render_weights` (-> weights [S], transmittance [S]).
 
     Gradient w.r.t. ``sigmas`` (closed form, per ray):
@@ -142,31 +138,15 @@ class _VolumeRender(torch.autograd.Function):
 
 
 def volume_render(
-    sigmas: Tensor,
-    rgbs: Tensor,
-    t_starts: Tensor,
-    t_ends: Tensor,
-    ray_indices: Tensor,
-    n_rays: int,
-    packed_info: Tensor | None = None,
-    background: Tensor | None = None,
-    early_stop_eps: float = 1e-4,
-) -> dict[str, Tensor]:
+    sigmas: Tensor, rgbs: Tensor, t_starts: Tensor, t_ends: Tensor, ray_indices: Tensor, n_rays: int,
+    packed_info: Tensor | None = None, background: Tensor | None = None, early_stop_eps: float = 1e-4,
+) -> dict[str, Tensor]:  # fmt: skip
     """See :func:`nerf_lightning.ops.reference.volume_render` (fused forward/backward kernels).
 
     Returns dict(rgb [R,3], opacity [R,1], depth [R,1], weights [S]), differentiable w.r.t. sigmas
     and rgbs (and ``background``, through torch).
     """
-    n = sigmas.shape[0]
-    if rgbs.shape != (n, 3):
-        raise ValueError(f"volume_render: rgbs must be [S, 3] with S={n}, got {tuple(rgbs.shape)}")
-    check_sample_arrays(
-        "volume_render", sigmas=sigmas, t_starts=t_starts, t_ends=t_ends, ray_indices=ray_indices
-    )
-    if background is not None and background.shape not in ((3,), (n_rays, 3)):
-        raise ValueError(
-            f"volume_render: background must be [3] or [{n_rays}, 3], got {tuple(background.shape)}"
-        )
+    check_volume_render_args(sigmas, rgbs, t_starts, t_ends, ray_indices, n_rays, background)
     why = device_problem(sigmas, rgbs, t_starts, t_ends) or dtype_problem((sigmas, rgbs), HALF_OR_FLOAT)
     if why:
         return reference_for("volume_render", why)(

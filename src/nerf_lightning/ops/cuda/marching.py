@@ -20,20 +20,27 @@ from ._support import device_problem, dtype_problem, reference_for
 __all__ = ["march_rays", "march_rays_fixed", "repack"]
 
 
+def _march_problem(
+    rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, binaries: Tensor, t_jitter: Tensor | None
+) -> str | None:
+    """Why the marching kernels cannot take these tensors (None when they can)."""
+    tensors = [rays_o, rays_d, t_near, t_far] + ([t_jitter] if t_jitter is not None else [])
+    return device_problem(*tensors, binaries) or dtype_problem(tensors)
+
+
+def _march_inputs(
+    rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, binaries: Tensor, t_jitter: Tensor | None
+) -> tuple[Tensor | None, ...]:
+    """The marching kernels' leading tensor arguments, contiguous, in their order."""
+    tensors = (rays_o, rays_d, t_near, t_far, binaries, t_jitter)
+    return tuple(t.contiguous() if t is not None else None for t in tensors)
+
+
 def march_rays(
-    rays_o: Tensor,
-    rays_d: Tensor,
-    t_near: Tensor,
-    t_far: Tensor,
-    binaries: Tensor,
-    *,
-    step_size: float = SQRT3 / 1024,
-    cone_angle: float = 0.0,
-    max_step: float | None = None,
-    max_samples_per_ray: int = 1024,
-    near_plane: float = 0.0,
-    t_jitter: Tensor | None = None,
-) -> PackedSamples:
+    rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, binaries: Tensor, *,
+    step_size: float = SQRT3 / 1024, cone_angle: float = 0.0, max_step: float | None = None,
+    max_samples_per_ray: int = 1024, near_plane: float = 0.0, t_jitter: Tensor | None = None,
+) -> PackedSamples:  # fmt: skip
     """See :func:`nerf_lightning.ops.reference.march_rays` (the dynamic layout).
 
     Args:
@@ -49,8 +56,7 @@ def march_rays(
         rays_o, rays_d, t_near, t_far, binaries, t_jitter, step_size, cone_angle, max_step,
         max_samples_per_ray,
     )  # fmt: skip
-    tensors = [rays_o, rays_d, t_near, t_far] + ([t_jitter] if t_jitter is not None else [])
-    why = device_problem(*tensors, binaries) or dtype_problem(tensors)
+    why = _march_problem(rays_o, rays_d, t_near, t_far, binaries, t_jitter)
     if why:
         return reference_for("march_rays", why)(
             rays_o, rays_d, t_near, t_far, binaries, step_size=step_size, cone_angle=cone_angle,
@@ -58,37 +64,18 @@ def march_rays(
             t_jitter=t_jitter,
         )  # fmt: skip
     ray_idx, t_s, t_e, info = _support.ext().march_rays(
-        rays_o.contiguous(),
-        rays_d.contiguous(),
-        t_near.contiguous(),
-        t_far.contiguous(),
-        binaries.contiguous(),
-        t_jitter.contiguous() if t_jitter is not None else None,
-        float(step_size),
-        float(cone_angle),
-        float(max_step),
-        int(max_samples_per_ray),
-        float(near_plane),
-    )
+        *_march_inputs(rays_o, rays_d, t_near, t_far, binaries, t_jitter),
+        float(step_size), float(cone_angle), float(max_step), int(max_samples_per_ray), float(near_plane),
+    )  # fmt: skip
     return PackedSamples(ray_idx, t_s, t_e, info)
 
 
 def march_rays_fixed(
-    rays_o: Tensor,
-    rays_d: Tensor,
-    t_near: Tensor,
-    t_far: Tensor,
-    binaries: Tensor,
-    *,
-    capacity: int,
-    n_active: Tensor | None = None,
-    step_size: float = SQRT3 / 1024,
-    cone_angle: float = 0.0,
-    max_step: float | None = None,
-    max_samples_per_ray: int = 1024,
-    near_plane: float = 0.0,
-    t_jitter: Tensor | None = None,
-) -> tuple[PackedSamples, Tensor]:
+    rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, binaries: Tensor, *,
+    capacity: int, n_active: Tensor | None = None,
+    step_size: float = SQRT3 / 1024, cone_angle: float = 0.0, max_step: float | None = None,
+    max_samples_per_ray: int = 1024, near_plane: float = 0.0, t_jitter: Tensor | None = None,
+) -> tuple[PackedSamples, Tensor]:  # fmt: skip
     """See :func:`nerf_lightning.ops.reference.march_rays_fixed` (the fixed layout, no host sync).
 
     Args:
@@ -102,8 +89,7 @@ def march_rays_fixed(
         rays_o, rays_d, t_near, t_far, binaries, t_jitter, step_size, cone_angle, max_step,
         max_samples_per_ray,
     )  # fmt: skip
-    tensors = [rays_o, rays_d, t_near, t_far] + ([t_jitter] if t_jitter is not None else [])
-    why = device_problem(*tensors, binaries) or dtype_problem(tensors)
+    why = _march_problem(rays_o, rays_d, t_near, t_far, binaries, t_jitter)
     if why is None and n_active is not None and (n_active.dtype != torch.int64 or n_active.numel() != 1):
         why = f"n_active must be an int64 scalar tensor, got {n_active.dtype} of {n_active.numel()} elements"
     if why:
@@ -113,20 +99,11 @@ def march_rays_fixed(
             max_samples_per_ray=max_samples_per_ray, near_plane=near_plane, t_jitter=t_jitter,
         )  # fmt: skip
     ray_idx, t_s, t_e, info, valid = _support.ext().march_rays_fixed(
-        rays_o.contiguous(),
-        rays_d.contiguous(),
-        t_near.contiguous(),
-        t_far.contiguous(),
-        binaries.contiguous(),
-        t_jitter.contiguous() if t_jitter is not None else None,
+        *_march_inputs(rays_o, rays_d, t_near, t_far, binaries, t_jitter),
         n_active.reshape(()).contiguous() if n_active is not None else None,
-        float(step_size),
-        float(cone_angle),
-        float(max_step),
-        int(max_samples_per_ray),
-        float(near_plane),
+        float(step_size), float(cone_angle), float(max_step), int(max_samples_per_ray), float(near_plane),
         int(capacity),
-    )
+    )  # fmt: skip
     return PackedSamples(ray_idx, t_s, t_e, info), valid
 
 

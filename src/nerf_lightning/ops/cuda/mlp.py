@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..fused_mlp_support import fused_mlp_shapes_ok, has_mma_m16n8k16
+from ..reference.mlp import check_half_dtype
 from . import _support
 from ._support import device_problem, dtype_problem, reference_for
 from .compositing import HALF_OR_FLOAT
@@ -92,17 +93,13 @@ def _fused_mlp_inputs_ok(in0: Tensor, in1: Tensor | None) -> bool:
 
 
 def fused_mlp(
-    in0: Tensor,
-    in1: Tensor | None,
-    weights: Sequence[Tensor],
-    biases: Sequence[Tensor],
+    in0: Tensor, in1: Tensor | None, weights: Sequence[Tensor], biases: Sequence[Tensor],
     half_dtype: torch.dtype,
-) -> Tensor:
+) -> Tensor:  # fmt: skip
     """See :func:`nerf_lightning.ops.reference.fused_mlp`: the whole network in one kernel each way
     (1 or 2 hidden layers 64 wide, input and output up to 64, fp32 weights; other shapes use the
     reference)."""
-    if half_dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"fused_mlp: half_dtype must be float16 or bfloat16, got {half_dtype}")
+    check_half_dtype(half_dtype)
     tensors = [in0, *weights, *biases] + ([] if in1 is None else [in1])
     in_width = in0.shape[-1] + (0 if in1 is None else in1.shape[-1])
     why = device_problem(*tensors)

@@ -12,20 +12,10 @@ __all__ = ["adapt_ray_count"]
 
 
 def adapt_ray_count(
-    aux: Tensor,
-    ray_valid: Tensor,
-    marched_counts: Tensor,
-    rendered_counts: Tensor,
-    n_active: Tensor,
-    n_active_f: Tensor,
-    target_fraction: Tensor,
-    *,
-    sample_budget: int,
-    march_budget: int,
-    min_rays: int,
-    n_slots: int,
-    momentum: float,
-) -> Tensor:
+    aux: Tensor, ray_valid: Tensor, marched_counts: Tensor, rendered_counts: Tensor,
+    n_active: Tensor, n_active_f: Tensor, target_fraction: Tensor,
+    *, sample_budget: int, march_budget: int, min_rays: int, n_slots: int, momentum: float,
+) -> Tensor:  # fmt: skip
     """See :func:`nerf_lightning.ops.reference.adapt_ray_count`: one kernel (sums over the rays, then
     the update on one thread), with the reference's float32 operation sequence."""
     tensors = (aux, ray_valid, marched_counts, rendered_counts, n_active, n_active_f, target_fraction)

@@ -15,14 +15,9 @@ __all__ = ["render_weights", "accumulate_along_rays", "volume_render"]
 
 
 def render_weights(
-    sigmas: Tensor,
-    t_starts: Tensor,
-    t_ends: Tensor,
-    ray_indices: Tensor,
-    n_rays: int,
-    packed_info: Tensor | None = None,
-    early_stop_eps: float = 1e-4,
-) -> tuple[Tensor, Tensor]:
+    sigmas: Tensor, t_starts: Tensor, t_ends: Tensor, ray_indices: Tensor, n_rays: int,
+    packed_info: Tensor | None = None, early_stop_eps: float = 1e-4,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     """Compositing weights of packed samples.
 
     ``delta = t_ends - t_starts``, ``alpha = 1 - exp(-sigma * delta)``, exclusive transmittance
@@ -81,16 +76,9 @@ def accumulate_along_rays(weights: Tensor, values: Tensor | None, ray_indices: T
 
 
 def volume_render(
-    sigmas: Tensor,
-    rgbs: Tensor,
-    t_starts: Tensor,
-    t_ends: Tensor,
-    ray_indices: Tensor,
-    n_rays: int,
-    packed_info: Tensor | None = None,
-    background: Tensor | None = None,
-    early_stop_eps: float = 1e-4,
-) -> dict[str, Tensor]:
+    sigmas: Tensor, rgbs: Tensor, t_starts: Tensor, t_ends: Tensor, ray_indices: Tensor, n_rays: int,
+    packed_info: Tensor | None = None, background: Tensor | None = None, early_stop_eps: float = 1e-4,
+) -> dict[str, Tensor]:  # fmt: skip
     """Composite packed samples into per-ray colour, opacity and depth.
 
     Args:
@@ -108,18 +96,28 @@ def volume_render(
         (``sum w``), ``depth`` [R, 1] (``sum w (t_start + t_end) / 2``, not normalized) and
         ``weights`` [S]; differentiable w.r.t. sigmas and rgbs.
     """
-    if rgbs.shape != (sigmas.shape[0], 3):
-        raise ValueError(
-            f"volume_render: rgbs must be [S, 3] with S={sigmas.shape[0]}, got {tuple(rgbs.shape)}"
-        )
+    check_volume_render_args(sigmas, rgbs, t_starts, t_ends, ray_indices, n_rays, background)
     weights, _ = render_weights(sigmas, t_starts, t_ends, ray_indices, n_rays, packed_info, early_stop_eps)
     opacity = accumulate_along_rays(weights, None, ray_indices, n_rays)
     rgb = accumulate_along_rays(weights, rgbs, ray_indices, n_rays)
     depth = accumulate_along_rays(weights, ((t_starts + t_ends) * 0.5)[:, None], ray_indices, n_rays)
     if background is not None:
-        if background.shape not in ((3,), (n_rays, 3)):
-            raise ValueError(
-                f"volume_render: background must be [3] or [{n_rays}, 3], got {tuple(background.shape)}"
-            )
         rgb = rgb + (1.0 - opacity) * background.to(rgb.dtype)
     return {"rgb": rgb, "opacity": opacity, "depth": depth, "weights": weights}
+
+
+def check_volume_render_args(
+    sigmas: Tensor, rgbs: Tensor, t_starts: Tensor, t_ends: Tensor, ray_indices: Tensor, n_rays: int,
+    background: Tensor | None,
+) -> None:  # fmt: skip
+    """Validate the shapes of :func:`volume_render`'s arguments (shared by every backend)."""
+    n = sigmas.shape[0]
+    if rgbs.shape != (n, 3):
+        raise ValueError(f"volume_render: rgbs must be [S, 3] with S={n}, got {tuple(rgbs.shape)}")
+    check_sample_arrays(
+        "volume_render", sigmas=sigmas, t_starts=t_starts, t_ends=t_ends, ray_indices=ray_indices
+    )
+    if background is not None and background.shape not in ((3,), (n_rays, 3)):
+        raise ValueError(
+            f"volume_render: background must be [3] or [{n_rays}, 3], got {tuple(background.shape)}"
+        )

@@ -8,6 +8,7 @@ one (``S`` = the number of samples; one host sync sizes the outputs); ``march_ra
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -73,19 +74,10 @@ class _StepLaw:
 
 
 def march_rays(
-    rays_o: Tensor,
-    rays_d: Tensor,
-    t_near: Tensor,
-    t_far: Tensor,
-    binaries: Tensor,
-    *,
-    step_size: float = SQRT3 / 1024,
-    cone_angle: float = 0.0,
-    max_step: float | None = None,
-    max_samples_per_ray: int = 1024,
-    near_plane: float = 0.0,
-    t_jitter: Tensor | None = None,
-) -> PackedSamples:
+    rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, binaries: Tensor, *,
+    step_size: float = SQRT3 / 1024, cone_angle: float = 0.0, max_step: float | None = None,
+    max_samples_per_ray: int = 1024, near_plane: float = 0.0, t_jitter: Tensor | None = None,
+) -> PackedSamples:  # fmt: skip
     """March rays through the occupancy grid into packed samples.
 
     Step law: ``dt(t) = clamp(t * cone_angle, step_size, max_step)`` (``step_size`` when
@@ -231,21 +223,9 @@ def check_repack_args(packed: PackedSamples, keep: Tensor, capacity: int) -> Non
 
 
 def march_rays_fixed(
-    rays_o: Tensor,
-    rays_d: Tensor,
-    t_near: Tensor,
-    t_far: Tensor,
-    binaries: Tensor,
-    *,
-    capacity: int,
-    n_active: Tensor | None = None,
-    step_size: float = SQRT3 / 1024,
-    cone_angle: float = 0.0,
-    max_step: float | None = None,
-    max_samples_per_ray: int = 1024,
-    near_plane: float = 0.0,
-    t_jitter: Tensor | None = None,
-) -> tuple[PackedSamples, Tensor]:
+    rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, binaries: Tensor, *,
+    capacity: int, n_active: Tensor | None = None, t_jitter: Tensor | None = None, **march: Any,
+) -> tuple[PackedSamples, Tensor]:  # fmt: skip
     """:func:`march_rays` into fixed buffers of ``capacity`` samples (the fixed layout).
 
     The samples are those of :func:`march_rays`; rays are kept in index order while they fit
@@ -254,7 +234,8 @@ def march_rays_fixed(
     Args:
         capacity: number of sample slots.
         n_active: int64 scalar tensor (on the rays' device) or None (all rays).
-        others: as :func:`march_rays`.
+        t_jitter, march: as :func:`march_rays` (``march``: its step law, ``max_samples_per_ray`` and
+            ``near_plane``, with its defaults).
 
     Returns:
         (PackedSamples with ``S = capacity``, ray_valid bool [R]).
@@ -263,19 +244,8 @@ def march_rays_fixed(
     # The oracle marches only the active rays (one host read of n_active; the CUDA kernel skips the
     # others on the device) and gives the rest no samples.
     n = n_rays if n_active is None else max(0, min(n_rays, int(n_active)))
-    packed = march_rays(
-        rays_o[:n],
-        rays_d[:n],
-        t_near[:n],
-        t_far[:n],
-        binaries,
-        step_size=step_size,
-        cone_angle=cone_angle,
-        max_step=max_step,
-        max_samples_per_ray=max_samples_per_ray,
-        near_plane=near_plane,
-        t_jitter=None if t_jitter is None else t_jitter[:n],
-    )
+    jitter = None if t_jitter is None else t_jitter[:n]
+    packed = march_rays(rays_o[:n], rays_d[:n], t_near[:n], t_far[:n], binaries, t_jitter=jitter, **march)
     counts = torch.zeros(n_rays, dtype=torch.long, device=rays_o.device)
     counts[:n] = packed.packed_info[:, 1]
     info = torch.stack([torch.cumsum(counts, 0) - counts, counts], dim=-1)

@@ -54,12 +54,9 @@ def density_activation(h: Tensor, inside: Tensor, bias: float) -> Tensor:
 
 
 def fused_mlp(
-    in0: Tensor,
-    in1: Tensor | None,
-    weights: Sequence[Tensor],
-    biases: Sequence[Tensor],
+    in0: Tensor, in1: Tensor | None, weights: Sequence[Tensor], biases: Sequence[Tensor],
     half_dtype: torch.dtype,
-) -> Tensor:
+) -> Tensor:  # fmt: skip
     """A ReLU MLP on ``cat(in0, in1)`` with the rounding of tiny-cuda-nn's fully fused MLP.
 
     Layer ``l`` computes ``y = x W_l^T + b_l``; hidden layers (all but the last) pass ``relu(y)`` on.
@@ -79,8 +76,7 @@ def fused_mlp(
     Returns:
         float32 [N, out_last].
     """
-    if half_dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"fused_mlp: half_dtype must be float16 or bfloat16, got {half_dtype}")
+    check_half_dtype(half_dtype)
     x = in0.float() if in1 is None else torch.cat([in0.float(), in1.float()], dim=-1)
     h = x.to(half_dtype)
     y = x
@@ -89,3 +85,9 @@ def fused_mlp(
         if i + 1 < len(weights):
             h = torch.relu(y).to(half_dtype)
     return y
+
+
+def check_half_dtype(half_dtype: torch.dtype) -> None:
+    """Validate :func:`fused_mlp`'s ``half_dtype`` (shared by every backend)."""
+    if half_dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"fused_mlp: half_dtype must be float16 or bfloat16, got {half_dtype}")

@@ -11,20 +11,10 @@ __all__ = ["adapt_ray_count"]
 
 @torch.no_grad()
 def adapt_ray_count(
-    aux: Tensor,
-    ray_valid: Tensor,
-    marched_counts: Tensor,
-    rendered_counts: Tensor,
-    n_active: Tensor,
-    n_active_f: Tensor,
-    target_fraction: Tensor,
-    *,
-    sample_budget: int,
-    march_budget: int,
-    min_rays: int,
-    n_slots: int,
-    momentum: float,
-) -> Tensor:
+    aux: Tensor, ray_valid: Tensor, marched_counts: Tensor, rendered_counts: Tensor,
+    n_active: Tensor, n_active_f: Tensor, target_fraction: Tensor,
+    *, sample_budget: int, march_budget: int, min_rays: int, n_slots: int, momentum: float,
+) -> Tensor:  # fmt: skip
     """Next step's ray count under a fixed sample budget, and this step's statistics.
 
     instant-ngp's rule ``rays * budget / measured samples``, for both budgets, smoothed and
