@@ -23,6 +23,7 @@ from runs import fork_app
 import nerf_lightning.apps.process as app
 from nerf_lightning.capture.sfm import Camera, SfmResult
 from nerf_lightning.data.formats import load_capture
+from nerf_lightning.data.types import Intrinsics
 from nerf_lightning.errors import EXIT_USER_ERROR, UserError
 from nerf_lightning.run.config import compose_app_config
 
@@ -69,7 +70,10 @@ def _fake_sfm(unregistered: tuple[str, ...] = (), error: Exception | None = None
         poses = dict(zip(kept, _ring_colmap(len(kept)), strict=True))
         points = np.random.default_rng(0).normal(0.0, 0.5, (200, 3))
         return SfmResult(
-            camera=Camera("OPENCV", w, h, 40.0, 41.0, w / 2, h / 2, k1=0.01, k2=-0.02, p1=0.003, p2=0.004),
+            camera=Camera("OPENCV", Intrinsics(
+                fx=40.0, fy=41.0, cx=w / 2, cy=h / 2, width=w, height=h,
+                k1=0.01, k2=-0.02, p1=0.003, p2=0.004, model="opencv",
+            )),  # fmt: skip
             cam_to_world=poses,
             points=points,
             mean_reprojection_error=0.5,

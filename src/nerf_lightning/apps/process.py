@@ -241,7 +241,7 @@ def _write_capture(
         "aabb_scale": aabb,
         "aabb_scale_suggested": suggested,
         "points_inside_aabb": float(inside.mean()) if len(points) else 1.0,
-        "camera": dict(vars(result.camera)),
+        "camera": {"model": result.camera.model, **result.camera.ngp_keys()},
         "camera_distance": {"min": float(dist.min()), "mean": float(dist.mean()), "max": float(dist.max())},
         "camera_extent": (centres.max(axis=0) - centres.min(axis=0)).tolist(),
         "colmap_to_capture": norm.matrix.tolist(),

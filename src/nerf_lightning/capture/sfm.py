@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from nerf_lightning.data.types import Intrinsics
 from nerf_lightning.errors import UserError
 
 __all__ = [
@@ -103,26 +104,22 @@ class SfmOptions:
 
 @dataclass(frozen=True)
 class Camera:
-    """The shared camera in instant-ngp's terms: the top-level keys of ``transforms.json``.
+    """The shared camera: COLMAP's model and its intrinsics in pixels.
 
     Attributes:
         model: COLMAP's camera model (one of :data:`CAMERA_MODELS`).
-        width, height: image size in pixels; fl_x, fl_y, cx, cy: focal lengths and principal point
-            in pixels (one focal length twice for the models that have one).
-        k1, k2, p1, p2: OpenCV radial-tangential distortion (0 for the coefficients the model lacks).
+        intrinsics: focal lengths and principal point (one focal length twice for the models that have
+            one) and OpenCV radial-tangential distortion k1, k2, p1, p2 (0 where the model lacks one).
     """
 
     model: str
-    width: int
-    height: int
-    fl_x: float
-    fl_y: float
-    cx: float
-    cy: float
-    k1: float = 0.0
-    k2: float = 0.0
-    p1: float = 0.0
-    p2: float = 0.0
+    intrinsics: Intrinsics
+
+    def ngp_keys(self) -> dict[str, float | int]:
+        """The camera as instant-ngp's top-level ``transforms.json`` keys (``colmap2nerf.py``'s order)."""
+        i = self.intrinsics
+        return {"fl_x": i.fx, "fl_y": i.fy, "k1": i.k1, "k2": i.k2, "p1": i.p1, "p2": i.p2, "cx": i.cx,
+                "cy": i.cy, "w": i.width, "h": i.height}  # fmt: skip
 
 
 @dataclass
@@ -249,18 +246,23 @@ def _run_step(
 def _camera(cam: Any) -> Camera:
     p = [float(v) for v in cam.params]
     name = cam.model.name
-    common = {"model": name, "width": int(cam.width), "height": int(cam.height)}
+    size = {"width": int(cam.width), "height": int(cam.height)}
+    #: COLMAP's parameter order per model (``src/colmap/sensor/models.h``)
     if name == "SIMPLE_PINHOLE":
-        return Camera(**common, fl_x=p[0], fl_y=p[0], cx=p[1], cy=p[2])
-    if name == "PINHOLE":
-        return Camera(**common, fl_x=p[0], fl_y=p[1], cx=p[2], cy=p[3])
-    if name == "SIMPLE_RADIAL":
-        return Camera(**common, fl_x=p[0], fl_y=p[0], cx=p[1], cy=p[2], k1=p[3])
-    if name == "RADIAL":
-        return Camera(**common, fl_x=p[0], fl_y=p[0], cx=p[1], cy=p[2], k1=p[3], k2=p[4])
-    if name == "OPENCV":
-        return Camera(**common, fl_x=p[0], fl_y=p[1], cx=p[2], cy=p[3], k1=p[4], k2=p[5], p1=p[6], p2=p[7])
-    raise ValueError(f"unsupported camera model {name}")
+        intr = Intrinsics(fx=p[0], fy=p[0], cx=p[1], cy=p[2], **size)
+    elif name == "PINHOLE":
+        intr = Intrinsics(fx=p[0], fy=p[1], cx=p[2], cy=p[3], **size)
+    elif name == "SIMPLE_RADIAL":
+        intr = Intrinsics(fx=p[0], fy=p[0], cx=p[1], cy=p[2], k1=p[3], model="opencv", **size)
+    elif name == "RADIAL":
+        intr = Intrinsics(fx=p[0], fy=p[0], cx=p[1], cy=p[2], k1=p[3], k2=p[4], model="opencv", **size)
+    elif name == "OPENCV":
+        intr = Intrinsics(
+            fx=p[0], fy=p[1], cx=p[2], cy=p[3], k1=p[4], k2=p[5], p1=p[6], p2=p[7], model="opencv", **size
+        )
+    else:
+        raise ValueError(f"unsupported camera model {name}")
+    return Camera(name, intr)
 
 
 def _cam_to_world(image: Any) -> np.ndarray:

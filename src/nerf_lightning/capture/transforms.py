@@ -44,19 +44,11 @@ class TransformFrame:
 
 def transforms_doc(camera: Camera, frames: list[TransformFrame], aabb_scale: int) -> dict[str, Any]:
     """The ``transforms.json`` document (keys in ``colmap2nerf.py``'s order)."""
+    intr = camera.intrinsics
     return {
-        "camera_angle_x": 2.0 * math.atan(camera.width / (2.0 * camera.fl_x)),
-        "camera_angle_y": 2.0 * math.atan(camera.height / (2.0 * camera.fl_y)),
-        "fl_x": camera.fl_x,
-        "fl_y": camera.fl_y,
-        "k1": camera.k1,
-        "k2": camera.k2,
-        "p1": camera.p1,
-        "p2": camera.p2,
-        "cx": camera.cx,
-        "cy": camera.cy,
-        "w": camera.width,
-        "h": camera.height,
+        "camera_angle_x": 2.0 * math.atan(intr.width / (2.0 * intr.fx)),
+        "camera_angle_y": 2.0 * math.atan(intr.height / (2.0 * intr.fy)),
+        **camera.ngp_keys(),
         "aabb_scale": int(aabb_scale),
         "frames": [
             {
