@@ -233,9 +233,8 @@ static LevelMeta make_meta(const std::vector<double>& scales, const std::vector<
 
 torch::Tensor hash_encode_fwd(torch::Tensor x, torch::Tensor params, std::vector<double> scales,
                               std::vector<int64_t> resolutions, std::vector<int64_t> offsets) {
-  NL_CHECK_INPUT(x);
-  NL_CHECK_INPUT(params);
-  NL_CHECK_DTYPE(x, torch::kFloat32);
+  NL_CHECK_INPUTS(x, params);
+  NL_CHECK_DTYPES(torch::kFloat32, x);
   TORCH_CHECK(x.dim() == 2 && x.size(1) == 3, "hash encoding: x must be [N, 3]");
   TORCH_CHECK(params.dim() == 2, "hash encoding: params must be [rows, F]");
   const c10::cuda::CUDAGuard guard(x.device());
@@ -265,10 +264,8 @@ torch::Tensor hash_encode_fwd(torch::Tensor x, torch::Tensor params, std::vector
 // What both backward passes require of the positions [N, 3] and the output gradient [N, L*F].
 static void check_backward_inputs(const torch::Tensor& x, const torch::Tensor& grad_out, const LevelMeta& meta,
                                   int features) {
-  NL_CHECK_INPUT(x);
-  NL_CHECK_INPUT(grad_out);
-  NL_CHECK_DTYPE(x, torch::kFloat32);
-  NL_CHECK_DTYPE(grad_out, torch::kFloat32);
+  NL_CHECK_INPUTS(x, grad_out);
+  NL_CHECK_DTYPES(torch::kFloat32, x, grad_out);
   TORCH_CHECK(grad_out.dim() == 2 && grad_out.size(0) == x.size(0) && grad_out.size(1) == meta.n_levels * features,
               "hash encoding backward: grad_out must be [N, L*F]");
 }
@@ -370,8 +367,7 @@ __global__ void sh4_fwd_kernel(const float* __restrict__ d, int64_t n, float4* _
 }
 
 torch::Tensor sh_encode_fwd(torch::Tensor dirs, int64_t degree) {
-  NL_CHECK_INPUT(dirs);
-  NL_CHECK_DTYPE(dirs, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, dirs);
   TORCH_CHECK(dirs.dim() == 2 && dirs.size(1) == 3, "sh encoding: dirs must be [N, 3]");
   TORCH_CHECK(degree >= 1 && degree <= 4, "sh encoding: degree must be in 1..4");
   const c10::cuda::CUDAGuard guard(dirs.device());
@@ -442,10 +438,8 @@ __global__ void sh_bwd_kernel(const float* __restrict__ d, const float* __restri
 }
 
 torch::Tensor sh_encode_bwd(torch::Tensor dirs, torch::Tensor grad_out, int64_t degree) {
-  NL_CHECK_INPUT(dirs);
-  NL_CHECK_INPUT(grad_out);
-  NL_CHECK_DTYPE(dirs, torch::kFloat32);
-  NL_CHECK_DTYPE(grad_out, torch::kFloat32);
+  NL_CHECK_INPUTS(dirs, grad_out);
+  NL_CHECK_DTYPES(torch::kFloat32, dirs, grad_out);
   TORCH_CHECK(degree >= 1 && degree <= 4, "sh encoding: degree must be in 1..4");
   const int64_t n = dirs.size(0);
   TORCH_CHECK(dirs.dim() == 2 && dirs.size(1) == 3, "sh encoding: dirs must be [N, 3]");

@@ -519,10 +519,8 @@ MlpDims make_dims(const torch::Tensor& in0, const c10::optional<torch::Tensor>& 
   for (int l = 0; l < L; ++l) {
     const auto& w = weights[l];
     const auto& b = biases[l];
-    NL_CHECK_INPUT(w);
-    NL_CHECK_INPUT(b);
-    NL_CHECK_DTYPE(w, torch::kFloat32);
-    NL_CHECK_DTYPE(b, torch::kFloat32);
+    NL_CHECK_INPUTS(w, b);
+    NL_CHECK_DTYPES(torch::kFloat32, w, b);
     TORCH_CHECK(w.dim() == 2 && w.size(1) == width, "fused_mlp: weight ", l, " must be [out, ", width, "], got ",
                 w.sizes());
     TORCH_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "fused_mlp: bias ", l, " must be [", w.size(0), "]");
@@ -543,12 +541,10 @@ MlpDims make_dims(const torch::Tensor& in0, const c10::optional<torch::Tensor>& 
 }
 
 void check_inputs(const torch::Tensor& in0, const c10::optional<torch::Tensor>& in1) {
-  NL_CHECK_INPUT(in0);
-  NL_CHECK_DTYPE(in0, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, in0);
   TORCH_CHECK(in0.dim() == 2, "fused_mlp: in0 must be [N, C0]");
   if (in1.has_value()) {
-    NL_CHECK_INPUT(*in1);
-    NL_CHECK_DTYPE(*in1, torch::kFloat32);
+    NL_CHECK_TENSORS(torch::kFloat32, *in1);
     TORCH_CHECK(in1->dim() == 2 && in1->size(0) == in0.size(0), "fused_mlp: in1 must be [N, C1] with in0's N");
   }
 }
@@ -615,8 +611,7 @@ std::vector<torch::Tensor> fused_mlp_bwd(torch::Tensor grad_out, torch::Tensor i
                                          std::vector<torch::Tensor> weights, std::vector<torch::Tensor> biases,
                                          bool bf16, bool need_grad_in0, bool need_grad_in1) {
   check_inputs(in0, in1);
-  NL_CHECK_INPUT(grad_out);
-  NL_CHECK_DTYPE(grad_out, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, grad_out);
   const c10::cuda::CUDAGuard guard(in0.device());
   const MlpDims d = make_dims(in0, in1, weights, biases);
   const int64_t n = in0.size(0);
