@@ -24,8 +24,11 @@ struct LevelMeta {
   int level_major;  // thread order: 0 = levels of one point adjacent, 1 = points of one level adjacent
 };
 
-// (point, level) of thread tid; see LevelMeta::level_major.
-__device__ __forceinline__ void thread_item(int64_t tid, int64_t n_points, const LevelMeta& meta, int64_t& n, int& l) {
+// (point, level) of this thread of a one-thread-per-(point, level) launch, see LevelMeta::level_major;
+// false for the threads past the last one.
+__device__ __forceinline__ bool thread_item(int64_t n_points, const LevelMeta& meta, int64_t& n, int& l) {
+  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (tid >= n_points * meta.n_levels) return false;
   if (meta.level_major) {
     l = static_cast<int>(tid / n_points);
     n = tid - static_cast<int64_t>(l) * n_points;
@@ -33,6 +36,7 @@ __device__ __forceinline__ void thread_item(int64_t tid, int64_t n_points, const
     n = tid / meta.n_levels;
     l = static_cast<int>(tid - n * meta.n_levels);
   }
+  return true;
 }
 
 template <typename T, int F>
@@ -90,11 +94,9 @@ template <typename T, int F>
 __global__ void hash_fwd_kernel(const float* __restrict__ x, const T* __restrict__ params, const LevelMeta meta,
                                 int64_t n_points, float* __restrict__ out) {
   const int L = meta.n_levels;
-  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (tid >= n_points * L) return;
   int64_t n;
   int l;
-  thread_item(tid, n_points, meta, n, l);
+  if (!thread_item(n_points, meta, n, l)) return;
   uint32_t rows[8];
   float wts[8];
   level_corners(x, n, l, meta, rows, wts);
@@ -134,11 +136,9 @@ template <int F>
 __global__ void hash_bwd_kernel(const float* __restrict__ x, const float* __restrict__ grad_out,
                                 const LevelMeta meta, int64_t n_points, float* __restrict__ grad_params) {
   const int L = meta.n_levels;
-  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (tid >= n_points * L) return;
   int64_t n;
   int l;
-  thread_item(tid, n_points, meta, n, l);
+  if (!thread_item(n_points, meta, n, l)) return;
   const Vec<float, F> g = reinterpret_cast<const Vec<float, F>*>(grad_out)[n * L + l];
   bool any = false;
 #pragma unroll
