@@ -24,8 +24,11 @@ struct LevelMeta {
   int level_major;  // thread order: 0 = levels of one point adjacent, 1 = points of one level adjacent
 };
 
-// (point, level) of thread tid; see LevelMeta::level_major.
-__device__ __forceinline__ void thread_item(int64_t tid, int64_t n_points, const LevelMeta& meta, int64_t& n, int& l) {
+// (point, level) of this thread of a one-thread-per-(point, level) launch, see LevelMeta::level_major;
+// false for the threads past the last one.
+__device__ __forceinline__ bool thread_item(int64_t n_points, const LevelMeta& meta, int64_t& n, int& l) {
+  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (tid >= n_points * meta.n_levels) return false;
   if (meta.level_major) {
     l = static_cast<int>(tid / n_points);
     n = tid - static_cast<int64_t>(l) * n_points;
@@ -33,6 +36,7 @@ __device__ __forceinline__ void thread_item(int64_t tid, int64_t n_points, const
     n = tid / meta.n_levels;
     l = static_cast<int>(tid - n * meta.n_levels);
   }
+  return true;
 }
 
 template <typename T, int F>
@@ -90,11 +94,9 @@ template <typename T, int F>
 __global__ void hash_fwd_kernel(const float* __restrict__ x, const T* __restrict__ params, const LevelMeta meta,
                                 int64_t n_points, float* __restrict__ out) {
   const int L = meta.n_levels;
-  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (tid >= n_points * L) return;
   int64_t n;
   int l;
-  thread_item(tid, n_points, meta, n, l);
+  if (!thread_item(n_points, meta, n, l)) return;
   uint32_t rows[8];
   float wts[8];
   level_corners(x, n, l, meta, rows, wts);
@@ -134,11 +136,9 @@ template <int F>
 __global__ void hash_bwd_kernel(const float* __restrict__ x, const float* __restrict__ grad_out,
                                 const LevelMeta meta, int64_t n_points, float* __restrict__ grad_params) {
   const int L = meta.n_levels;
-  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (tid >= n_points * L) return;
   int64_t n;
   int l;
-  thread_item(tid, n_points, meta, n, l);
+  if (!thread_item(n_points, meta, n, l)) return;
   const Vec<float, F> g = reinterpret_cast<const Vec<float, F>*>(grad_out)[n * L + l];
   bool any = false;
 #pragma unroll
@@ -233,9 +233,8 @@ static LevelMeta make_meta(const std::vector<double>& scales, const std::vector<
 
 torch::Tensor hash_encode_fwd(torch::Tensor x, torch::Tensor params, std::vector<double> scales,
                               std::vector<int64_t> resolutions, std::vector<int64_t> offsets) {
-  NL_CHECK_INPUT(x);
-  NL_CHECK_INPUT(params);
-  NL_CHECK_DTYPE(x, torch::kFloat32);
+  NL_CHECK_INPUTS(x, params);
+  NL_CHECK_DTYPES(torch::kFloat32, x);
   TORCH_CHECK(x.dim() == 2 && x.size(1) == 3, "hash encoding: x must be [N, 3]");
   TORCH_CHECK(params.dim() == 2, "hash encoding: params must be [rows, F]");
   const c10::cuda::CUDAGuard guard(x.device());
@@ -265,10 +264,8 @@ torch::Tensor hash_encode_fwd(torch::Tensor x, torch::Tensor params, std::vector
 // What both backward passes require of the positions [N, 3] and the output gradient [N, L*F].
 static void check_backward_inputs(const torch::Tensor& x, const torch::Tensor& grad_out, const LevelMeta& meta,
                                   int features) {
-  NL_CHECK_INPUT(x);
-  NL_CHECK_INPUT(grad_out);
-  NL_CHECK_DTYPE(x, torch::kFloat32);
-  NL_CHECK_DTYPE(grad_out, torch::kFloat32);
+  NL_CHECK_INPUTS(x, grad_out);
+  NL_CHECK_DTYPES(torch::kFloat32, x, grad_out);
   TORCH_CHECK(grad_out.dim() == 2 && grad_out.size(0) == x.size(0) && grad_out.size(1) == meta.n_levels * features,
               "hash encoding backward: grad_out must be [N, L*F]");
 }
@@ -370,8 +367,7 @@ __global__ void sh4_fwd_kernel(const float* __restrict__ d, int64_t n, float4* _
 }
 
 torch::Tensor sh_encode_fwd(torch::Tensor dirs, int64_t degree) {
-  NL_CHECK_INPUT(dirs);
-  NL_CHECK_DTYPE(dirs, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, dirs);
   TORCH_CHECK(dirs.dim() == 2 && dirs.size(1) == 3, "sh encoding: dirs must be [N, 3]");
   TORCH_CHECK(degree >= 1 && degree <= 4, "sh encoding: degree must be in 1..4");
   const c10::cuda::CUDAGuard guard(dirs.device());
@@ -442,10 +438,8 @@ __global__ void sh_bwd_kernel(const float* __restrict__ d, const float* __restri
 }
 
 torch::Tensor sh_encode_bwd(torch::Tensor dirs, torch::Tensor grad_out, int64_t degree) {
-  NL_CHECK_INPUT(dirs);
-  NL_CHECK_INPUT(grad_out);
-  NL_CHECK_DTYPE(dirs, torch::kFloat32);
-  NL_CHECK_DTYPE(grad_out, torch::kFloat32);
+  NL_CHECK_INPUTS(dirs, grad_out);
+  NL_CHECK_DTYPES(torch::kFloat32, dirs, grad_out);
   TORCH_CHECK(degree >= 1 && degree <= 4, "sh encoding: degree must be in 1..4");
   const int64_t n = dirs.size(0);
   TORCH_CHECK(dirs.dim() == 2 && dirs.size(1) == 3, "sh encoding: dirs must be [N, 3]");

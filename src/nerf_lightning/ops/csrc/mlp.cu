@@ -108,54 +108,66 @@ inline SmemLayout make_layout(const MlpDims& d) {
 }
 
 // ---------------------------------------------------------------------------- half types, MMA
+// c += a * b on one m16n8k16 tile with an fp32 accumulator; TYPE: the PTX name of the half type.
+#define NL_MMA_M16N8K16(TYPE, c, a, b0, b1)                                         \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE             \
+               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"       \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+
+// The half type T (__half or __nv_bfloat16): conversions, pairs packed in 32 bits, and its MMA.
 template <typename T>
-struct HalfOps;
-template <>
-struct HalfOps<__half> {
+struct HalfOps {
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "fp16 or bf16");
+  static constexpr bool kFp16 = std::is_same_v<T, __half>;
+  using Pair = std::conditional_t<kFp16, __half2, __nv_bfloat162>;
+
+  static __device__ __forceinline__ Pair pair_rn(float lo, float hi) {
+    if constexpr (kFp16) {
+      return __floats2half2_rn(lo, hi);
+    } else {
+      return __floats2bfloat162_rn(lo, hi);
+    }
+  }
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
+    const Pair h = pair_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&h);
   }
   static __device__ __forceinline__ float2 unpack(uint32_t v) {
-    return __half22float2(*reinterpret_cast<const __half2*>(&v));
+    if constexpr (kFp16) {
+      return __half22float2(*reinterpret_cast<const __half2*>(&v));
+    } else {
+      return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+    }
   }
-  static __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
-  static __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ T from_float(float v) {
+    if constexpr (kFp16) {
+      return __float2half_rn(v);
+    } else {
+      return __float2bfloat16_rn(v);
+    }
+  }
+  static __device__ __forceinline__ float to_float(T v) {
+    if constexpr (kFp16) {
+      return __half2float(v);
+    } else {
+      return __bfloat162float(v);
+    }
+  }
   static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    if constexpr (kFp16) {
+      NL_MMA_M16N8K16("f16", c, a, b0, b1);
+    } else {
+      NL_MMA_M16N8K16("bf16", c, a, b0, b1);
+    }
 #else
     __trap();  // never launched below sm_80 (ops/cuda.py checks the device)
 #endif
   }
 };
-template <>
-struct HalfOps<__nv_bfloat16> {
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-  static __device__ __forceinline__ float2 unpack(uint32_t v) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
-  }
-  static __device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
-  static __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-  static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __trap();  // never launched below sm_80 (ops/cuda.py checks the device)
-#endif
-  }
-};
+
+#undef NL_MMA_M16N8K16
 
 // Fragment conventions of m16n8k16 (PTX ISA), with g = lane / 4 and q = lane % 4:
 //   A (16x16, row-major) a[0] = (g, 2q..2q+1), a[1] = (g+8, 2q..), a[2] = (g, 8+2q..), a[3] = (g+8, 8+2q..)
@@ -519,10 +531,8 @@ MlpDims make_dims(const torch::Tensor& in0, const c10::optional<torch::Tensor>& 
   for (int l = 0; l < L; ++l) {
     const auto& w = weights[l];
     const auto& b = biases[l];
-    NL_CHECK_INPUT(w);
-    NL_CHECK_INPUT(b);
-    NL_CHECK_DTYPE(w, torch::kFloat32);
-    NL_CHECK_DTYPE(b, torch::kFloat32);
+    NL_CHECK_INPUTS(w, b);
+    NL_CHECK_DTYPES(torch::kFloat32, w, b);
     TORCH_CHECK(w.dim() == 2 && w.size(1) == width, "fused_mlp: weight ", l, " must be [out, ", width, "], got ",
                 w.sizes());
     TORCH_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "fused_mlp: bias ", l, " must be [", w.size(0), "]");
@@ -543,12 +553,10 @@ MlpDims make_dims(const torch::Tensor& in0, const c10::optional<torch::Tensor>& 
 }
 
 void check_inputs(const torch::Tensor& in0, const c10::optional<torch::Tensor>& in1) {
-  NL_CHECK_INPUT(in0);
-  NL_CHECK_DTYPE(in0, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, in0);
   TORCH_CHECK(in0.dim() == 2, "fused_mlp: in0 must be [N, C0]");
   if (in1.has_value()) {
-    NL_CHECK_INPUT(*in1);
-    NL_CHECK_DTYPE(*in1, torch::kFloat32);
+    NL_CHECK_TENSORS(torch::kFloat32, *in1);
     TORCH_CHECK(in1->dim() == 2 && in1->size(0) == in0.size(0), "fused_mlp: in1 must be [N, C1] with in0's N");
   }
 }
@@ -615,8 +623,7 @@ std::vector<torch::Tensor> fused_mlp_bwd(torch::Tensor grad_out, torch::Tensor i
                                          std::vector<torch::Tensor> weights, std::vector<torch::Tensor> biases,
                                          bool bf16, bool need_grad_in0, bool need_grad_in1) {
   check_inputs(in0, in1);
-  NL_CHECK_INPUT(grad_out);
-  NL_CHECK_DTYPE(grad_out, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, grad_out);
   const c10::cuda::CUDAGuard guard(in0.device());
   const MlpDims d = make_dims(in0, in1, weights, biases);
   const int64_t n = in0.size(0);

@@ -43,12 +43,8 @@ __global__ void ray_aabb_kernel(const float* __restrict__ o, const float* __rest
 }
 
 std::vector<torch::Tensor> ray_aabb_intersect(torch::Tensor rays_o, torch::Tensor rays_d, torch::Tensor aabb) {
-  NL_CHECK_INPUT(rays_o);
-  NL_CHECK_INPUT(rays_d);
-  NL_CHECK_INPUT(aabb);
-  NL_CHECK_DTYPE(rays_o, torch::kFloat32);
-  NL_CHECK_DTYPE(rays_d, torch::kFloat32);
-  NL_CHECK_DTYPE(aabb, torch::kFloat32);
+  NL_CHECK_INPUTS(rays_o, rays_d, aabb);
+  NL_CHECK_DTYPES(torch::kFloat32, rays_o, rays_d, aabb);
   const c10::cuda::CUDAGuard guard(rays_o.device());
   const int64_t n = rays_o.size(0);
   auto t_near = torch::empty({n}, rays_o.options());
@@ -86,10 +82,9 @@ __global__ void grid_cell_positions_kernel(const int64_t* __restrict__ idx, cons
 }
 
 torch::Tensor grid_cell_positions(torch::Tensor cell_indices, torch::Tensor jitter, int64_t g) {
-  NL_CHECK_INPUT(cell_indices);
-  NL_CHECK_INPUT(jitter);
-  NL_CHECK_DTYPE(cell_indices, torch::kInt64);
-  NL_CHECK_DTYPE(jitter, torch::kFloat32);
+  NL_CHECK_INPUTS(cell_indices, jitter);
+  NL_CHECK_DTYPES(torch::kInt64, cell_indices);
+  NL_CHECK_DTYPES(torch::kFloat32, jitter);
   const c10::cuda::CUDAGuard guard(jitter.device());
   const int64_t n = cell_indices.size(0);
   auto out = torch::empty({n, 3}, jitter.options());
@@ -121,12 +116,10 @@ __global__ void grid_ema_kernel(const float* __restrict__ old, const int* __rest
 }
 
 torch::Tensor grid_ema_update(torch::Tensor grid, torch::Tensor cell_indices, torch::Tensor densities, double decay) {
-  NL_CHECK_INPUT(grid);
-  NL_CHECK_INPUT(cell_indices);
-  NL_CHECK_INPUT(densities);
-  NL_CHECK_DTYPE(grid, torch::kFloat32);
-  NL_CHECK_DTYPE(cell_indices, torch::kInt64);
-  NL_CHECK_DTYPE(densities, torch::kFloat32);
+  NL_CHECK_INPUTS(grid, cell_indices, densities);
+  NL_CHECK_DTYPES(torch::kFloat32, grid);
+  NL_CHECK_DTYPES(torch::kInt64, cell_indices);
+  NL_CHECK_DTYPES(torch::kFloat32, densities);
   const c10::cuda::CUDAGuard guard(grid.device());
   const int64_t n_cells = grid.numel();
   const int64_t n = cell_indices.size(0);
@@ -167,8 +160,7 @@ __global__ void unpack_bits_kernel(const uint8_t* __restrict__ bits, int64_t n_b
 }
 
 torch::Tensor pack_bitfield(torch::Tensor binaries) {
-  NL_CHECK_INPUT(binaries);
-  NL_CHECK_DTYPE(binaries, torch::kBool);
+  NL_CHECK_TENSORS(torch::kBool, binaries);
   TORCH_CHECK(binaries.numel() % 8 == 0, "pack_bitfield: number of cells is not a multiple of 8");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(binaries.data_ptr()) % 8 == 0, "pack_bitfield: input not 8-byte aligned");
   const c10::cuda::CUDAGuard guard(binaries.device());
@@ -183,8 +175,7 @@ torch::Tensor pack_bitfield(torch::Tensor binaries) {
 }
 
 torch::Tensor unpack_bitfield(torch::Tensor bits, int64_t c, int64_t g) {
-  NL_CHECK_INPUT(bits);
-  NL_CHECK_DTYPE(bits, torch::kUInt8);
+  NL_CHECK_TENSORS(torch::kUInt8, bits);
   TORCH_CHECK(bits.numel() == c * g * g * g / 8, "unpack_bitfield: expected C*G^3/8 bytes");
   const c10::cuda::CUDAGuard guard(bits.device());
   const int64_t n_bytes = bits.numel();
@@ -327,16 +318,9 @@ static MarchArgs march_args(const torch::Tensor& rays_o, const torch::Tensor& ra
                             const torch::Tensor& t_far, const torch::Tensor& binaries, const float* jit,
                             double step_size, double cone_angle, double max_step, int64_t max_samples,
                             double near_plane) {
-  NL_CHECK_INPUT(rays_o);
-  NL_CHECK_INPUT(rays_d);
-  NL_CHECK_INPUT(t_near);
-  NL_CHECK_INPUT(t_far);
-  NL_CHECK_INPUT(binaries);
-  NL_CHECK_DTYPE(rays_o, torch::kFloat32);
-  NL_CHECK_DTYPE(rays_d, torch::kFloat32);
-  NL_CHECK_DTYPE(t_near, torch::kFloat32);
-  NL_CHECK_DTYPE(t_far, torch::kFloat32);
-  NL_CHECK_DTYPE(binaries, torch::kBool);
+  NL_CHECK_INPUTS(rays_o, rays_d, t_near, t_far, binaries);
+  NL_CHECK_DTYPES(torch::kFloat32, rays_o, rays_d, t_near, t_far);
+  NL_CHECK_DTYPES(torch::kBool, binaries);
   TORCH_CHECK(binaries.dim() == 4, "march_rays: binaries must be [C, G, G, G]");
   MarchArgs a{};
   a.step = static_cast<float>(step_size);
@@ -360,8 +344,7 @@ static MarchArgs march_args(const torch::Tensor& rays_o, const torch::Tensor& ra
 
 static const float* jitter_ptr(const c10::optional<torch::Tensor>& t_jitter) {
   if (!t_jitter.has_value()) return nullptr;
-  NL_CHECK_INPUT((*t_jitter));
-  NL_CHECK_DTYPE((*t_jitter), torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, (*t_jitter));
   return t_jitter->data_ptr<float>();
 }
 
@@ -476,8 +459,7 @@ std::vector<torch::Tensor> march_rays_fixed(torch::Tensor rays_o, torch::Tensor 
   TORCH_CHECK(capacity >= 0, "march_rays_fixed: capacity must be >= 0");
   const int64_t* active = nullptr;
   if (n_active.has_value()) {
-    NL_CHECK_INPUT((*n_active));
-    NL_CHECK_DTYPE((*n_active), torch::kInt64);
+    NL_CHECK_TENSORS(torch::kInt64, (*n_active));
     TORCH_CHECK(n_active->numel() == 1, "march_rays_fixed: n_active must be a scalar tensor");
     active = n_active->data_ptr<int64_t>();
   }
@@ -536,21 +518,16 @@ __global__ void repack_copy_kernel(const int64_t* __restrict__ info, const bool*
 
 std::vector<torch::Tensor> repack(torch::Tensor t_starts, torch::Tensor t_ends, torch::Tensor packed_info,
                                   torch::Tensor keep, int64_t capacity, c10::optional<torch::Tensor> ray_valid) {
-  NL_CHECK_INPUT(t_starts);
-  NL_CHECK_INPUT(t_ends);
-  NL_CHECK_INPUT(packed_info);
-  NL_CHECK_INPUT(keep);
-  NL_CHECK_DTYPE(t_starts, torch::kFloat32);
-  NL_CHECK_DTYPE(t_ends, torch::kFloat32);
-  NL_CHECK_DTYPE(packed_info, torch::kInt64);
-  NL_CHECK_DTYPE(keep, torch::kBool);
+  NL_CHECK_INPUTS(t_starts, t_ends, packed_info, keep);
+  NL_CHECK_DTYPES(torch::kFloat32, t_starts, t_ends);
+  NL_CHECK_DTYPES(torch::kInt64, packed_info);
+  NL_CHECK_DTYPES(torch::kBool, keep);
   TORCH_CHECK(capacity >= 0, "repack: capacity must be >= 0");
   const int64_t n_samples = t_starts.numel(), n_rays = packed_info.size(0);
   TORCH_CHECK(t_ends.numel() == n_samples && keep.numel() == n_samples, "repack: samples must all be [S]");
   const bool* candidate = nullptr;
   if (ray_valid.has_value()) {
-    NL_CHECK_INPUT((*ray_valid));
-    NL_CHECK_DTYPE((*ray_valid), torch::kBool);
+    NL_CHECK_TENSORS(torch::kBool, (*ray_valid));
     TORCH_CHECK(ray_valid->numel() == n_rays, "repack: ray_valid must be [R]");
     candidate = ray_valid->data_ptr<bool>();
   }
@@ -787,12 +764,9 @@ __global__ void volume_render_bwd_warp(const float* __restrict__ g_rgb, const fl
 
 std::vector<torch::Tensor> render_weights_fwd(torch::Tensor sigmas, torch::Tensor t_starts, torch::Tensor t_ends,
                                               torch::Tensor packed_info, double eps) {
-  NL_CHECK_INPUT(sigmas);
-  NL_CHECK_INPUT(t_starts);
-  NL_CHECK_INPUT(t_ends);
-  NL_CHECK_INPUT(packed_info);
-  NL_CHECK_DTYPE(sigmas, torch::kFloat32);
-  NL_CHECK_DTYPE(packed_info, torch::kInt64);
+  NL_CHECK_INPUTS(sigmas, t_starts, t_ends, packed_info);
+  NL_CHECK_DTYPES(torch::kFloat32, sigmas);
+  NL_CHECK_DTYPES(torch::kInt64, packed_info);
   const c10::cuda::CUDAGuard guard(sigmas.device());
   const int64_t n_rays = packed_info.size(0);
   // zeros: samples outside every ray's range (fixed-layout padding) are never written by a warp
@@ -833,8 +807,7 @@ torch::Tensor render_weights_bwd(torch::Tensor grad_w, c10::optional<torch::Tens
 static std::pair<const float*, int64_t> background_ptr(const c10::optional<torch::Tensor>& background, int64_t n_rays) {
   if (!background.has_value()) return {nullptr, 0};
   const torch::Tensor& b = *background;
-  NL_CHECK_INPUT(b);
-  NL_CHECK_DTYPE(b, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, b);
   const bool shared = b.dim() == 1 && b.size(0) == 3;
   TORCH_CHECK(shared || (b.dim() == 2 && b.size(0) == n_rays && b.size(1) == 3),
               "volume_render: background must be [3] or [", n_rays, ", 3]");
@@ -844,14 +817,9 @@ static std::pair<const float*, int64_t> background_ptr(const c10::optional<torch
 std::vector<torch::Tensor> volume_render_fwd(torch::Tensor sigmas, torch::Tensor rgbs, torch::Tensor t_starts,
                                              torch::Tensor t_ends, torch::Tensor packed_info, double eps,
                                              c10::optional<torch::Tensor> background) {
-  NL_CHECK_INPUT(sigmas);
-  NL_CHECK_INPUT(rgbs);
-  NL_CHECK_INPUT(t_starts);
-  NL_CHECK_INPUT(t_ends);
-  NL_CHECK_INPUT(packed_info);
-  NL_CHECK_DTYPE(sigmas, torch::kFloat32);
-  NL_CHECK_DTYPE(rgbs, torch::kFloat32);
-  NL_CHECK_DTYPE(packed_info, torch::kInt64);
+  NL_CHECK_INPUTS(sigmas, rgbs, t_starts, t_ends, packed_info);
+  NL_CHECK_DTYPES(torch::kFloat32, sigmas, rgbs);
+  NL_CHECK_DTYPES(torch::kInt64, packed_info);
   const c10::cuda::CUDAGuard guard(sigmas.device());
   const int64_t n_rays = packed_info.size(0);
   auto opt = sigmas.options();
@@ -1005,14 +973,9 @@ __global__ void distortion_loss_bwd_warp(const float* __restrict__ g_loss, const
 
 static void check_distortion_args(const torch::Tensor& weights, const torch::Tensor& t_starts,
                                   const torch::Tensor& t_ends, const torch::Tensor& packed_info) {
-  NL_CHECK_INPUT(weights);
-  NL_CHECK_INPUT(t_starts);
-  NL_CHECK_INPUT(t_ends);
-  NL_CHECK_INPUT(packed_info);
-  NL_CHECK_DTYPE(weights, torch::kFloat32);
-  NL_CHECK_DTYPE(t_starts, torch::kFloat32);
-  NL_CHECK_DTYPE(t_ends, torch::kFloat32);
-  NL_CHECK_DTYPE(packed_info, torch::kInt64);
+  NL_CHECK_INPUTS(weights, t_starts, t_ends, packed_info);
+  NL_CHECK_DTYPES(torch::kFloat32, weights, t_starts, t_ends);
+  NL_CHECK_DTYPES(torch::kInt64, packed_info);
   const int64_t n = weights.numel();
   TORCH_CHECK(weights.dim() == 1 && t_starts.dim() == 1 && t_ends.dim() == 1 && t_starts.size(0) == n &&
                   t_ends.size(0) == n,
@@ -1038,8 +1001,7 @@ torch::Tensor distortion_loss_fwd(torch::Tensor weights, torch::Tensor t_starts,
 torch::Tensor distortion_loss_bwd(torch::Tensor g_loss, torch::Tensor weights, torch::Tensor t_starts,
                                   torch::Tensor t_ends, torch::Tensor packed_info) {
   check_distortion_args(weights, t_starts, t_ends, packed_info);
-  NL_CHECK_INPUT(g_loss);
-  NL_CHECK_DTYPE(g_loss, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, g_loss);
   const int64_t n_rays = packed_info.size(0);
   TORCH_CHECK(g_loss.dim() == 1 && g_loss.size(0) == n_rays, "distortion_loss: the gradient must be [R]");
   const c10::cuda::CUDAGuard guard(weights.device());

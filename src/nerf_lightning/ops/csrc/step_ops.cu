@@ -288,14 +288,12 @@ __global__ void sample_pixels_kernel(const double* __restrict__ u, const double*
 }
 
 void check_rows3(const torch::Tensor& t, int64_t n, const char* name) {
-  NL_CHECK_INPUT(t);
-  NL_CHECK_DTYPE(t, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, t);
   TORCH_CHECK(t.dim() == 2 && t.size(0) == n && t.size(1) == 3, name, " must be [", n, ", 3]");
 }
 
 void check_mask(const torch::Tensor& t, int64_t n, const char* name) {
-  NL_CHECK_INPUT(t);
-  NL_CHECK_DTYPE(t, torch::kBool);
+  NL_CHECK_TENSORS(torch::kBool, t);
   TORCH_CHECK(t.dim() == 1 && t.size(0) == n, name, " must be bool [", n, "]");
 }
 
@@ -323,8 +321,7 @@ torch::Tensor density_activation_bwd(torch::Tensor g, torch::Tensor h, torch::Te
   NL_CHECK_INPUT(h);
   TORCH_CHECK(h.dim() == 2, "density_activation: h must be [S, W]");
   const int64_t n = h.size(0), width = h.size(1);
-  NL_CHECK_INPUT(g);
-  NL_CHECK_DTYPE(g, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, g);
   TORCH_CHECK(g.numel() == n, "density_activation: the gradient must be [S]");
   check_mask(inside, n, "inside");
   const c10::cuda::CUDAGuard guard(h.device());
@@ -342,16 +339,12 @@ torch::Tensor density_activation_bwd(torch::Tensor g, torch::Tensor h, torch::Te
 
 std::vector<torch::Tensor> sample_pixels(torch::Tensor u, torch::Tensor cdf, torch::Tensor widths,
                                          torch::Tensor heights, int64_t res) {
-  NL_CHECK_INPUT(u);
-  NL_CHECK_DTYPE(u, torch::kFloat64);
+  NL_CHECK_TENSORS(torch::kFloat64, u);
   TORCH_CHECK(u.dim() == 2 && u.size(0) == 3, "sample_pixels: u must be [3, n]");
-  NL_CHECK_INPUT(cdf);
-  NL_CHECK_DTYPE(cdf, torch::kFloat64);
+  NL_CHECK_TENSORS(torch::kFloat64, cdf);
   TORCH_CHECK(cdf.dim() == 1 && cdf.numel() >= 1, "sample_pixels: cdf must be [V * C]");
-  NL_CHECK_INPUT(widths);
-  NL_CHECK_INPUT(heights);
-  NL_CHECK_DTYPE(widths, torch::kInt64);
-  NL_CHECK_DTYPE(heights, torch::kInt64);
+  NL_CHECK_INPUTS(widths, heights);
+  NL_CHECK_DTYPES(torch::kInt64, widths, heights);
   TORCH_CHECK(res >= 1 && cdf.numel() == widths.numel() * res * res, "sample_pixels: cdf must be [V * res^2]");
   const int64_t n = u.size(1);
   const c10::cuda::CUDAGuard guard(u.device());
@@ -376,29 +369,23 @@ std::vector<torch::Tensor> training_rays(torch::Tensor poses, torch::Tensor intr
                                          c10::optional<torch::Tensor> camera_of_view) {
   const int64_t n = view_ids.size(0);
   const int64_t n_views = poses.size(0);
-  NL_CHECK_INPUT(poses);
-  NL_CHECK_DTYPE(poses, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, poses);
   TORCH_CHECK(poses.dim() == 3 && poses.size(1) == 3 && poses.size(2) == 4, "training_rays: poses must be [V, 3, 4]");
-  NL_CHECK_INPUT(intrinsics);
-  NL_CHECK_DTYPE(intrinsics, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, intrinsics);
   TORCH_CHECK(intrinsics.dim() == 2 && intrinsics.size(0) == n_views && intrinsics.size(1) == 10,
               "training_rays: intrinsics must be [V, 10]");
-  NL_CHECK_INPUT(pixels);
-  NL_CHECK_DTYPE(pixels, torch::kUInt8);
+  NL_CHECK_TENSORS(torch::kUInt8, pixels);
   TORCH_CHECK(pixels.dim() == 2 && (pixels.size(1) == 3 || pixels.size(1) == 4), "training_rays: pixels must be [P, 3|4]");
   for (const auto* t : {&offsets, &widths}) {
-    NL_CHECK_INPUT((*t));
-    NL_CHECK_DTYPE((*t), torch::kInt64);
+    NL_CHECK_TENSORS(torch::kInt64, (*t));
     TORCH_CHECK(t->numel() == n_views, "training_rays: offsets and widths must be [V]");
   }
   for (const auto* t : {&view_ids, &ix, &iy}) {
-    NL_CHECK_INPUT((*t));
-    NL_CHECK_DTYPE((*t), torch::kInt64);
+    NL_CHECK_TENSORS(torch::kInt64, (*t));
     TORCH_CHECK(t->numel() == n, "training_rays: view_ids, ix, iy must be [R]");
   }
   for (const auto* t : {&ux, &uy}) {
-    NL_CHECK_INPUT((*t));
-    NL_CHECK_DTYPE((*t), torch::kFloat32);
+    NL_CHECK_TENSORS(torch::kFloat32, (*t));
     TORCH_CHECK(t->numel() == n, "training_rays: ux, uy must be [R]");
   }
   check_rows3(background, n, "background");
@@ -407,12 +394,10 @@ std::vector<torch::Tensor> training_rays(torch::Tensor poses, torch::Tensor intr
   int64_t th = 0, tw = 0;
   if (table.has_value()) {
     TORCH_CHECK(camera_of_view.has_value(), "training_rays: a table needs camera_of_view");
-    NL_CHECK_INPUT((*table));
-    NL_CHECK_DTYPE((*table), torch::kFloat32);
+    NL_CHECK_TENSORS(torch::kFloat32, (*table));
     TORCH_CHECK(table->dim() == 4 && table->size(3) == 3 && table->size(1) >= 2 && table->size(2) >= 2,
                 "training_rays: the table must be [U, H + 1, W + 1, 3]");
-    NL_CHECK_INPUT((*camera_of_view));
-    NL_CHECK_DTYPE((*camera_of_view), torch::kInt64);
+    NL_CHECK_TENSORS(torch::kInt64, (*camera_of_view));
     tab = table->data_ptr<float>();
     cam = camera_of_view->data_ptr<int64_t>();
     th = table->size(1);
@@ -470,11 +455,9 @@ torch::Tensor masked_ray_loss_bwd(torch::Tensor g_loss, torch::Tensor pred, torc
   check_rows3(pred, n, "pred");
   check_rows3(target, n, "target");
   check_mask(valid, n, "valid");
-  NL_CHECK_INPUT(g_loss);
-  NL_CHECK_DTYPE(g_loss, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat32, g_loss);
   TORCH_CHECK(g_loss.numel() == 1, "g_loss must be a scalar");
-  NL_CHECK_INPUT(aux);
-  NL_CHECK_DTYPE(aux, torch::kFloat64);
+  NL_CHECK_TENSORS(torch::kFloat64, aux);
   const c10::cuda::CUDAGuard guard(pred.device());
   auto grad = torch::empty_like(pred);
   if (n == 0) return grad;
@@ -500,18 +483,12 @@ torch::Tensor adapt_ray_count(torch::Tensor aux, torch::Tensor valid, torch::Ten
   const int64_t n = valid.size(0);
   check_mask(valid, n, "ray_valid");
   for (const auto* t : {&marched, &rendered}) {
-    NL_CHECK_INPUT((*t));
-    NL_CHECK_DTYPE((*t), torch::kInt64);
+    NL_CHECK_TENSORS(torch::kInt64, (*t));
     TORCH_CHECK(t->dim() == 1 && t->size(0) == n, "sample counts must be int64 [", n, "]");
   }
-  NL_CHECK_INPUT(aux);
-  NL_CHECK_DTYPE(aux, torch::kFloat64);
-  NL_CHECK_INPUT(n_active);
-  NL_CHECK_DTYPE(n_active, torch::kInt64);
-  NL_CHECK_INPUT(n_active_f);
-  NL_CHECK_DTYPE(n_active_f, torch::kFloat32);
-  NL_CHECK_INPUT(target_fraction);
-  NL_CHECK_DTYPE(target_fraction, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kFloat64, aux);
+  NL_CHECK_TENSORS(torch::kInt64, n_active);
+  NL_CHECK_TENSORS(torch::kFloat32, n_active_f, target_fraction);
   const c10::cuda::CUDAGuard guard(valid.device());
   auto dopt = aux.options();
   auto stats = torch::empty({4}, dopt);
@@ -535,12 +512,8 @@ std::vector<torch::Tensor> sample_points(torch::Tensor rays_o, torch::Tensor ray
   const int64_t n_rays = rays_o.size(0);
   check_rows3(rays_o, n_rays, "rays_o");
   check_rows3(rays_d, n_rays, "rays_d");
-  NL_CHECK_INPUT(ray_idx);
-  NL_CHECK_DTYPE(ray_idx, torch::kInt64);
-  NL_CHECK_INPUT(t_starts);
-  NL_CHECK_DTYPE(t_starts, torch::kFloat32);
-  NL_CHECK_INPUT(t_ends);
-  NL_CHECK_DTYPE(t_ends, torch::kFloat32);
+  NL_CHECK_TENSORS(torch::kInt64, ray_idx);
+  NL_CHECK_TENSORS(torch::kFloat32, t_starts, t_ends);
   const int64_t n = ray_idx.size(0);
   TORCH_CHECK(t_starts.numel() == n && t_ends.numel() == n, "sample_points: t_starts/t_ends must be [", n, "]");
   const c10::cuda::CUDAGuard guard(rays_o.device());
@@ -559,8 +532,7 @@ std::vector<torch::Tensor> normalize_to_box(torch::Tensor positions, torch::Tens
   const int64_t n = positions.size(0);
   check_rows3(positions, n, "positions");
   for (const auto* t : {&box_min, &box_size}) {
-    NL_CHECK_INPUT((*t));
-    NL_CHECK_DTYPE((*t), torch::kFloat32);
+    NL_CHECK_TENSORS(torch::kFloat32, (*t));
     TORCH_CHECK(t->numel() == 3, "normalize_to_box: the box corner and size must be [3]");
   }
   const c10::cuda::CUDAGuard guard(positions.device());
