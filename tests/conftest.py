@@ -77,6 +77,12 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+#: helpers that serve this process itself and end with it: Open MPI's daemon of a singleton MPI_Init
+#: (Lightning probes mpi4py where it is installed; killing the daemon aborts this process before
+#: pytest reports), and multiprocessing's resource tracker (matched in the loop)
+SERVICES_OF_THIS_PROCESS = ("orted ",)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Kill what the tests left running. A non-daemonic multiprocessing child is joined when its parent
     exits: one still training (a test that failed before its cleanup) would hold this test process,
@@ -88,6 +94,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for pid in leftovers:
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if cmd.startswith(SERVICES_OF_THIS_PROCESS) or "multiprocessing.resource_tracker" in cmd:
+                continue
             os.kill(pid, signal.SIGKILL)
         except (OSError, ProcessLookupError):
             continue

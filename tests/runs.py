@@ -83,11 +83,16 @@ def _fork_main(
     os.environ.clear()
     os.environ.update(env)
     sys.path[:0] = path
+    import faulthandler
     import importlib
+    import signal
     import traceback
 
     import torch
     from hydra.core.global_hydra import GlobalHydra
+
+    # SIGUSR1 prints every thread's stack into the log: what a child that does not stop was doing
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 
     torch.set_num_threads(1)
     GlobalHydra.instance().clear()

@@ -60,5 +60,5 @@ print(f"{'tree':8s} {'point':>6s} {'trained':>8s} {'steps':>7s} {'PSNR':>7s} {'n
 for label in ("before", "after"):
     for p in json.loads((out / label / "curve.json").read_text())["points"]:
         print(f"{label:8s} {p['checkpoint_s']:6.0f} {p['train_s']:8.1f} {p['steps']:7d} {p['psnr'] or 0:7.3f} "
-              f"{p['psnr_ngp'] or 0:7.3f} {p['steps_per_s']:8.1f} {p['gpu_utilization'] or 0:5.0f}")
+              f"{p.get('psnr_ngp') or 0:7.3f} {p['steps_per_s']:8.1f} {p['gpu_utilization'] or 0:5.0f}")
 EOF

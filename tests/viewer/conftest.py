@@ -38,13 +38,15 @@ def wait_for_line(log: Path, pattern: str, proc, timeout_s: float) -> re.Match[s
     pytest.fail(f"no {pattern!r} within {timeout_s} s:\n{(log.read_text() if log.exists() else '')[-3000:]}")
 
 
-def stop(proc, timeout_s: float = 60.0) -> int | None:  # noqa: ANN001
+def stop(proc, timeout_s: float = 20.0) -> int | None:  # noqa: ANN001
     """Ctrl-C, as a user stops the viewer; SIGKILL when it does not end in time (a minute: on two cores
     busy with other test processes, its interpreter can take tens of seconds to wind down)."""
     if proc.is_alive():
         os.kill(proc.pid, signal.SIGINT)
         proc.join(timeout_s)
     if proc.is_alive():
+        os.kill(proc.pid, signal.SIGUSR1)  # its stacks into its log (tests/runs.py: _fork_main)
+        proc.join(2)
         proc.kill()
         proc.join(5)
     return proc.exitcode
