@@ -91,6 +91,14 @@ def _fork_main(
     import torch
     from hydra.core.global_hydra import GlobalHydra
 
+    # The signal dispositions of a fresh interpreter, not the test process's: a handler a test left
+    # installed, SIG_IGN or a mask that blocks SIGINT would swallow the Ctrl-C that stops a viewer
+    handler, blocked = signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    if handler is not signal.default_int_handler or blocked:
+        print(f"[fork_app] inherited SIGINT handler {handler!r}, blocked {blocked}", file=sys.stderr)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2, signal.SIGALRM):
+        signal.signal(sig, signal.SIG_DFL)
     # SIGUSR1 prints every thread's stack into the log: what a child that does not stop was doing
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 
