@@ -91,11 +91,10 @@ def _fork_main(
     import torch
     from hydra.core.global_hydra import GlobalHydra
 
-    # The signal dispositions of a fresh interpreter, not the test process's: a handler a test left
-    # installed, SIG_IGN or a mask that blocks SIGINT would swallow the Ctrl-C that stops a viewer
-    handler, blocked = signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    if handler is not signal.default_int_handler or blocked:
-        print(f"[fork_app] inherited SIGINT handler {handler!r}, blocked {blocked}", file=sys.stderr)
+    # The signal dispositions of a fresh interpreter, not the test process's: a test process was seen with
+    # SIGINT ignored (Lightning ignores it while it destroys a process group and after a KeyboardInterrupt
+    # in a fit), and a view process forked from it served on after the Ctrl-C that stops it
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2, signal.SIGALRM):
         signal.signal(sig, signal.SIG_DFL)
