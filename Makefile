@@ -31,7 +31,7 @@ setup: $(VENV)/.installed
 train: setup
 	$(PY) -m nerf_lightning.train $(OVERRIDES)
 
-## CPU test suite (about 6 minutes on 2 idle cores; a test that hangs fails after 900 s); PYTEST_ARGS="-k resume" selects tests.
+## CPU test suite (about 3 minutes on 2 idle cores; a test that hangs fails after 900 s); PYTEST_ARGS="-k resume" selects tests.
 test: setup
 	$(PY) -m pytest -q -m "not cuda and not repro" --durations 15 $(TEST_WORKERS) $(PYTEST_ARGS)
 
