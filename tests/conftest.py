@@ -77,10 +77,10 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-#: helpers that serve this process itself and end with it: Open MPI's daemon of a singleton MPI_Init
-#: (Lightning probes mpi4py where it is installed; killing the daemon aborts this process before
-#: pytest reports), and multiprocessing's resource tracker (matched in the loop)
-SERVICES_OF_THIS_PROCESS = ("orted ",)
+#: helpers that serve this process itself and end with it (parts of their command lines): Open MPI's
+#: daemon of a singleton MPI_Init (Lightning probes mpi4py where it is installed; killing the daemon
+#: aborts this process before pytest reports) and multiprocessing's resource tracker
+SERVICES_OF_THIS_PROCESS = ("orted ", "multiprocessing.resource_tracker")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -94,7 +94,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for pid in leftovers:
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if cmd.startswith(SERVICES_OF_THIS_PROCESS) or "multiprocessing.resource_tracker" in cmd:
+            if any(service in cmd for service in SERVICES_OF_THIS_PROCESS):
                 continue
             os.kill(pid, signal.SIGKILL)
         except (OSError, ProcessLookupError):

@@ -96,8 +96,6 @@ def _fork_main(
     # in a fit), and a view process forked from it served on after the Ctrl-C that stops it
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2, signal.SIGALRM):
-        signal.signal(sig, signal.SIG_DFL)
     # SIGUSR1 prints every thread's stack into the log: what a child that does not stop was doing
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 

@@ -29,27 +29,23 @@ WORK=${WORK:-/tmp/compare_trees}
 mkdir -p "$OUT" "$WORK"
 site=${PYTHONPATH:-}
 
-run_in() {  # run_in TREE LABEL COMMAND...: a command with TREE's sources and extension cache
-    local tree label
-    tree=$(cd "$1" && pwd)
-    label=$2
-    shift 2
+declare -A trees=([before]=$(cd "$before" && pwd) [after]=$(cd "$after" && pwd))
+
+run_in() {  # run_in LABEL COMMAND...: a command with that tree's sources and extension cache
+    local label=$1 tree=${trees[$1]}
+    shift
     (cd "$tree" && PYTHONPATH="$tree/src${site:+:$site}" TORCH_EXTENSIONS_DIR="$WORK/ext_$label" "$@")
 }
 
 for label in before after; do
-    tree=$before
-    [ "$label" = after ] && tree=$after
-    echo "[compare_trees] $label: $(cd "$tree" && pwd): building the CUDA extension"
-    run_in "$tree" "$label" "$PY" -c "from nerf_lightning.ops import _ext; print(_ext.load() is not None)"
+    echo "[compare_trees] $label: ${trees[$label]}: building the CUDA extension"
+    run_in "$label" "$PY" -c "from nerf_lightning.ops import _ext; print(_ext.load() is not None)"
 done
 for label in before after; do
-    tree=$before
-    [ "$label" = after ] && tree=$after
     dest=$(mkdir -p "$OUT/$label" && cd "$OUT/$label" && pwd)
     echo "[compare_trees] $label: bench.curve ${curve_args[*]} -- ${overrides[*]}"
-    run_in "$tree" "$label" "$PY" -m nerf_lightning.bench.curve "${curve_args[@]}" --label "$label" \
-        --out "$dest" -- "${overrides[@]}"
+    run_in "$label" "$PY" -m nerf_lightning.bench.curve "${curve_args[@]}" --label "$label" --out "$dest" \
+        -- "${overrides[@]}"
 done
 "$PY" - "$OUT" <<'EOF'
 import json, sys

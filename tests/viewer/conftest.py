@@ -38,9 +38,9 @@ def wait_for_line(log: Path, pattern: str, proc, timeout_s: float) -> re.Match[s
     pytest.fail(f"no {pattern!r} within {timeout_s} s:\n{(log.read_text() if log.exists() else '')[-3000:]}")
 
 
-def stop(proc, timeout_s: float = 60.0) -> int | None:  # noqa: ANN001
-    """Ctrl-C, as a user stops the viewer; SIGKILL when it does not end in time (a minute: on two cores
-    busy with other test processes, its interpreter can take tens of seconds to wind down)."""
+def stop(proc, timeout_s: float = 20.0) -> int | None:  # noqa: ANN001
+    """Ctrl-C, as a user stops the viewer; its stacks into its log, then SIGKILL, when it does not end in
+    time."""
     if proc.is_alive():
         os.kill(proc.pid, signal.SIGINT)
         proc.join(timeout_s)

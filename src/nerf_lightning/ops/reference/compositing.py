@@ -39,9 +39,18 @@ def render_weights(
         weights: float [S], differentiable w.r.t. ``sigmas``.
         transmittance: float [S], exclusive transmittance ``T_i``.
     """
-    n = check_sample_arrays(
+    check_sample_arrays(
         "render_weights", sigmas=sigmas, t_starts=t_starts, t_ends=t_ends, ray_indices=ray_indices
     )
+    return _weights(sigmas, t_starts, t_ends, ray_indices, packed_info, early_stop_eps)
+
+
+def _weights(
+    sigmas: Tensor, t_starts: Tensor, t_ends: Tensor, ray_indices: Tensor, packed_info: Tensor | None,
+    early_stop_eps: float,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """:func:`render_weights` on arrays already checked."""
+    n = sigmas.shape[0]
     tau = sigmas * (t_ends - t_starts)
     acc_incl = torch.cumsum(tau.double(), dim=0)
     acc_excl = acc_incl - tau.double()
@@ -97,7 +106,7 @@ def volume_render(
         ``weights`` [S]; differentiable w.r.t. sigmas and rgbs.
     """
     check_volume_render_args(sigmas, rgbs, t_starts, t_ends, ray_indices, n_rays, background)
-    weights, _ = render_weights(sigmas, t_starts, t_ends, ray_indices, n_rays, packed_info, early_stop_eps)
+    weights, _ = _weights(sigmas, t_starts, t_ends, ray_indices, packed_info, early_stop_eps)
     opacity = accumulate_along_rays(weights, None, ray_indices, n_rays)
     rgb = accumulate_along_rays(weights, rgbs, ray_indices, n_rays)
     depth = accumulate_along_rays(weights, ((t_starts + t_ends) * 0.5)[:, None], ray_indices, n_rays)
