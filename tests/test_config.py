@@ -152,3 +152,17 @@ def test_every_batch_rule_composes_into_the_datamodule_clock(compose_cfg, rule: 
     overridden = hydra.utils.instantiate(compose_cfg(f"data.batch_scaling={rule}", "data.lr_scaling=linear",
                                                      "data.schedule_unit=rays").data)  # fmt: skip
     assert (overridden.clock.rule.lr_scaling, overridden.clock.unit) == ("linear", "rays")
+
+
+@pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp"])
+def test_the_default_batch_rule_is_auto_linear_lr_on_two_ranks(compose_cfg, strategy: str) -> None:
+    cfg = compose_cfg(f"strategy={strategy}")
+    assert cfg.data.batch_scaling == "auto"
+    clock = hydra.utils.instantiate(cfg.data).clock
+    assert clock.rule.name == "per_device"  # before the world size is known: the per-rank batch is the same
+    clock.bind(1)
+    assert clock.rule.name == "per_device" and clock.trivial  # one GPU exactly as before
+    clock.bind(2)
+    assert clock.rule.name == "linear_lr" and clock.k == 2.0
+    clock.bind(4)
+    assert clock.rule.name == "per_device" and clock.k == 4.0

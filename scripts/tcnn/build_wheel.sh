@@ -23,6 +23,7 @@
 #     one-line version parser instead (it only compares CUDA versions; needs no packaging module);
 #   (setup.py's C++17 stays: the binding compiles against torch's headers as C++17, checked with
 #   torch 2.13's; tcnn's sources compile with nvcc 13.0 for sm_90, checked without a GPU)
+#   - bytes_to_string formats with snprintf instead of an ostringstream (why: at the patch below);
 #   - NETWORKS / TRIM_GRID / RTC above.
 # Prints the wheel's path last; writes build.log beside the wheel. On the GPU machine (16 cores, sm_90):
 #   ARCH=90 OUT=$OUT bash scripts/tcnn/build_wheel.sh .peers/tcnn-src.tar.gz
@@ -68,6 +69,24 @@ patch_file() {
 }
 patch_file "$setup" 's/^from pkg_resources import parse_version$/def parse_version(v): return tuple(int(x) for x in re.findall(r"\\d+", str(v)))/' \
     '^def parse_version\(v\): return tuple'
+# bytes_to_string (every workspace allocation logs its size through it) formats with an ostringstream.
+# A toolchain whose g++ links libstdc++ statically into the binding (the GPU machine's CXX, /opt/gcc:
+# the .so then needs no libstdc++.so) runs a second copy of libstdc++ beside the one torch loaded; its
+# stream locale is never set up and the first tcnn.Encoding forward segfaults inside that ostream.
+# snprintf formats the same text ("%.3g": 3 significant digits, as precision(3)) without iostreams.
+"$PY" - "$root/include/tiny-cuda-nn/common_host.h" <<'PATCH'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+old = '\tstd::ostringstream oss;\n\toss.precision(3);\n\toss << count << " " << suffixes[i];\n\treturn oss.str();'
+new = ('\tchar text[64];\n\tstd::snprintf(text, sizeof(text), "%.3g %s", count, suffixes[i].c_str());\n'
+       '\treturn std::string{text};')
+if old not in text:
+    sys.exit(f"error: bytes_to_string's ostringstream body not found in {path}")
+open(path, "w").write(text.replace(old, new))
+PATCH
+grep -q 'std::snprintf(text, sizeof(text), "%.3g %s"' "$root/include/tiny-cuda-nn/common_host.h" \
+    || { echo "error: bytes_to_string patch did not apply" >&2; exit 3; }
 if [ "$NETWORKS" = 0 ]; then
     patch_file "$setup" 's/^include_networks = True$/include_networks = False/' '^include_networks = False$'
 fi
@@ -85,11 +104,12 @@ if [ "$TRIM_GRID" = 1 ]; then
     patch_file "$grid" 's@^(\t\tcase [24]: return new GridEncodingTemplated<T, [24], N_FEATURES_PER_LEVEL, HASH_TYPE>)@\t\t// 3-D only: \1@' \
         '// 3-D only: .*case 4:'
 fi
-say "patched: parse_version, NETWORKS=$NETWORKS TRIM_GRID=$TRIM_GRID RTC=$RTC"
+say "patched: parse_version, bytes_to_string, NETWORKS=$NETWORKS TRIM_GRID=$TRIM_GRID RTC=$RTC"
 if [ "${PATCH_ONLY:-0}" = 1 ]; then
     grep -nE "def parse_version|base_cflags = |^include_networks|libraries=|TCNN_RTC\"" "$setup" | tee -a "$log"
     grep -n "3-D only" "$root/include/tiny-cuda-nn/encodings/grid.h" | tee -a "$log" || true
     grep -n "CudaRtcKernel::set" "$root/src/rtc_kernel.cu" | tee -a "$log" || true
+    grep -n "std::snprintf(text" "$root/include/tiny-cuda-nn/common_host.h" | tee -a "$log"
     exit 0
 fi
 

@@ -35,7 +35,7 @@ NO_DATA = "data.path=/no/such/capture"
         ("accumulate_grad_batches=0", "accumulate_grad_batches=0: expected an integer >= 1"),
         ("overwrite=maybe", "overwrite=maybe: expected true or false"),
         ("resume=sometimes", "resume=sometimes: expected one of never, auto"),
-        ("data.batch_scaling=sqrt", "data.batch_scaling=sqrt: expected one of per_device, global, "
+        ("data.batch_scaling=sqrt", "data.batch_scaling=sqrt: expected one of auto, per_device, global, "
          "throughput, per_device_rays, sqrt_lr, linear_lr"),
         ("data.batch_multiple=0", "data.batch_multiple=0: expected a number > 0"),
         ("data.schedule_unit=epochs", "data.schedule_unit=epochs: expected one of steps, rays or null"),

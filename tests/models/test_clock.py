@@ -26,7 +26,7 @@ def _bound(
 @pytest.mark.parametrize(
     ("rule", "world", "rank_scale", "k", "rate", "lr_factor"),
     [
-        ("per_device", 4, 1.0, 4, 1, 1.0),  # today's default: N x the rays, steps, lr as is
+        ("per_device", 4, 1.0, 4, 1, 1.0),  # N x the rays, steps, lr as is (auto on one process)
         ("global", 4, 0.25, 1, 1, 1.0),  # one GPU's batch split in four
         ("throughput", 2, 1.0, 2, 1, 1.0),
         ("per_device_rays", 4, 1.0, 4, 4, 1.0),
@@ -169,3 +169,24 @@ def test_without_a_scheduler_the_rule_factor_alone() -> None:
     assert opt.param_groups[0]["lr"] == pytest.approx(0.2)
     with pytest.raises(ValueError, match="LambdaLR"):
         on_clock(opt, _bound("linear_lr", world=2), torch.optim.lr_scheduler.StepLR(opt, 10))
+
+
+def test_auto_is_linear_lr_on_two_ranks_and_per_device_otherwise() -> None:
+    one = _bound("auto", world=1)
+    assert one.rule is RULES["per_device"] and one.trivial  # one GPU exactly as before
+    assert _bound("auto", world=1, multiple=2).rule is RULES["per_device"]  # k = 2 in steps, lr x 1
+    two = _bound("auto", world=2, max_steps=20000, lr_warmup=0)
+    assert two.rule is RULES["linear_lr"]
+    assert (two.k, two.rate, two.lr_factor(0)) == (2.0, 2.0, 2.0)
+    assert two.optimizer_steps() == 10000  # the run counts rays
+    # a global batch above 2 reference batches keeps the schedules in steps (fox collapsed at k = 4 in rays)
+    assert _bound("auto", world=4).rule is RULES["per_device"]
+    assert _bound("auto", world=2, accumulate=2).rule is RULES["per_device"]
+    assert _bound("auto", world=2, multiple=2).rule is RULES["per_device"]
+    sqrt = TrainingClock("auto", overrides=("sqrt", None))  # data.lr_scaling still overrides the factor
+    sqrt.bind(2)
+    assert (sqrt.rule.split, sqrt.rule.lr_scaling, sqrt.rule.unit, sqrt.lr_factor(1e9)) == (
+        "per_device", "sqrt", "rays", math.sqrt(2.0),
+    )  # fmt: skip
+    unbound = TrainingClock("auto", 2)
+    assert unbound.rule is RULES["per_device"] and unbound.rank_scale == 2.0  # the batch before bind

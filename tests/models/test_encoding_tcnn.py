@@ -160,6 +160,11 @@ def test_tcnn_under_autocast_and_in_a_cuda_graph() -> None:
             return net(pts)
 
     module = Net()
+    # as models/train_step.capture does: tcnn's workspace exists on the capture stream before capturing
+    from nerf_lightning.models.train_step import holds_tcnn, warm_capture_stream
+
+    assert holds_tcnn(module)
+    warm_capture_stream(module, (x.clone(),))
     graphed = torch.cuda.make_graphed_callables(module, (x.clone(),), num_warmup_iters=3)
     for step in range(3):
         pts = torch.rand_like(x)

@@ -191,8 +191,11 @@ def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path:
         run.relative_to(tmp_path) / "metrics.json"
     ]
     metrics = json.loads((run / "metrics.json").read_text())
-    assert metrics["steps"] == STEPS and metrics["train/rays_per_s"] > 0
-    assert int(read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"]) == STEPS
+    # the default rule on two ranks (linear_lr) counts rays: STEPS reference steps, STEPS / 2 optimizer steps
+    assert metrics["batch/rule"] == "linear_lr" and metrics["batch/k"] == 2.0
+    steps = STEPS // 2
+    assert metrics["steps"] == steps and metrics["train/rays_per_s"] > 0
+    assert int(read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"]) == steps
     # only rank 0 wrote the Hydra config; rank 1 logged to its own file in the same directory
     assert [p.name for p in run.glob(".hydra*")] == [".hydra"]
     assert (run / "train.log").is_file() and (run / "train_rank1.log").is_file()
@@ -202,13 +205,13 @@ def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path:
     assert sorted(s["node_rank"] for s in states) == [0, 1]
     assert {s["cluster_environment"] for s in states} == {"TorchElasticEnvironment"}
     assert {s["run_dir"] for s in states} == {str(run.resolve())}
-    assert {s["global_step"] for s in states} == {STEPS}
+    assert {s["global_step"] for s in states} == {steps}
     # The grid was updated and pruned (not the all-True initial state), and is bit-identical on both ranks.
     assert 0.0 < states[0]["occupancy"]["occupied_fraction"] < 1.0
     assert states[0]["occupancy"] == states[1]["occupancy"]
     assert states[0]["parameters"] == states[1]["parameters"]
     assert states[0]["sampler"] == states[1]["sampler"]
-    assert states[0]["checks"] == states[1]["checks"] == STEPS // 4  # equal at every check in the run
+    assert states[0]["checks"] == states[1]["checks"] == steps // 4  # equal at every check in the run
     assert states[0]["first_batch"] != states[1]["first_batch"]  # but each rank drew its own rays
 
 

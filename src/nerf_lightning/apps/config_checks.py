@@ -26,7 +26,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nerf_lightning.callbacks.grad_exchange import EXCHANGES
 from nerf_lightning.errors import UserError
-from nerf_lightning.models.clock import LR_SCALINGS, RULES, UNITS
+from nerf_lightning.models.clock import CHOICES, LR_SCALINGS, UNITS
 
 __all__ = ["EVAL", "EXPORT", "RENDER", "TRAIN", "VIEW", "Rule", "check_config"]
 
@@ -123,7 +123,7 @@ DATA: tuple[Rule, ...] = (
     _int("data.test_every", 0, note="0: no holdout"),
     Rule("data.aabb_scale", "pow2", high=128, null=True, note="null: the capture's own"),
     _int("data.image_workers", 1, null=True),
-    Rule("data.batch_scaling", "choice", choices=tuple(RULES)),
+    Rule("data.batch_scaling", "choice", choices=CHOICES),
     _num_rule("data.batch_multiple", above=0, note="k x each rank's batch"),
     Rule("data.schedule_unit", "choice", choices=UNITS, null=True, note="null: the rule's"),
     Rule("data.lr_scaling", "choice", choices=LR_SCALINGS, null=True, note="null: the rule's"),

@@ -133,14 +133,16 @@ def rule_run(scene: str, k: int, rule: str, *overrides: str, seed: int = 1) -> J
     from nerf_lightning.bench.batch_rule import TARGETS
 
     steps = RULE_STEPS[scene]
-    expected, timeout = jobs_cost(scene, steps)
+    # a rule in steps trains trainer.max_steps optimizer steps of k x the batch: k x the GPU time
+    in_steps = rule == "per_device" or "data.schedule_unit=steps" in overrides
+    expected, timeout = jobs_cost(scene, steps * (k if in_steps else 1))
     expected += steps / _VAL_EVERY * _VAL_S[scene]
     return train(
         f"{scene}_k{k}_{rule}", scene, f"data.batch_multiple={k}", f"data.batch_scaling={rule}",
         f"data.steps_per_epoch={_VAL_EVERY}", "trainer.check_val_every_n_epoch=1",
         "model.save_val_images=false", *overrides,
         steps=steps, seed=seed, read=readers.val_curve(scene, TARGETS[scene]), expected_s=expected,
-        timeout_s=max(timeout, 1.5 * expected + 30),
+        timeout_s=max(timeout, 2 * expected + 30),
     )  # fmt: skip
 
 
@@ -356,8 +358,16 @@ add("batch-rule-lego-lr", "B, the rest on lego: the learning rate unchanged and 
     "batch (schedules in rays), sqrt_lr at 8x",
     *in_lanes([rule_run("lego", k, rule) for k in (2, 4) for rule in ("per_device_rays", "linear_lr")]
               + [rule_run("lego", 8, "sqrt_lr")]), data=("lego",))
+add("batch-rule-fox-lr", "B, the rest on fox: lr x 2 at 2x the batch, and the learning rate unchanged at 4x "
+    "(schedules in rays: is sqrt_lr's collapse at 4x the learning rate?)",
+    *in_lanes([rule_run("fox", 2, "linear_lr"), rule_run("fox", 4, "per_device_rays")]), data=("fox",))
+add("batch-rule-fox-4x", "why fox collapses at 4x the batch under the rules in rays: 4x in steps "
+    "(per_device), and per_device_rays without CUDA graphs",
+    *in_lanes([rule_run("fox", 4, "per_device"),
+               rule_run("fox", 4, "per_device_rays", "model.cuda_graph=false", "data.cuda_graph=false")]),
+    data=("fox",))
 add("batch-rule-lego-steps", "B in steps on lego: 2x the batch with the schedules and the run in optimizer "
-    "steps (today's per_device on 2 GPUs; 2x the GPU time of the others), lr x 1 and x sqrt(2)",
+    "steps (the old per_device default on 2 GPUs; 2x the GPU time of the others), lr x 1 and x sqrt(2)",
     *in_lanes([rule_run("lego", 2, "per_device"),
                rule_run("lego", 2, "sqrt_lr", "data.schedule_unit=steps")]), data=("lego",))
 

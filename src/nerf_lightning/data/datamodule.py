@@ -88,7 +88,8 @@ class NeRFDataModule(L.LightningDataModule):
             split between ranks in proportion to their measured speed, see
             ``callbacks/load_balance.py``), ``per_device_rays`` / ``sqrt_lr`` / ``linear_lr``
             (``per_device`` batches, schedules and the run's length in rays seen, learning rate x 1,
-            x sqrt(k), x k for a global batch of k reference batches).
+            x sqrt(k), x k for a global batch of k reference batches), ``auto`` (``per_device`` on one
+            process, ``linear_lr`` on several: ``models/clock.py``).
         batch_multiple: every rank draws this many times its rule's batch (ray slots and sample
             budget): one GPU with ``batch_multiple=N`` draws what N GPUs draw under ``per_device``.
         schedule_unit / lr_scaling: override the rule's schedule unit (``steps`` | ``rays``) and
@@ -131,7 +132,7 @@ class NeRFDataModule(L.LightningDataModule):
         scene_root: str = "outputs/scenes",
         camera_model: str | None = None,
         val_split: str = "val",
-        batch_scaling: str = "per_device",
+        batch_scaling: str = "auto",
         batch_multiple: float = 1,
         schedule_unit: str | None = None,
         lr_scaling: str | None = None,
@@ -165,8 +166,8 @@ class NeRFDataModule(L.LightningDataModule):
         self.train_factor = 1
         self._stage_logged = False
         #: the run's batch rule and the reference position of its steps, shared with the model
-        rule = resolve_rule(batch_scaling, lr_scaling, schedule_unit)
-        self.clock = TrainingClock(rule, batch_multiple, lr_warmup)
+        rule = "auto" if batch_scaling == "auto" else resolve_rule(batch_scaling, lr_scaling, schedule_unit)
+        self.clock = TrainingClock(rule, batch_multiple, lr_warmup, overrides=(lr_scaling, schedule_unit))
         self.batch_scaling = batch_scaling
         #: what the model and the callbacks report to and read of this DataModule (the train app hands
         #: it to them); filled in at setup

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from nerf_lightning.render.renderer import Renderer, ray_distortion
 
-__all__ = ["FixedBudgetStep", "budgeted_step", "capture", "autocast_for"]
+__all__ = ["FixedBudgetStep", "budgeted_step", "capture", "autocast_for", "holds_tcnn", "warm_capture_stream"]
 
 
 class FixedBudgetStep(nn.Module):
@@ -253,8 +253,44 @@ def capture(
     # execution would have started.
     saved = {name: b.clone() for name, b in step.named_buffers(recurse=False)}
     with autocast_for(precision):
+        if holds_tcnn(step):
+            warm_capture_stream(step, args)
         graphed = torch.cuda.make_graphed_callables(step, args, num_warmup_iters=3, allow_unused_input=True)
     with torch.no_grad():
         for name, value in saved.items():
             getattr(step, name).copy_(value)
     return graphed
+
+
+def holds_tcnn(module: nn.Module) -> bool:
+    """Whether ``module`` runs a hash encoding on tiny-cuda-nn's kernels for CUDA inputs
+    (``backend=tcnn``, or ``auto`` where it resolves to tcnn)."""
+    from nerf_lightning.models.encoding import HashEncoding
+
+    if not torch.cuda.is_available():
+        return False
+    probe = torch.empty(0, 3, device="cuda")
+    return any(isinstance(m, HashEncoding) and m.resolve_backend(probe) == "tcnn" for m in module.modules())
+
+
+def warm_capture_stream(module: nn.Module, args: tuple[Tensor, ...]) -> None:
+    """One forward and backward of ``module(*args)`` (its first output) on the stream that
+    ``torch.cuda.graph`` captures on, before ``make_graphed_callables``.
+
+    tiny-cuda-nn allocates a workspace per CUDA stream on that stream's first use, and
+    ``make_graphed_callables`` warms up on a fresh stream but captures on ``torch.cuda.graph``'s shared
+    default capture stream: tcnn's first call there would allocate while capturing, which CUDA refuses
+    (the capture is invalidated and tcnn aborts the process). Run here, on that stream and at the
+    capture's sizes, the allocation happens before the capture. The gradients are computed with
+    ``torch.autograd.grad`` (as ``make_graphed_callables``' own warm-up), so no ``.grad`` is touched.
+    """
+    stream = torch.cuda.graph.default_capture_stream
+    if stream is None:  # created lazily by torch.cuda.graph, exactly so
+        stream = torch.cuda.graph.default_capture_stream = torch.cuda.Stream()
+    params = [p for p in module.parameters() if p.requires_grad]
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = module(*args)
+        first = out[0] if isinstance(out, tuple) else out
+        torch.autograd.grad(first, params, allow_unused=True)
+    torch.cuda.current_stream().wait_stream(stream)
