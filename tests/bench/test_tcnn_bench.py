@@ -56,3 +56,29 @@ def test_without_a_gpu_only_the_dry_run_runs(capsys: pytest.CaptureFixture[str])
         pytest.skip("a GPU is visible")
     assert bench.main([]) == 2
     assert "--dry-run checks the script here" in capsys.readouterr().err
+
+
+def test_a_graphed_step_runs_in_a_child_and_a_native_abort_becomes_a_failed_cell(monkeypatch) -> None:
+    """The graphed rows come from ``--graphed-step`` in a child process: its last stdout line carries the
+    steps/s; a child killed inside tcnn (SIGABRT from std::terminate) leaves the benchmark running."""
+    import subprocess
+
+    calls = []
+
+    def fake_run(argv, **kwargs):
+        calls.append(argv)
+        if argv[argv.index("--graphed-step") + 1] == "cuda":
+            return subprocess.CompletedProcess(argv, 0, "[log] something\nsteps/s 412.5\n", "")
+        err = (
+            "terminate called after throwing an instance of 'std::runtime_error'\n"
+            "  what():  multi_stream.h:83 cudaEventRecord(m_event, m_stream) failed\n"
+            "Fatal Python error: Aborted\n"
+        )
+        return subprocess.CompletedProcess(argv, -6, "", err)
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    assert bench.graphed_step_in_child("cuda", "bf16-mixed", 1 << 18, 20, dry=False) == 412.5
+    failed = bench.graphed_step_in_child("tcnn", "bf16-mixed", 1 << 18, 20, dry=True)
+    assert failed.startswith("failed: exit -6: what():  multi_stream.h:83 cudaEventRecord"), failed
+    assert calls[0][-6:] == ["cuda", "bf16-mixed", "--budget", "262144", "--iters", "20"]
+    assert calls[1][-1] == "--dry-run"
