@@ -190,3 +190,20 @@ def test_auto_is_linear_lr_on_two_ranks_and_per_device_otherwise() -> None:
     )  # fmt: skip
     unbound = TrainingClock("auto", 2)
     assert unbound.rule is RULES["per_device"] and unbound.rank_scale == 2.0  # the batch before bind
+
+
+def test_a_run_in_rays_resumed_on_one_gpu_continues_at_its_position() -> None:
+    """Written on 2 ranks at optimizer step 5000 (reference position 10000 of 20000), resumed on one
+    process: the lr schedule reads position 10000 + (s - 5000), and the run ends at position 20000."""
+    state = {"step": 5000, "position": 10000.0, "unit": "rays", "k": 2.0}
+    for rule in ("auto", "per_device_rays"):
+        clock = _bound(rule, world=1, max_steps=20000)
+        assert clock.trivial  # before the checkpoint: one process as always
+        clock.load_state_dict(state)
+        assert clock.unit == "rays" and clock.rule.lr_factor(clock.k) == 1.0, rule
+        assert clock.position(6000) == 11000.0 and not clock.trivial, rule  # the scheduler reads positions
+        assert clock.optimizer_steps() == 15000, rule  # 10000 more reference steps of k = 1
+        assert clock.tick(5016).crossed(16) and clock.tick(5016).end == 10016.0
+    steps = _bound("per_device", world=1, max_steps=20000)  # a rule in steps stays in steps
+    steps.load_state_dict(state)
+    assert steps.position(6000) == 6000 and steps.trivial and steps.optimizer_steps() is None

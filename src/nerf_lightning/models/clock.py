@@ -231,7 +231,14 @@ class TrainingClock:
     def trivial(self) -> bool:
         """Whether the clock changes nothing: positions are optimizer steps and the learning rate keeps
         its factor 1 (every rule on one process with the configured batch)."""
-        return self.rate == 1.0 and self.rule.lr_factor(self.k) == 1.0
+        return self.rate == 1.0 and self.rule.lr_factor(self.k) == 1.0 and not self.shifted
+
+    @property
+    def shifted(self) -> bool:
+        """Whether positions are offset from the optimizer steps: a run in rays resumed from a checkpoint
+        written with another global batch (:meth:`load_state_dict`)."""
+        step, position = self._anchor
+        return abs(position - step) > _EPS
 
     # ----------------------------------------------------------------------------------- reading
     def position(self, step: int) -> float:
@@ -260,7 +267,7 @@ class TrainingClock:
 
     def optimizer_steps(self) -> int | None:
         """The run's length in optimizer steps when it differs from ``trainer.max_steps``, else None."""
-        if self.total is None or self.rate == 1.0:
+        if self.total is None or (self.rate == 1.0 and not self.shifted):
             return None
         anchor_step, anchor_position = self._anchor
         return anchor_step + max(0, math.ceil((self.total - anchor_position) / self.rate - _EPS))
@@ -272,7 +279,11 @@ class TrainingClock:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint's position: a run resumed with another number of GPUs (another k)
-        continues its schedules where it stopped."""
+        continues its schedules where it stopped. Under ``auto`` a checkpoint that counted rays (written on
+        several ranks) keeps the run counting rays where ``auto`` alone would count steps (one process):
+        ``per_device_rays``, the same batch and learning rate as ``per_device`` there."""
+        if self.auto and self.unit == "steps" and state.get("unit") == "rays":
+            self.rule = resolve_rule("per_device_rays", *self._overrides)
         if self.unit == "rays":
             self._anchor = (int(state["step"]), float(state["position"]))
 
