@@ -132,10 +132,12 @@ def rule_run(scene: str, k: int, rule: str, *overrides: str, seed: int = 1, step
     reference steps (k x fewer optimizer steps under the rules in rays; ``steps``, default
     ``RULE_STEPS[scene]``), validated every 1000 of them."""
     from nerf_lightning.bench.batch_rule import TARGETS
+    from nerf_lightning.models.clock import resolve_rule
 
     steps = RULE_STEPS[scene] if steps is None else steps
     # a rule in steps trains trainer.max_steps optimizer steps of k x the batch: k x the GPU time
-    in_steps = rule == "per_device" or "data.schedule_unit=steps" in overrides
+    unit = next((o.split("=", 1)[1] for o in overrides if o.startswith("data.schedule_unit=")), None)
+    in_steps = resolve_rule(rule, schedule_unit=unit).unit == "steps"
     expected, timeout = jobs_cost(scene, steps * (k if in_steps else 1))
     expected += steps / _VAL_EVERY * _VAL_S[scene]
     return train(

@@ -233,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=20, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.set_float32_matmul_precision("high")  # as `python -m nerf_lightning.train`
     if args.graphed_step:
         backend, precision = args.graphed_step
-        torch.set_float32_matmul_precision("high")
         grid = DRY_GRID if args.dry_run else GRID
         one = make_step(backend, device, precision, True, args.budget, grid)
         print(f"steps/s {1.0 / timeit(one, warmup=5, iters=args.iters)}")
@@ -243,7 +243,6 @@ def main(argv: list[str] | None = None) -> int:
     if device.type != "cuda" and not args.dry_run:
         print("bench.tcnn measures on an NVIDIA GPU; --dry-run checks the script here", file=sys.stderr)
         return 2
-    torch.set_float32_matmul_precision("high")  # as `python -m nerf_lightning.train`
     avail = backends(device)
     for name, why in avail.items():
         print(f"[bench.tcnn] {name}: {'runs' if why is None else why}", flush=True)

@@ -47,7 +47,7 @@ from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
 from nerf_lightning.data.types import Capture
 from nerf_lightning.data.view_set import ViewSet
 from nerf_lightning.errors import UserError
-from nerf_lightning.models.clock import RULES, TrainingClock, resolve_rule
+from nerf_lightning.models.clock import RULES, TrainingClock
 from nerf_lightning.models.feedback import TrainCameras, TrainingFeedback
 
 log = logging.getLogger(__name__)
@@ -56,8 +56,6 @@ log = logging.getLogger(__name__)
 VAL_SPLITS = ("val", "test", "auto", "train")
 
 
-#: values of ``data.batch_scaling`` (the batch rules of ``models/clock.py``)
-BATCH_SCALINGS = tuple(RULES)
 TRAIN_BACKGROUNDS = ("random", "eval", "auto")
 
 
@@ -166,8 +164,8 @@ class NeRFDataModule(L.LightningDataModule):
         self.train_factor = 1
         self._stage_logged = False
         #: the run's batch rule and the reference position of its steps, shared with the model
-        rule = "auto" if batch_scaling == "auto" else resolve_rule(batch_scaling, lr_scaling, schedule_unit)
-        self.clock = TrainingClock(rule, batch_multiple, lr_warmup, overrides=(lr_scaling, schedule_unit))
+        overrides = (lr_scaling, schedule_unit)
+        self.clock = TrainingClock(batch_scaling, batch_multiple, lr_warmup, overrides=overrides)
         self.batch_scaling = batch_scaling
         #: what the model and the callbacks report to and read of this DataModule (the train app hands
         #: it to them); filled in at setup

@@ -153,11 +153,12 @@ class TrainingClock:
     DataModule (which makes it from ``data.*``), the model and, through them, every scheduled component.
 
     Args:
-        rule: the batch rule (:func:`resolve_rule`), or ``"auto"`` (module docstring): resolved by
-            :meth:`bind` from the world size, with ``overrides`` as :func:`resolve_rule`'s
-            ``(lr_scaling, schedule_unit)``.
+        rule: the batch rule, or its ``data.batch_scaling`` name (``"auto"`` included: module docstring,
+            resolved by :meth:`bind` from the world size).
         batch_multiple: every rank draws this many times its rule's batch (``data.batch_multiple``).
         lr_warmup: reference steps over which a scaled learning rate ramps up from the base rate.
+        overrides: ``(data.lr_scaling, data.schedule_unit)``, applied to a named rule as
+            :func:`resolve_rule` does.
 
     :meth:`bind` (the model, when fitting starts) fixes the world size; before it the clock counts
     optimizer steps with k = ``batch_multiple`` (``auto`` reads as ``per_device`` until then: the same
@@ -173,9 +174,9 @@ class TrainingClock:
     ) -> None:
         self.auto = rule == "auto"
         self._overrides = overrides
-        if self.auto:
-            rule = resolve_rule("per_device", *overrides)
-        self.rule = RULES[rule] if isinstance(rule, str) else rule
+        if isinstance(rule, str):
+            rule = self._named("per_device" if self.auto else rule)
+        self.rule = rule
         if not batch_multiple > 0:
             raise ValueError(f"data.batch_multiple must be > 0, got {batch_multiple!r}")
         if not lr_warmup >= 0:
@@ -194,19 +195,22 @@ class TrainingClock:
         """Fix the world size, the gradient accumulation and the run's length (reference steps)."""
         self.world_size = max(1, int(world_size))
         self.accumulate = max(1, int(accumulate))
-        if self.auto:
-            k = self.world_size * self.batch_multiple * self.accumulate  # under a per-device split
-            several = self.world_size > 1 and k <= AUTO_MAX_K + _EPS
-            self.rule = resolve_rule(AUTO_SEVERAL if several else "per_device", *self._overrides)
+        if self.auto:  # both candidates split per device, so k does not depend on which one
+            several = self.world_size > 1 and self.k <= AUTO_MAX_K + _EPS
+            self.rule = self._named(AUTO_SEVERAL if several else "per_device")
+            capped = self.world_size > 1 and not several
+            why = f"; above {AUTO_MAX_K:g} the schedules stay in steps" if capped else ""
             log.info(
-                "data.batch_scaling=auto -> %s (%d rank%s, a global batch of %g reference batches%s)",
-                self.rule.name, self.world_size, "" if self.world_size == 1 else "s", k,
-                f": above {AUTO_MAX_K:g} the schedules stay in steps" if self.world_size > 1 and not several
-                else "",
+                "data.batch_scaling=auto -> %s (world size %d, a global batch of %g reference batches%s)",
+                self.rule.name, self.world_size, self.k, why,
             )  # fmt: skip
         self.total = int(max_steps) if max_steps is not None and max_steps > 0 else None
         self.bound = True
         self._anchor = (0, 0.0)
+
+    def _named(self, name: str) -> BatchRule:
+        """The rule ``name`` with this clock's ``data.lr_scaling`` / ``data.schedule_unit`` overrides."""
+        return resolve_rule(name, *self._overrides)
 
     @property
     def unit(self) -> str:
@@ -283,7 +287,7 @@ class TrainingClock:
         several ranks) keeps the run counting rays where ``auto`` alone would count steps (one process):
         ``per_device_rays``, the same batch and learning rate as ``per_device`` there."""
         if self.auto and self.unit == "steps" and state.get("unit") == "rays":
-            self.rule = resolve_rule("per_device_rays", *self._overrides)
+            self.rule = self._named("per_device_rays")
         if self.unit == "rays":
             self._anchor = (int(state["step"]), float(state["position"]))
 
