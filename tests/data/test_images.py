@@ -114,6 +114,39 @@ def test_cache_hit_skips_decoding(tmp_path, monkeypatch):
         load_images(_frames(paths[1:2]), downscale=2, cache_dir=cache)
 
 
+def test_cached_headers_are_parsed_one_at_a_time(tmp_path, monkeypatch):
+    """numpy parses a .npy header with ast.literal_eval, which CPython 3.11 cannot run in two threads at
+    once (gh-106905: a random SystemError while loading the cache). A slow literal_eval counts how many
+    threads are inside it: never more than one, and the cached pixels still come back whole."""
+    import ast
+    import threading
+    import time
+
+    paths = [tmp_path / f"{i}.png" for i in range(8)]
+    for i, p in enumerate(paths):
+        write_image(p, 6, 4, seed=i)
+    cache = tmp_path / "cache"
+    first = load_images(_frames(paths), cache_dir=cache, num_workers=1)
+    inside, most, lock = [0], [0], threading.Lock()
+    real = ast.literal_eval
+
+    def slow_literal_eval(node_or_string):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.02)
+        try:
+            return real(node_or_string)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(ast, "literal_eval", slow_literal_eval)
+    again = load_images(_frames(paths), cache_dir=cache, num_workers=8)
+    assert most[0] == 1
+    assert torch.equal(first.pixels, again.pixels) and torch.equal(first.offsets, again.offsets)
+
+
 def test_cache_dir_default_from_env(tmp_path, monkeypatch):
     monkeypatch.setenv("NERF_LIGHTNING_CACHE", str(tmp_path / "envcache"))
     assert default_cache_dir() == tmp_path / "envcache"

@@ -21,6 +21,7 @@ import hashlib
 import io
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -140,6 +141,18 @@ def _cache_path(cache_dir: Path, digest: str, downscale: int) -> Path:
     return cache_dir / f"{digest}_x{downscale}_v{CACHE_VERSION}.npy"
 
 
+#: numpy parses a .npy header with ``ast.literal_eval``, and building an AST is not thread-safe in CPython
+#: 3.11 (gh-106905: concurrent parses fail with "SystemError: AST constructor recursion depth mismatch"), so
+#: the loading threads map the cache entries one at a time and copy their pixels in parallel.
+_NPY_HEADER_LOCK = threading.Lock()
+
+
+def _read_cached(path: Path) -> np.ndarray:
+    with _NPY_HEADER_LOCK:
+        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+    return np.array(mapped)
+
+
 def _write_atomic(path: Path, arr: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
@@ -163,7 +176,7 @@ def _load_one(path: Path, downscale: int, cache_dir: Path | None) -> np.ndarray:
         cached = _cache_path(cache_dir, digest, downscale)
         if cached.is_file():
             try:
-                arr = np.load(cached, allow_pickle=False)
+                arr = _read_cached(cached)
                 if arr.dtype == np.uint8 and arr.ndim == 3 and arr.shape[2] in (3, 4):
                     return arr
             except (OSError, ValueError):
