@@ -207,3 +207,19 @@ def test_a_run_in_rays_resumed_on_one_gpu_continues_at_its_position() -> None:
     steps = _bound("per_device", world=1, max_steps=20000)  # a rule in steps stays in steps
     steps.load_state_dict(state)
     assert steps.position(6000) == 6000 and steps.trivial and steps.optimizer_steps() is None
+
+
+def test_power_betas_forget_per_ray_as_the_reference_steps_do() -> None:
+    """``data.beta_scaling=power`` at k = 4: Adam's moments decay per step by what 4 reference steps
+    decay them (0.9^4 = 0.6561, 0.99^4 = 0.96059601); ``none`` and k = 1 leave the configured betas."""
+    power = (None, None, "power")
+    clock = _bound("linear_lr", world=4, overrides=power)
+    assert clock.betas((0.9, 0.99)) == pytest.approx((0.6561, 0.96059601), abs=1e-12)
+    assert clock.summary()["batch/beta_scaling"] == "power"
+    assert _bound("linear_lr", world=4).betas((0.9, 0.99)) == (0.9, 0.99)
+    assert _bound("per_device_rays", multiple=2, overrides=power).betas((0.5,)) == (0.25,)
+    one = _bound("per_device", overrides=power)
+    assert one.betas((0.9, 0.99)) == (0.9, 0.99) and one.trivial
+    assert not _bound("per_device", world=2, overrides=power).trivial  # steps, lr x 1, betas^2
+    with pytest.raises(ValueError, match="data.beta_scaling"):
+        resolve_rule("linear_lr", beta_scaling="cube")

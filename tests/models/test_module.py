@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import functools
 
+import pytest
 import torch
 
 from nerf_lightning.models.field import NGPField
@@ -127,3 +128,27 @@ def test_mlp_weight_decay_pulls_only_the_mlp_matrices() -> None:
             assert torch.equal(moved, torch.zeros_like(moved)), name
     module.hparams.mlp_weight_decay = 0.0
     assert len(module.parameter_groups()) == 1
+
+
+def test_power_betas_reach_the_optimizer_and_survive_a_restored_state() -> None:
+    """Under ``data.beta_scaling=power`` with a global batch of 4 reference batches the optimizer runs
+    with 0.9^4 / 0.99^4, also after loading an optimizer state saved with the configured betas (a
+    checkpoint of one GPU): the state brings its own betas back, and the start of training rescales."""
+    import types
+
+    from nerf_lightning.models.clock import TrainingClock
+
+    clock = TrainingClock("linear_lr", 4, overrides=(None, None, "power"))
+    clock.bind(1, max_steps=100)
+    module = _tiny_module(0)
+    module.clock = clock
+    module.optimizer_factory = functools.partial(torch.optim.Adam, lr=1e-2, betas=(0.9, 0.99))
+    optimizer = module.configure_optimizers()["optimizer"]
+    expected = pytest.approx((0.6561, 0.96059601), abs=1e-12)
+    assert [g["betas"] for g in optimizer.param_groups] == [expected]
+    saved = torch.optim.Adam(module.parameters(), lr=1e-2, betas=(0.9, 0.99)).state_dict()
+    optimizer.load_state_dict(saved)
+    assert optimizer.param_groups[0]["betas"] == (0.9, 0.99)
+    module._trainer = types.SimpleNamespace(optimizers=[optimizer])
+    module.on_train_start()
+    assert [g["betas"] for g in optimizer.param_groups] == [expected]

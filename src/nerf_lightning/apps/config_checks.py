@@ -26,7 +26,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nerf_lightning.callbacks.grad_exchange import EXCHANGES
 from nerf_lightning.errors import UserError
-from nerf_lightning.models.clock import CHOICES, LR_SCALINGS, UNITS
+from nerf_lightning.models.clock import BETA_SCALINGS, CHOICES, LR_SCALINGS, UNITS
 
 __all__ = ["EVAL", "EXPORT", "RENDER", "TRAIN", "VIEW", "Rule", "check_config"]
 
@@ -127,6 +127,7 @@ DATA: tuple[Rule, ...] = (
     _num_rule("data.batch_multiple", above=0, note="k x each rank's batch"),
     Rule("data.schedule_unit", "choice", choices=UNITS, null=True, note="null: the rule's"),
     Rule("data.lr_scaling", "choice", choices=LR_SCALINGS, null=True, note="null: the rule's"),
+    Rule("data.beta_scaling", "choice", choices=BETA_SCALINGS, null=True, note="null: the rule's"),
     _num_rule("data.lr_warmup", low=0, note="reference steps"),
 )
 

@@ -78,6 +78,7 @@ FAR_CONE = {**DEFAULT, "cone_512": ("model.renderer.large_scene_cone_angle=0.001
 #: this project's recipe before it followed the images: a Blender-layout capture got the render recipe
 RENDER_RECIPE = ("--", "data.pixel_jitter=false", "data.train_background=eval")
 POSES = ("model.camera_opt.enabled=true",)
+POWER_BETAS = "data.beta_scaling=power"
 EXPOSURE = ("model.appearance.enabled=true",)
 VIEWS = {**DEFAULT, "poses": POSES, "exposure": EXPOSURE, "both": (*POSES, *EXPOSURE)}
 VIEW_SEEDS = {"fox": SEEDS, "fruit": (42, 5, 6)}
@@ -127,10 +128,12 @@ _VAL_EVERY = 1000
 _VAL_S = {"lego": 1.5, "fox": 2.5}  # one validation in a lane
 
 
-def rule_run(scene: str, k: int, rule: str, *overrides: str, seed: int = 1, steps: int | None = None) -> Job:
+def rule_run(
+    scene: str, k: int, rule: str, *overrides: str, seed: int = 1, steps: int | None = None, tag: str = ""
+) -> Job:
     """B: one GPU drawing k x the batch under ``rule`` (``data.batch_multiple=k``): trainer.max_steps
     reference steps (k x fewer optimizer steps under the rules in rays; ``steps``, default
-    ``RULE_STEPS[scene]``), validated every 1000 of them."""
+    ``RULE_STEPS[scene]``), validated every 1000 of them; ``tag`` ends the job's name."""
     from nerf_lightning.bench.batch_rule import TARGETS
     from nerf_lightning.models.clock import resolve_rule
 
@@ -141,7 +144,7 @@ def rule_run(scene: str, k: int, rule: str, *overrides: str, seed: int = 1, step
     expected, timeout = jobs_cost(scene, steps * (k if in_steps else 1))
     expected += steps / _VAL_EVERY * _VAL_S[scene]
     return train(
-        f"{scene}_k{k}_{rule}", scene, f"data.batch_multiple={k}", f"data.batch_scaling={rule}",
+        f"{scene}_k{k}_{rule}{tag}", scene, f"data.batch_multiple={k}", f"data.batch_scaling={rule}",
         f"data.steps_per_epoch={_VAL_EVERY}", "trainer.check_val_every_n_epoch=1",
         "model.save_val_images=false", *overrides,
         steps=steps, seed=seed, read=readers.val_curve(scene, TARGETS[scene]), expected_s=expected,
@@ -364,12 +367,29 @@ add("batch-rule-lego-lr", "B, the rest on lego: the learning rate unchanged and 
 add("batch-rule-fox-lr", "B, the rest on fox: lr x 2 at 2x the batch, and the learning rate unchanged at 4x "
     "(schedules in rays: is sqrt_lr's collapse at 4x the learning rate?)",
     *in_lanes([rule_run("fox", 2, "linear_lr"), rule_run("fox", 4, "per_device_rays")]), data=("fox",))
+#: why fox collapses at 4x the batch under the rules in rays: 4x in steps, and in rays without CUDA graphs
+FOX_4X = (rule_run("fox", 4, "per_device", steps=3000),
+          rule_run("fox", 4, "per_device_rays", "model.cuda_graph=false", "data.cuda_graph=false",
+                   steps=3000))
 add("batch-rule-fox-4x", "why fox collapses at 4x the batch under the rules in rays (12 dB from the first "
     "validation on): 3000 reference steps at 4x in steps (per_device), per_device_rays without CUDA graphs",
-    *in_lanes([rule_run("fox", 4, "per_device", steps=3000),
-               rule_run("fox", 4, "per_device_rays", "model.cuda_graph=false", "data.cuda_graph=false",
-                        steps=3000)]),
-    data=("fox",))
+    *in_lanes(FOX_4X), data=("fox",))
+_GRID = "model.renderer.occupancy"
+add("batch-rule-fox-4x-grid", "fox at 4x under per_device_rays (3000 reference steps): the occupancy grid's "
+    "warm-up, and its warm-up and cadence, at one GPU's optimizer steps (x4 in reference steps); and "
+    "linear_lr at 4x",
+    *in_lanes([rule_run("fox", 4, "per_device_rays", f"{_GRID}.warmup_steps=1024", steps=3000, tag="_warmup"),
+               rule_run("fox", 4, "per_device_rays", f"{_GRID}.warmup_steps=1024", f"{_GRID}.update_every=64",
+                        steps=3000, tag="_grid"),
+               rule_run("fox", 4, "linear_lr", steps=3000)]), data=("fox",))
+add("batch-rule-betas", "B with Adam's betas to the k-th power (data.beta_scaling=power): lego at 1x, at 2x "
+    "and 4x under linear_lr and at 4x under sqrt_lr; fox at 4x under linear_lr; with batch-rule-fox-4x's "
+    "runs in the same lanes (~7 min)",
+    *in_lanes([rule_run("lego", 1, "per_device"),
+               *[rule_run(scene, k, rule, POWER_BETAS, tag="_betas")
+                 for scene, k, rule in (("lego", 4, "linear_lr"), ("lego", 4, "sqrt_lr"),
+                                        ("lego", 2, "linear_lr"), ("fox", 4, "linear_lr"))],
+               *FOX_4X]), data=("lego", "fox"))
 add("batch-rule-lego-steps", "B in steps on lego: 2x the batch with the schedules and the run in optimizer "
     "steps (the old per_device default on 2 GPUs; 2x the GPU time of the others), lr x 1 and x sqrt(2)",
     *in_lanes([rule_run("lego", 2, "per_device"),

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "AUTO_MAX_K", "AUTO_SEVERAL", "CHOICES", "RULES", "BatchRule", "Tick", "TrainingClock", "resolve_rule",
+    "AUTO_MAX_K", "AUTO_SEVERAL", "BETA_SCALINGS", "CHOICES", "RULES", "BatchRule", "Tick", "TrainingClock",
+    "resolve_rule",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 SPLITS = ("per_device", "global", "throughput")
 LR_SCALINGS = ("none", "sqrt", "linear")
 UNITS = ("steps", "rays")
+BETA_SCALINGS = ("none", "power")
 _EPS = 1e-9  # positions are sums of float multiples of k; crossing tests allow this much rounding
 
 
@@ -67,12 +69,14 @@ class BatchRule:
         split: ``per_device`` | ``global`` | ``throughput`` (how a rank's batch follows the world size).
         lr_scaling: ``none`` | ``sqrt`` | ``linear`` (the learning rate's factor of the global batch k).
         unit: ``steps`` | ``rays`` (what a reference step of the schedules is).
+        beta_scaling: ``none`` | ``power`` (Adam's betas at global batch k: as configured, or ``beta^k``).
     """
 
     name: str
     split: str
     lr_scaling: str
     unit: str
+    beta_scaling: str = "none"
 
     def rank_scale(self, world_size: int) -> float:
         """A rank's batch (ray slots and sample budget) as a multiple of the configured one."""
@@ -85,6 +89,10 @@ class BatchRule:
     def lr_factor(self, k: float) -> float:
         """The learning rate's factor at global batch ``k`` (after the warm-up)."""
         return {"none": 1.0, "sqrt": math.sqrt(k), "linear": float(k)}[self.lr_scaling]
+
+    def betas(self, betas: tuple[float, ...], k: float) -> tuple[float, ...]:
+        """Adam's ``betas`` at global batch ``k``."""
+        return tuple(b**k for b in betas) if self.beta_scaling == "power" else tuple(betas)
 
 
 RULES: dict[str, BatchRule] = {
@@ -107,21 +115,31 @@ AUTO_MAX_K = 2.0
 CHOICES = ("auto", *RULES)
 
 
-def resolve_rule(name: str, lr_scaling: str | None = None, schedule_unit: str | None = None) -> BatchRule:
-    """The rule ``data.batch_scaling=name``, with ``data.lr_scaling`` / ``data.schedule_unit`` overriding
-    its learning-rate factor and schedule unit when given (for measurements across the grid)."""
+def resolve_rule(
+    name: str,
+    lr_scaling: str | None = None,
+    schedule_unit: str | None = None,
+    beta_scaling: str | None = None,
+) -> BatchRule:
+    """The rule ``data.batch_scaling=name``, with ``data.lr_scaling`` / ``data.schedule_unit`` /
+    ``data.beta_scaling`` overriding its learning-rate factor, schedule unit and Adam betas when given (for
+    measurements across the grid)."""
     if name not in RULES:
         raise ValueError(f"data.batch_scaling must be one of {tuple(RULES)}, got {name!r}")
     if lr_scaling is not None and lr_scaling not in LR_SCALINGS:
         raise ValueError(f"data.lr_scaling must be null or one of {LR_SCALINGS}, got {lr_scaling!r}")
     if schedule_unit is not None and schedule_unit not in UNITS:
         raise ValueError(f"data.schedule_unit must be null or one of {UNITS}, got {schedule_unit!r}")
+    if beta_scaling is not None and beta_scaling not in BETA_SCALINGS:
+        raise ValueError(f"data.beta_scaling must be null or one of {BETA_SCALINGS}, got {beta_scaling!r}")
     rule = RULES[name]
-    if lr_scaling is None and schedule_unit is None:
+    if lr_scaling is None and schedule_unit is None and beta_scaling is None:
         return rule
     lr = lr_scaling or rule.lr_scaling
     unit = schedule_unit or rule.unit
-    return BatchRule(f"{name}[lr={lr},unit={unit}]", rule.split, lr, unit)
+    betas = beta_scaling or rule.beta_scaling
+    suffix = "" if betas == "none" else f",betas={betas}"
+    return BatchRule(f"{name}[lr={lr},unit={unit}{suffix}]", rule.split, lr, unit, betas)
 
 
 @dataclass(frozen=True)
@@ -157,8 +175,8 @@ class TrainingClock:
             resolved by :meth:`bind` from the world size).
         batch_multiple: every rank draws this many times its rule's batch (``data.batch_multiple``).
         lr_warmup: reference steps over which a scaled learning rate ramps up from the base rate.
-        overrides: ``(data.lr_scaling, data.schedule_unit)``, applied to a named rule as
-            :func:`resolve_rule` does.
+        overrides: ``(data.lr_scaling, data.schedule_unit, data.beta_scaling)``, applied to a named rule
+            as :func:`resolve_rule` does.
 
     :meth:`bind` (the model, when fitting starts) fixes the world size; before it the clock counts
     optimizer steps with k = ``batch_multiple`` (``auto`` reads as ``per_device`` until then: the same
@@ -170,7 +188,7 @@ class TrainingClock:
         rule: BatchRule | str = "per_device",
         batch_multiple: float = 1.0,
         lr_warmup: float = 256,
-        overrides: tuple[str | None, str | None] = (None, None),
+        overrides: tuple[str | None, ...] = (),
     ) -> None:
         self.auto = rule == "auto"
         self._overrides = overrides
@@ -235,7 +253,12 @@ class TrainingClock:
     def trivial(self) -> bool:
         """Whether the clock changes nothing: positions are optimizer steps and the learning rate keeps
         its factor 1 (every rule on one process with the configured batch)."""
-        return self.rate == 1.0 and self.rule.lr_factor(self.k) == 1.0 and not self.shifted
+        return (
+            self.rate == 1.0
+            and self.rule.lr_factor(self.k) == 1.0
+            and (self.rule.beta_scaling == "none" or self.k == 1.0)
+            and not self.shifted
+        )
 
     @property
     def shifted(self) -> bool:
@@ -264,6 +287,10 @@ class TrainingClock:
         if target == 1.0 or self.lr_warmup <= 0:
             return target
         return 1.0 + (target - 1.0) * min(1.0, max(0.0, position) / self.lr_warmup)
+
+    def betas(self, betas: tuple[float, ...]) -> tuple[float, ...]:
+        """Adam's configured ``betas`` under the rule at this clock's global batch."""
+        return self.rule.betas(betas, self.k)
 
     def steps_for(self, reference_steps: int) -> int:
         """Optimizer steps that cover ``reference_steps`` (at least one)."""
@@ -299,6 +326,7 @@ class TrainingClock:
             "batch/lr_scaling": self.rule.lr_scaling,
             "batch/lr_factor": self.rule.lr_factor(self.k),
             "batch/unit": self.unit,
+            "batch/beta_scaling": self.rule.beta_scaling,
         }
 
     def __repr__(self) -> str:

@@ -482,6 +482,8 @@ class NeRFModule(L.LightningModule):
             total = max_steps if max_steps and max_steps > 0 else 10_000
         groups = self.parameter_groups(total)
         optimizer = self.optimizer_factory(params=groups)
+        self._configured_betas = [g.get("betas") for g in optimizer.param_groups]
+        self._scale_betas(optimizer)
         # the per-view groups come last; those with a schedule of their own replace the main factor
         first = len(groups) - len(self.view_components)
         factors = [c.parameter_group(total).lr_lambda for c in self.view_components]
@@ -497,6 +499,20 @@ class NeRFModule(L.LightningModule):
         if scheduler is None:
             return {"optimizer": optimizer}
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        # A restored optimizer state brings back the betas it was saved with (another world size's).
+        for optimizer in self.trainer.optimizers:
+            self._scale_betas(optimizer)
+
+    def _scale_betas(self, optimizer: torch.optim.Optimizer) -> None:
+        """Adam's betas under the batch rule (``data.beta_scaling``), from the configured ones."""
+        configured = getattr(self, "_configured_betas", None)
+        if self.clock.rule.beta_scaling == "none" or configured is None:
+            return
+        for group, betas in zip(optimizer.param_groups, configured, strict=False):
+            if betas is not None:
+                group["betas"] = self.clock.betas(tuple(betas))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["training_clock"] = self.clock.state_dict(self.global_step)
