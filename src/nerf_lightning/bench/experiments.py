@@ -375,12 +375,14 @@ add("batch-rule-fox-4x", "why fox collapses at 4x the batch under the rules in r
     "validation on): 3000 reference steps at 4x in steps (per_device), per_device_rays without CUDA graphs",
     *in_lanes(FOX_4X), data=("fox",))
 _GRID = "model.renderer.occupancy"
-add("batch-rule-fox-4x-grid", "fox at 4x under per_device_rays (3000 reference steps): the occupancy grid's "
-    "warm-up, and its warm-up and cadence, at one GPU's optimizer steps (x4 in reference steps); and "
-    "linear_lr at 4x",
+add("batch-rule-fox-4x-grid", "fox at 4x under per_device_rays (3000 reference steps) with one schedule at "
+    "one GPU's optimizer steps: the occupancy grid's warm-up, its warm-up and cadence, the ray-count "
+    "controller's momentum (0.5 a step: 0.5^(1/4) per reference step); and linear_lr at 4x",
     *in_lanes([rule_run("fox", 4, "per_device_rays", f"{_GRID}.warmup_steps=1024", steps=3000, tag="_warmup"),
                rule_run("fox", 4, "per_device_rays", f"{_GRID}.warmup_steps=1024", f"{_GRID}.update_every=64",
                         steps=3000, tag="_grid"),
+               rule_run("fox", 4, "per_device_rays", "+model.step.adapt_momentum=0.8409", steps=3000,
+                        tag="_momentum"),
                rule_run("fox", 4, "linear_lr", steps=3000)]), data=("fox",))
 add("batch-rule-betas", "B with Adam's betas to the k-th power (data.beta_scaling=power): lego at 1x, at 2x "
     "and 4x under linear_lr and at 4x under sqrt_lr; fox at 4x under linear_lr; with batch-rule-fox-4x's "
