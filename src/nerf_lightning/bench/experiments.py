@@ -386,7 +386,7 @@ add("batch-rule-fox-4x-grid", "fox at 4x under per_device_rays (3000 reference s
                rule_run("fox", 4, "linear_lr", steps=3000)]), data=("fox",))
 add("batch-rule-betas", "B with Adam's betas to the k-th power (data.beta_scaling=power): lego at 1x, at 2x "
     "and 4x under linear_lr and at 4x under sqrt_lr; fox at 4x under linear_lr; with batch-rule-fox-4x's "
-    "runs in the same lanes (~7 min)",
+    "runs in the same lanes (~6 min)",
     *in_lanes([rule_run("lego", 1, "per_device"),
                *[rule_run(scene, k, rule, POWER_BETAS, tag="_betas")
                  for scene, k, rule in (("lego", 4, "linear_lr"), ("lego", 4, "sqrt_lr"),

@@ -251,8 +251,8 @@ class TrainingClock:
 
     @property
     def trivial(self) -> bool:
-        """Whether the clock changes nothing: positions are optimizer steps and the learning rate keeps
-        its factor 1 (every rule on one process with the configured batch)."""
+        """Whether the clock changes nothing: positions are optimizer steps, the learning rate keeps its
+        factor 1 and Adam its configured betas (every rule on one process with the configured batch)."""
         return (
             self.rate == 1.0
             and self.rule.lr_factor(self.k) == 1.0

@@ -158,6 +158,8 @@ class NeRFModule(L.LightningModule):
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.clock = clock if clock is not None else TrainingClock()
+        #: each optimizer group's configured Adam betas (set by configure_optimizers), which the clock scales
+        self._configured_betas: list[Any] | None = None
         self.feedback = feedback if feedback is not None else TrainingFeedback(self.clock)
         self.val_metrics = ViewMetrics(lpips=lpips)
         self.test_metrics = ViewMetrics(lpips=lpips)
@@ -507,10 +509,9 @@ class NeRFModule(L.LightningModule):
 
     def _scale_betas(self, optimizer: torch.optim.Optimizer) -> None:
         """Adam's betas under the batch rule (``data.beta_scaling``), from the configured ones."""
-        configured = getattr(self, "_configured_betas", None)
-        if self.clock.rule.beta_scaling == "none" or configured is None:
+        if self.clock.rule.beta_scaling == "none" or self._configured_betas is None:
             return
-        for group, betas in zip(optimizer.param_groups, configured, strict=False):
+        for group, betas in zip(optimizer.param_groups, self._configured_betas, strict=False):
             if betas is not None:
                 group["betas"] = self.clock.betas(tuple(betas))
 
