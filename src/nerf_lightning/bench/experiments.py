@@ -78,7 +78,7 @@ FAR_CONE = {**DEFAULT, "cone_512": ("model.renderer.large_scene_cone_angle=0.001
 #: this project's recipe before it followed the images: a Blender-layout capture got the render recipe
 RENDER_RECIPE = ("--", "data.pixel_jitter=false", "data.train_background=eval")
 POSES = ("model.camera_opt.enabled=true",)
-POWER_BETAS = "data.beta_scaling=power"
+POWER_BETAS = ("data.beta_scaling=power",)
 EXPOSURE = ("model.appearance.enabled=true",)
 VIEWS = {**DEFAULT, "poses": POSES, "exposure": EXPOSURE, "both": (*POSES, *EXPOSURE)}
 VIEW_SEEDS = {"fox": SEEDS, "fruit": (42, 5, 6)}
@@ -388,7 +388,7 @@ add("batch-rule-betas", "B with Adam's betas to the k-th power (data.beta_scalin
     "and 4x under linear_lr and at 4x under sqrt_lr; fox at 4x under linear_lr; with batch-rule-fox-4x's "
     "runs in the same lanes (~6 min)",
     *in_lanes([rule_run("lego", 1, "per_device"),
-               *[rule_run(scene, k, rule, POWER_BETAS, tag="_betas")
+               *[rule_run(scene, k, rule, *POWER_BETAS, tag="_betas")
                  for scene, k, rule in (("lego", 4, "linear_lr"), ("lego", 4, "sqrt_lr"),
                                         ("lego", 2, "linear_lr"), ("fox", 4, "linear_lr"))],
                *FOX_4X]), data=("lego", "fox"))
