@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import lzma
+import os
 import subprocess
 import sys
 import tarfile
@@ -149,8 +150,9 @@ def test_blender_layout_runs_both_programs_on_the_split_files(capture: Path, tmp
     assert plan.split.root == tmp_path / "out" / "ngp" / "split" and plan.ngp_work == tmp_path / "out" / "ngp"
     ngp_row = {"tag": "t", "seconds_target": 60, "psnr_black": 20}
     plan.ngp_work.joinpath("ngp.jsonl").write_text(json.dumps(ngp_row))
-    (plan.work / "ours").mkdir(parents=True)
-    (plan.work / "ours" / "curve.json").write_text(json.dumps({"points": [{"checkpoint_s": 60, "psnr": 25}]}))
+    out = peers.ours_out(plan, None, [60])
+    out.mkdir(parents=True)
+    (out / "curve.json").write_text(json.dumps({"points": [{"checkpoint_s": 60, "psnr": 25}]}))
     rows = peers.results(plan.work, plan.ngp_work)
     assert [(r["program"], r["psnr_ngp"], r["psnr"]) for r in rows] == [
         ("instant-ngp", 20, None), ("nerf_lightning", None, 25)
@@ -225,7 +227,7 @@ def test_ngp_env_puts_the_toolkit_first_and_drops_pip_cuda(tmp_path: Path) -> No
 
 def test_table_puts_both_programs_and_both_metrics_side_by_side(tmp_path: Path) -> None:
     work = tmp_path / "fox"
-    (work / "ours").mkdir(parents=True)
+    (work / "ours" / "60s").mkdir(parents=True)
     ngp_row = {
         "tag": "fox_60s", "seconds_target": 60.0, "train_s": 60.0, "steps": 8400, "steps_per_s": 140.0,
         "psnr_srgb_white": 21.40, "psnr_black": 21.41,
@@ -240,7 +242,7 @@ def test_table_puts_both_programs_and_both_metrics_side_by_side(tmp_path: Path) 
         "per_view": {"view": [0, 1], "image": ["0001.jpg", "0012.jpg"], "psnr": [27.0, 31.7],
                      "psnr_ngp": [26.9, 31.7]},
     }  # fmt: skip
-    (work / "ours" / "curve.json").write_text(json.dumps({"points": [point]}))
+    (work / "ours" / "60s" / "curve.json").write_text(json.dumps({"points": [point]}))
     rows = peers.results(work)
     assert [r["program"] for r in rows] == ["instant-ngp", "nerf_lightning"]
     assert rows[0]["psnr"] == 21.40  # the last line of a tag wins
@@ -269,20 +271,47 @@ def test_the_suite_reads_the_rows_of_its_own_call(
         plan = peers.make_plan(capture, out)
     earlier = {"tag": "ngp_60s", "seconds_target": 60.0, "psnr_srgb_white": 21.4, "psnr_black": 21.41}
     plan.ngp_work.joinpath("ngp.jsonl").write_text(json.dumps(earlier) + "\n")
-    (plan.work / "ours").mkdir(parents=True)
-    points = [{"checkpoint_s": t, "psnr": 29.0 + t / 60, "psnr_ngp": 28.9 + t / 60, "steps": 100 * t,
-               "per_view": {"image": ["0000.png", "0009.png"], "psnr": [28.0, 30.0]}} for t in (15.0, 60.0)]
-    (plan.work / "ours" / "curve.json").write_text(json.dumps({"points": points}))
+    views = {"image": ["0000.png", "0009.png"], "psnr": [28.0, 30.0]}
+    points = {t: {"checkpoint_s": t, "psnr": 29.0 + t / 60, "psnr_ngp": 28.9 + t / 60, "steps": 100 * t,
+                  "per_view": views} for t in (15.0, 60.0)}
+    _write_curve(peers.ours_out(plan, None, [15]), points[15.0])  # an earlier call's point
     ran = []
-    monkeypatch.setattr(peers, "_run", lambda cmd, timeout_s, log, env=None: ran.append(cmd) or 0)
+
+    def run(cmd: list[str], timeout_s: float, log: Path, env=None) -> int:  # bench.curve's file, at --out
+        ran.append(cmd)
+        _write_curve(Path(cmd[cmd.index("--out") + 1]), points[60.0])
+        return 0
+
+    monkeypatch.setattr(peers, "_run", run)
     run_dir = tmp_path / "run"
     argv = ["--scene", str(capture), "--out", str(out), "--times", "60", "--programs", "ours",
             "--json", str(run_dir / "peers.json")]  # fmt: skip
     with pytest.warns(UserWarning):
         assert peers.main(argv) == 0
     assert len(ran) == 1 and "nerf_lightning.bench.curve" in ran[0]
-    assert "| 60 | instant-ngp |" in (plan.work / "peers.md").read_text()  # the table has both programs
+    table = (plan.work / "peers.md").read_text()
+    assert "| 60 | instant-ngp |" in table and "| 15 | nerf_lightning |" in table  # and the earlier call
     (row,) = readers.peers_json(run_dir, run_dir / "log")  # the call's rows: ours at 60 s only
     assert row["part"] == "@nerf_lightning_60s"
     assert (row["psnr"], row["psnr_ngp"], row["steps"]) == (30.0, 29.9, 6000)
     assert row["note"] == "nerf_lightning; worst view 0000 28.00 dB"
+
+
+def _write_curve(folder: Path, *points: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "curve.json").write_text(json.dumps({"points": list(points)}))
+
+
+def test_calls_at_other_times_add_rows_and_a_time_measured_again_shows_its_newest_run(tmp_path: Path) -> None:
+    work = tmp_path / "fox"
+    first = [{"checkpoint_s": 15.0, "psnr": 29.4}, {"checkpoint_s": 60.0, "psnr": 30.3}]
+    _write_curve(work / "ours" / "15_60s", *first)
+    _write_curve(work / "ours" / "300s", {"checkpoint_s": 300.0, "psnr": 29.9})
+    _write_curve(work / "ours-jitter" / "60s", {"checkpoint_s": 60.0, "psnr": 30.0})
+    _write_curve(work / "ours" / "60s", {"checkpoint_s": 60.0, "psnr": 30.1})  # written last: the newest
+    os.utime(work / "ours" / "15_60s" / "curve.json", ns=(1, 1))  # however the names sort
+    rows = peers.results(work)
+    assert [(r["program"], r["checkpoint_s"], r["psnr"]) for r in rows] == [
+        ("nerf_lightning", 15.0, 29.4), ("nerf_lightning", 60.0, 30.1), ("nerf_lightning", 300.0, 29.9),
+        ("nerf_lightning (jitter)", 60.0, 30.0),
+    ]

@@ -152,3 +152,27 @@ def test_power_betas_reach_the_optimizer_and_survive_a_restored_state() -> None:
     module._trainer = types.SimpleNamespace(optimizers=[optimizer])
     module.on_train_start()
     assert [g["betas"] for g in optimizer.param_groups] == [expected]
+
+
+@pytest.mark.parametrize(("grid_unit", "steps"), [(None, list(range(4, 33, 4))), ("steps", [16, 32])])
+def test_the_occupancy_grid_updates_on_its_own_unit(grid_unit: str | None, steps: list[int]) -> None:
+    """At 4 reference batches a step under ``per_device_rays`` the grid (update every 16) updates every
+    4 optimizer steps, or with ``data.grid_unit=steps`` every 16, as one GPU's run; each update is given
+    its position in the grid's unit (which its warm-up is compared with)."""
+    import types
+
+    from nerf_lightning.models.clock import TrainingClock
+
+    clock = TrainingClock("per_device_rays", 4, overrides=(None, None, None, grid_unit))
+    clock.bind(1, max_steps=1000)
+    module = _tiny_module(0)
+    module.clock = clock
+    assert module.occupancy.update_every == 16
+    updates: list[tuple[int, float]] = []
+    trainer = types.SimpleNamespace(accumulate_grad_batches=1, world_size=1, global_step=0, strategy=None)
+    module._trainer = trainer
+    module.occupancy.update = lambda step, density_fn: updates.append((trainer.global_step, step))
+    for step in range(1, 33):
+        trainer.global_step = step
+        module.on_train_batch_end(None, None, step - 1)
+    assert updates == [(s, float(s) if grid_unit == "steps" else 4.0 * s) for s in steps]

@@ -110,8 +110,11 @@ def test_captured_in_a_cuda_graph_it_replays_the_eager_results(dtype) -> None:
     replayed = run(graphed)
     torch.cuda.synchronize()
     assert torch.equal(replayed[0], eager[0]) and torch.equal(replayed[1], eager[1])
-    for c, e in zip(replayed[2:], eager[2:], strict=True):  # block partial sums meet in atomics
-        torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-4)
+    # The weight gradients are sums over 2^18 points whose block partial sums meet in float32 atomics,
+    # in a different order in every run: an entry that cancels to near zero differs by more than an
+    # element-wise rtol allows, so the error is measured against the gradient's largest entry.
+    for c, e in zip(replayed[2:], eager[2:], strict=True):
+        assert (c - e).abs().max() <= 1e-4 * e.abs().max(), ((c - e).abs().max(), e.abs().max())
 
 
 def test_empty_batch_and_unsupported_shapes() -> None:

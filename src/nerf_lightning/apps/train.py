@@ -120,6 +120,30 @@ def validate_trained(trainer: L.Trainer, model: L.LightningModule, datamodule: A
         return trainer.validate(model, datamodule=datamodule, verbose=False)
 
 
+def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, dict[str, Any]]:
+    """``cfg.model`` for the capture ``datamodule`` has set up, and the keyword arguments a checkpoint
+    must store to rebuild it (eval, render and export build the same shapes from them).
+
+    What the model takes from the capture: its box, and for the learned per-view poses / exposures the
+    training views and their given poses (not stored: the state dict holds what the model keeps of
+    them); the batch rule's clock (the DataModule makes it from ``data.*``, the model follows it); the
+    feedback (where the step's per-ray losses and this rank's work share go).
+    """
+    model_kwargs = {
+        "aabb_scale": datamodule.aabb_scale,
+        "n_train_views": datamodule.n_train_views,
+        "photograph": datamodule.is_photograph,
+    }
+    model: L.LightningModule = hydra.utils.instantiate(
+        cfg.model,
+        **model_kwargs,
+        train_poses=datamodule.train_poses,
+        clock=datamodule.clock,
+        feedback=datamodule.feedback,
+    )
+    return model, model_kwargs
+
+
 def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> dict[str, float]:
     """Run one training job described by ``cfg``; returns the final metrics (also in metrics.json).
 
@@ -147,23 +171,7 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         datamodule.setup("fit")
     except ValueError as err:  # data.* values the loaders reject (CaptureError is a UserError already)
         raise (err if isinstance(err, UserError) else UserError(f"data: {err}")) from err
-    # What the model takes from the capture: its box, and for the learned per-view poses / exposures
-    # the training views (stored in checkpoints, so eval/render rebuild the same shapes) and their
-    # given poses (not stored: the state dict holds what the model keeps of them).
-    model_kwargs = {
-        "aabb_scale": datamodule.aabb_scale,
-        "n_train_views": datamodule.n_train_views,
-        "photograph": datamodule.is_photograph,
-    }
-    # the batch rule's clock: the DataModule makes it from data.*, the model follows it
-    # and the feedback: where the step's per-ray losses and this rank's work share go, the training cameras
-    model: L.LightningModule = hydra.utils.instantiate(
-        cfg.model,
-        **model_kwargs,
-        train_poses=datamodule.train_poses,
-        clock=datamodule.clock,
-        feedback=datamodule.feedback,
-    )
+    model, model_kwargs = build_model(cfg, datamodule)
 
     # the callbacks that read the sampler or the capture take the same feedback at construction
     callbacks = instantiate_group(cfg.get("callbacks"), feedback=datamodule.feedback)

@@ -104,6 +104,7 @@ def run_variant(path: str, overrides: list[str], steps: int, seed: int, out_dir:
     import lightning as L
     import torch
 
+    from nerf_lightning.apps.train import build_model
     from nerf_lightning.run.config import compose_train_config
 
     cfg = compose_train_config(
@@ -113,7 +114,7 @@ def run_variant(path: str, overrides: list[str], steps: int, seed: int, out_dir:
     dm = hydra.utils.instantiate(cfg.data)
     dm.prepare_data()
     dm.setup("fit")
-    model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale, feedback=dm.feedback)
+    model, _ = build_model(cfg, dm)  # as the train app builds it: the capture's box, views, clock
     trainer = L.Trainer(
         accelerator=cfg.accelerator,
         devices=1,
@@ -140,6 +141,7 @@ def run_variant(path: str, overrides: list[str], steps: int, seed: int, out_dir:
         "train_psnr": train_psnr,
         "constant_psnr": constant_colour_psnr(dm),
         "views": int(result["views"].numel()),
+        "optimizer_steps": int(trainer.global_step),  # steps counts reference steps under a rule in rays
         "train_s": train_s,
     }
 

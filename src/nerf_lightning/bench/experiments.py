@@ -152,6 +152,12 @@ def rule_run(
     )  # fmt: skip
 
 
+def peer_points(scene: str, times: tuple[float, ...]) -> tuple[Job, ...]:
+    """:func:`~nerf_lightning.bench.jobs.peers` once per program and time point, named ``ours_60``,
+    ``ngp_300``, ...: a 300 s pair of runs fills most of one call, so ``--only`` picks the points."""
+    return tuple(peers(f"{p}_{t:g}", scene, p, (t,)) for p in ("ours", "ngp") for t in times)
+
+
 # Registrations below are laid out by hand (one experiment per statement); a formatter leaves them.
 # fmt: off
 # ------------------------------------------------------------------------------------------ checks
@@ -186,6 +192,10 @@ add("peers-fruit", "fruit beside instant-ngp at 15 and 60 s; its Blender-layout 
 add("peers-lego", "lego beside instant-ngp at 15 and 60 s, each alone on the GPU, on the same views "
     "(carry .peers)",
     peers("ngp", "lego", "ngp", (15, 60)), peers("ours", "lego", "ours", (15, 60)), data=("lego",))
+for _scene in ("lego", "fox", "fruit"):
+    add(f"peers-{_scene}-curve", f"{_scene} beside instant-ngp at 15, 60 and 300 s, one job per program and "
+        "point, each alone on the GPU (~17 min in all: pick points with --only; carry .peers)",
+        *peer_points(_scene, (15, 60, 300)), data=(_scene,))
 add("default-scene", "`make train` on a GPU: the generated default scene, 20k steps",
     train("default", "default", "logger=csv", "callbacks.progress_bar=null", quiet=False,
           expected_s=150, timeout_s=420))
@@ -374,16 +384,17 @@ FOX_4X = (rule_run("fox", 4, "per_device", steps=3000),
 add("batch-rule-fox-4x", "why fox collapses at 4x the batch under the rules in rays (12 dB from the first "
     "validation on): 3000 reference steps at 4x in steps (per_device), per_device_rays without CUDA graphs",
     *in_lanes(FOX_4X), data=("fox",))
-_GRID = "model.renderer.occupancy"
-add("batch-rule-fox-4x-grid", "fox at 4x under per_device_rays (3000 reference steps) with one schedule at "
-    "one GPU's optimizer steps: the occupancy grid's warm-up, its warm-up and cadence, the ray-count "
-    "controller's momentum (0.5 a step: 0.5^(1/4) per reference step); and linear_lr at 4x",
-    *in_lanes([rule_run("fox", 4, "per_device_rays", f"{_GRID}.warmup_steps=1024", steps=3000, tag="_warmup"),
-               rule_run("fox", 4, "per_device_rays", f"{_GRID}.warmup_steps=1024", f"{_GRID}.update_every=64",
-                        steps=3000, tag="_grid"),
-               rule_run("fox", 4, "per_device_rays", "+model.step.adapt_momentum=0.8409", steps=3000,
-                        tag="_momentum"),
-               rule_run("fox", 4, "linear_lr", steps=3000)]), data=("fox",))
+GRID_STEPS = ("data.grid_unit=steps",)
+add("batch-rule-grid", "the occupancy grid in optimizer steps under the rules in rays (data.grid_unit=steps: "
+    "the cause of fox's collapse at 4x on a CPU): fox k = 4 per_device_rays and linear_lr (3000 reference "
+    "steps), lego k = 2 and 4 linear_lr, with lego k = 1 and fox k = 4 linear_lr (grid in rays) in the "
+    "same lanes (~7 min)",
+    *in_lanes([rule_run("lego", 1, "per_device"),
+               rule_run("fox", 4, "per_device_rays", *GRID_STEPS, steps=3000, tag="_gsteps"),
+               rule_run("fox", 4, "linear_lr", steps=3000),
+               rule_run("fox", 4, "linear_lr", *GRID_STEPS, steps=3000, tag="_gsteps"),
+               rule_run("lego", 4, "linear_lr", *GRID_STEPS, tag="_gsteps"),
+               rule_run("lego", 2, "linear_lr", *GRID_STEPS, tag="_gsteps")]), data=("lego", "fox"))
 add("batch-rule-betas", "B with Adam's betas to the k-th power (data.beta_scaling=power): lego at 1x, at 2x "
     "and 4x under linear_lr and at 4x under sqrt_lr; fox at 4x under linear_lr; with batch-rule-fox-4x's "
     "runs in the same lanes (~6 min)",

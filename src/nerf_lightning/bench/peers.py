@@ -25,8 +25,11 @@ For one capture (``--scene``: ``lego``, ``fox``, ``fruit`` looked up under ``--d
    program the steps, steps/s, PSNR in sRGB over white (the project's headline metric) and instant-ngp's
    own (``psnr_black``; ``val/psnr_ngp`` for this project, ``models/metrics.py``), the worst view, and
    the per-view PSNRs of both programs side by side. Results of earlier calls in the same folder are
-   reused, so ``--programs ours --label before -- data.pixel_jitter=false`` adds a row to an existing
-   table without running instant-ngp again.
+   reused (instant-ngp's runs append to ``ngp.jsonl``; each call of this project writes
+   ``ours[-LABEL]/<times>s/curve.json``; a time point measured again shows its newest run), so
+   ``--programs ours --label before -- data.pixel_jitter=false`` adds a row to an existing table
+   without running instant-ngp again, and ``--times 15`` then ``--times 300`` in two calls (one
+   300 s run of each program fills most of a 10-minute machine slot) make one table.
 
 instant-ngp comes from the peers kit (``../shared/peers``) copied into the git-ignored ``.peers/`` of
 the repository root, carried to the GPU machine with the call: ``--ngp-root`` (default
@@ -72,8 +75,8 @@ PEERS_DIR = Path(".peers")
 #: per scene: the first guess of this project's steps/s (``bench.curve --rate``) and its own overrides
 SCENES: dict[str, dict[str, Any]] = {
     "lego": {"rate": 390.0, "overrides": ["experiment=blender"]},
-    "fox": {"rate": 250.0, "overrides": []},
-    "fruit": {"rate": 250.0, "overrides": []},
+    "fox": {"rate": 300.0, "overrides": []},
+    "fruit": {"rate": 270.0, "overrides": []},
 }
 DEFAULT_RATE = 250.0
 #: seconds a run may take beyond its training time (loading, JIT compile, evaluation) before it is killed
@@ -224,7 +227,14 @@ def kit_command(
 
 # ------------------------------------------------------------------------------------- nerf_lightning
 def ours_dir(plan: Plan, label: str | None) -> Path:
+    """This project's results of one variant (``--label``): one ``curve.json`` per call, in
+    :func:`ours_out`, so that calls at other time points add to the table instead of replacing it."""
     return plan.work / (f"ours-{label}" if label else "ours")
+
+
+def ours_out(plan: Plan, label: str | None, times: Sequence[float]) -> Path:
+    """Where one call's ``bench.curve`` writes: ``<ours_dir>/15_300s`` for ``--times 15,300``."""
+    return ours_dir(plan, label) / ("_".join(f"{t:g}" for t in times) + "s")
 
 
 def ours_command(
@@ -240,7 +250,7 @@ def ours_command(
     scene_overrides = SCENES.get(plan.scene, {}).get("overrides", [])
     return [
         python, "-m", "nerf_lightning.bench.curve", "--checkpoints", ",".join(f"{t:g}" for t in times),
-        "--rate", f"{rate:g}", "--tolerance", f"{tolerance:g}", "--out", str(ours_dir(plan, label)),
+        "--rate", f"{rate:g}", "--tolerance", f"{tolerance:g}", "--out", str(ours_out(plan, label, times)),
         "--label", label or "nerf_lightning", "--",
         *scene_overrides, f"data.path={plan.ours_path}", *plan.ours_overrides,
         "logger=csv", "callbacks.progress_bar=null", *overrides,
@@ -282,14 +292,20 @@ def results(work: Path, ngp_work: Path | None = None) -> list[dict[str, Any]]:
             }
             point = (r.get("seconds_target"), r.get("psnr_srgb_white"), r.get("psnr_black"))
             rows.append(_row(program, path, r, *point, views))
-    for curve in sorted(work.glob("ours*/curve.json")):
-        label = curve.parent.name[len("ours-") :] if curve.parent.name != "ours" else ""
-        for pt in json.loads(curve.read_text()).get("points", []):
+    for folder in sorted(p for p in work.glob("ours*") if p.is_dir()):
+        label = folder.name[len("ours-") :] if folder.name != "ours" else ""
+        program = f"nerf_lightning ({label})" if label else "nerf_lightning"
+        # every call's curve.json, oldest first: a time point measured again takes the newest run
+        curves = sorted(folder.glob("*/curve.json"), key=lambda c: c.stat().st_mtime_ns)
+        latest: dict[float, tuple[Path, dict[str, Any]]] = {}
+        for curve in curves:
+            for pt in json.loads(curve.read_text()).get("points", []):
+                latest[float(pt.get("checkpoint_s") or -1)] = (curve, pt)
+        for _, (curve, pt) in sorted(latest.items()):
             per_view = pt.get("per_view") or {}
             names = per_view.get("image") or [str(v) for v in per_view.get("view", [])]
             ngp = per_view.get("psnr_ngp") or [None] * len(names)
             views = {_stem(n): (a, b) for n, a, b in zip(names, per_view.get("psnr", []), ngp, strict=False)}
-            program = f"nerf_lightning ({label})" if label else "nerf_lightning"
             point = (pt.get("checkpoint_s"), pt.get("psnr"), pt.get("psnr_ngp"))
             rows.append(_row(program, curve, pt, *point, views))
     return rows
@@ -465,7 +481,7 @@ def _main(argv: list[str]) -> int:
     if "ours" in programs:
         rate = args.rate or SCENES.get(plan.scene, {}).get("rate", DEFAULT_RATE)
         cmd = ours_command(plan, times, rate, overrides, args.label)
-        written.append(ours_dir(plan, args.label) / "curve.json")
+        written.append(ours_out(plan, args.label, times) / "curve.json")
         if args.dry_run:
             print(f"[peers] {shlex.join(cmd)}")
         else:

@@ -90,9 +90,10 @@ class NeRFDataModule(L.LightningDataModule):
             ranks up to a global batch of 2 reference batches, else ``per_device``: ``models/clock.py``).
         batch_multiple: every rank draws this many times its rule's batch (ray slots and sample
             budget): one GPU with ``batch_multiple=N`` draws what N GPUs draw under ``per_device``.
-        schedule_unit / lr_scaling / beta_scaling: override the rule's schedule unit (``steps`` |
-            ``rays``), learning-rate factor (``none`` | ``sqrt`` | ``linear``) and Adam betas (``none`` |
-            ``power``: ``beta^k``); None keeps the rule's.
+        schedule_unit / lr_scaling / beta_scaling / grid_unit: override the rule's schedule unit
+            (``steps`` | ``rays``), learning-rate factor (``none`` | ``sqrt`` | ``linear``), Adam betas
+            (``none`` | ``power``: ``beta^k``) and the occupancy grid's unit (``steps`` | ``rays``);
+            None keeps the rule's.
         lr_warmup: reference steps over which a scaled learning rate ramps up from the base rate.
         cuda_graph: ``auto`` (on a GPU, draw each training batch by replaying a CUDA graph: one
             launch instead of ~40, the batch lands in the same buffers every step), ``true`` or
@@ -136,6 +137,7 @@ class NeRFDataModule(L.LightningDataModule):
         schedule_unit: str | None = None,
         lr_scaling: str | None = None,
         beta_scaling: str | None = None,
+        grid_unit: str | None = None,
         lr_warmup: float = 256,
         cuda_graph: bool | str = "auto",
         aabb_scale: int | None = None,
@@ -166,7 +168,7 @@ class NeRFDataModule(L.LightningDataModule):
         self.train_factor = 1
         self._stage_logged = False
         #: the run's batch rule and the reference position of its steps, shared with the model
-        overrides = (lr_scaling, schedule_unit, beta_scaling)
+        overrides = (lr_scaling, schedule_unit, beta_scaling, grid_unit)
         self.clock = TrainingClock(batch_scaling, batch_multiple, lr_warmup, overrides=overrides)
         self.batch_scaling = batch_scaling
         #: what the model and the callbacks report to and read of this DataModule (the train app hands

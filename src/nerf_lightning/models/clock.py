@@ -22,7 +22,9 @@ at most :data:`AUTO_MAX_K` reference batches, else ``per_device``. Predicted fro
 (docs/batch_rule.md), ``linear_lr`` reaches lego's 36.2 dB first at N = 2 (0.54x the 1-GPU time, against
 1.00x for ``per_device``) and also trains fox at k = 2; at k = 4 every rule in rays measured on fox
 (``sqrt_lr``, ``per_device_rays``) collapsed to 12 dB held out, so larger batches keep the schedules in
-steps until that is understood. One GPU trains exactly as under ``per_device``.
+steps. On a CPU the collapse is the occupancy grid's cadence: in rays it updates (and decays) k times as
+often per optimizer step; ``data.grid_unit=steps`` keeps it in optimizer steps under any rule
+(:meth:`TrainingClock.grid_tick`). One GPU trains exactly as under ``per_device``.
 
 (N ranks; ``data.batch_multiple=m`` multiplies every rank's batch and k by m, so one GPU with
 ``batch_multiple=N`` draws what N GPUs draw together; gradient accumulation multiplies k too.)
@@ -70,6 +72,9 @@ class BatchRule:
         lr_scaling: ``none`` | ``sqrt`` | ``linear`` (the learning rate's factor of the global batch k).
         unit: ``steps`` | ``rays`` (what a reference step of the schedules is).
         beta_scaling: ``none`` | ``power`` (Adam's betas at global batch k: as configured, or ``beta^k``).
+        grid_unit: ``steps`` | ``rays`` | None: what the occupancy grid's ``update_every`` and
+            ``warmup_steps`` count (None: ``unit``). Each update decays every cell's density, so in rays
+            at k reference batches a step the grid forgets k times faster per optimizer step.
     """
 
     name: str
@@ -77,6 +82,12 @@ class BatchRule:
     lr_scaling: str
     unit: str
     beta_scaling: str = "none"
+    grid_unit: str | None = None
+
+    @property
+    def grid(self) -> str:
+        """The unit of the occupancy grid's schedule."""
+        return self.grid_unit or self.unit
 
     def rank_scale(self, world_size: int) -> float:
         """A rank's batch (ray slots and sample budget) as a multiple of the configured one."""
@@ -120,10 +131,11 @@ def resolve_rule(
     lr_scaling: str | None = None,
     schedule_unit: str | None = None,
     beta_scaling: str | None = None,
+    grid_unit: str | None = None,
 ) -> BatchRule:
     """The rule ``data.batch_scaling=name``, with ``data.lr_scaling`` / ``data.schedule_unit`` /
-    ``data.beta_scaling`` overriding its learning-rate factor, schedule unit and Adam betas when given (for
-    measurements across the grid)."""
+    ``data.beta_scaling`` / ``data.grid_unit`` overriding its learning-rate factor, schedule unit, Adam
+    betas and the occupancy grid's unit when given (for measurements across the grid)."""
     if name not in RULES:
         raise ValueError(f"data.batch_scaling must be one of {tuple(RULES)}, got {name!r}")
     if lr_scaling is not None and lr_scaling not in LR_SCALINGS:
@@ -132,14 +144,18 @@ def resolve_rule(
         raise ValueError(f"data.schedule_unit must be null or one of {UNITS}, got {schedule_unit!r}")
     if beta_scaling is not None and beta_scaling not in BETA_SCALINGS:
         raise ValueError(f"data.beta_scaling must be null or one of {BETA_SCALINGS}, got {beta_scaling!r}")
+    if grid_unit is not None and grid_unit not in UNITS:
+        raise ValueError(f"data.grid_unit must be null or one of {UNITS}, got {grid_unit!r}")
     rule = RULES[name]
-    if lr_scaling is None and schedule_unit is None and beta_scaling is None:
+    if lr_scaling is None and schedule_unit is None and beta_scaling is None and grid_unit is None:
         return rule
     lr = lr_scaling or rule.lr_scaling
     unit = schedule_unit or rule.unit
     betas = beta_scaling or rule.beta_scaling
+    grid = grid_unit or rule.grid_unit
     suffix = "" if betas == "none" else f",betas={betas}"
-    return BatchRule(f"{name}[lr={lr},unit={unit}{suffix}]", rule.split, lr, unit, betas)
+    suffix += "" if grid in (None, unit) else f",grid={grid}"
+    return BatchRule(f"{name}[lr={lr},unit={unit}{suffix}]", rule.split, lr, unit, betas, grid)
 
 
 @dataclass(frozen=True)
@@ -175,7 +191,8 @@ class TrainingClock:
             resolved by :meth:`bind` from the world size).
         batch_multiple: every rank draws this many times its rule's batch (``data.batch_multiple``).
         lr_warmup: reference steps over which a scaled learning rate ramps up from the base rate.
-        overrides: ``(data.lr_scaling, data.schedule_unit, data.beta_scaling)``, applied to a named rule
+        overrides: ``(data.lr_scaling, data.schedule_unit, data.beta_scaling, data.grid_unit)``, applied to a
+            named rule
             as :func:`resolve_rule` does.
 
     :meth:`bind` (the model, when fitting starts) fixes the world size; before it the clock counts
@@ -227,7 +244,8 @@ class TrainingClock:
         self._anchor = (0, 0.0)
 
     def _named(self, name: str) -> BatchRule:
-        """The rule ``name`` with this clock's ``data.lr_scaling`` / ``data.schedule_unit`` overrides."""
+        """The rule ``name`` with this clock's ``data.*`` overrides (``lr_scaling``, ``schedule_unit``,
+        ``beta_scaling``, ``grid_unit``)."""
         return resolve_rule(name, *self._overrides)
 
     @property
@@ -252,11 +270,13 @@ class TrainingClock:
     @property
     def trivial(self) -> bool:
         """Whether the clock changes nothing: positions are optimizer steps, the learning rate keeps its
-        factor 1 and Adam its configured betas (every rule on one process with the configured batch)."""
+        factor 1, Adam its configured betas and the occupancy grid counts optimizer steps (every rule on
+        one process with the configured batch)."""
         return (
             self.rate == 1.0
             and self.rule.lr_factor(self.k) == 1.0
             and (self.rule.beta_scaling == "none" or self.k == 1.0)
+            and (self.rule.grid == self.unit or self.k == 1.0)
             and not self.shifted
         )
 
@@ -280,6 +300,16 @@ class TrainingClock:
         if self.unit == "steps":
             return Tick.of_step(step)
         return Tick(step, self.position(step - 1), self.position(step))
+
+    def grid_tick(self, step: int) -> Tick:
+        """:meth:`tick` in the occupancy grid's unit (``data.grid_unit``): optimizer steps, or reference
+        steps of rays seen (from the run's start under a rule in steps, which keeps no anchor)."""
+        grid = self.rule.grid
+        if grid == self.unit:
+            return self.tick(step)
+        if grid == "steps":
+            return Tick.of_step(step)
+        return Tick(step, (step - 1) * self.k, step * self.k)
 
     def lr_factor(self, position: float) -> float:
         """The rule's learning-rate factor at reference position ``position`` (warm-up included)."""
@@ -327,6 +357,7 @@ class TrainingClock:
             "batch/lr_factor": self.rule.lr_factor(self.k),
             "batch/unit": self.unit,
             "batch/beta_scaling": self.rule.beta_scaling,
+            "batch/grid_unit": self.rule.grid,
         }
 
     def __repr__(self) -> str:

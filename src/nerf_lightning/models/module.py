@@ -322,9 +322,10 @@ class NeRFModule(L.LightningModule):
             return  # only after a real optimizer step
         tick = self.clock.tick(self.global_step)
         self.feedback.step(tick)
-        if tick.crossed(self.occupancy.update_every):
+        grid_tick = self.clock.grid_tick(self.global_step)
+        if grid_tick.crossed(self.occupancy.update_every):
             with self._full_parameters():
-                self.occupancy.update(tick.end, self.field.density)
+                self.occupancy.update(grid_tick.end, self.field.density)
             if self.trainer.world_size > 1:
                 self.occupancy.sync_(_all_reduce_max)
 

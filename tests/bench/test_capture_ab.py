@@ -1,0 +1,28 @@
+"""``bench.capture_ab`` builds its model as the train app does, so a batch rule in rays trains there too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nerf_lightning.bench.capture_ab import run_variant
+from nerf_lightning.data.synthetic import generate_scene
+
+_ENC = "model.field.encoding"
+TINY = [
+    "accelerator=cpu", "experiment=cpu", "data.batch_size=64", "model.renderer.occupancy.resolution=16",
+    f"{_ENC}.n_levels=4", f"{_ENC}.log2_hashmap_size=10", f"{_ENC}.max_resolution=32",
+    "model.renderer.max_samples_per_ray=16", "model.renderer.step_size=0.1", "model.save_val_images=false",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rule", "optimizer_steps"), [("per_device", 8), ("per_device_rays", 4)])
+def test_a_rule_in_rays_runs_half_the_optimizer_steps_at_twice_the_batch(
+    tmp_path: Path, rule: str, optimizer_steps: int
+) -> None:
+    scene = generate_scene(tmp_path / "scene", n_views=6, width=16, height=16, supersample=1).parent
+    overrides = [*TINY, "data.batch_multiple=2", f"data.batch_scaling={rule}"]
+    result = run_variant(str(scene), overrides, steps=8, seed=0, out_dir=tmp_path / "run")
+    assert result["optimizer_steps"] == optimizer_steps  # 8 reference steps of 2 batches: 4 under rays
+    assert result["heldout_psnr"] > 0.0
