@@ -388,7 +388,7 @@ GRID_STEPS = ("data.grid_unit=steps",)
 add("batch-rule-grid", "the occupancy grid in optimizer steps under the rules in rays (data.grid_unit=steps: "
     "the cause of fox's collapse at 4x on a CPU): fox k = 4 per_device_rays and linear_lr (3000 reference "
     "steps), lego k = 2 and 4 linear_lr, with lego k = 1 and fox k = 4 linear_lr (grid in rays) in the "
-    "same lanes (~7 min)",
+    "same lanes (~6 min)",
     *in_lanes([rule_run("lego", 1, "per_device"),
                rule_run("fox", 4, "per_device_rays", *GRID_STEPS, steps=3000, tag="_gsteps"),
                rule_run("fox", 4, "linear_lr", steps=3000),

@@ -191,9 +191,8 @@ class TrainingClock:
             resolved by :meth:`bind` from the world size).
         batch_multiple: every rank draws this many times its rule's batch (``data.batch_multiple``).
         lr_warmup: reference steps over which a scaled learning rate ramps up from the base rate.
-        overrides: ``(data.lr_scaling, data.schedule_unit, data.beta_scaling, data.grid_unit)``, applied to a
-            named rule
-            as :func:`resolve_rule` does.
+        overrides: ``(data.lr_scaling, data.schedule_unit, data.beta_scaling, data.grid_unit)``, applied
+            to a named rule as :func:`resolve_rule` does.
 
     :meth:`bind` (the model, when fitting starts) fixes the world size; before it the clock counts
     optimizer steps with k = ``batch_multiple`` (``auto`` reads as ``per_device`` until then: the same
