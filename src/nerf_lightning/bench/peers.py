@@ -25,7 +25,7 @@ For one capture (``--scene``: ``lego``, ``fox``, ``fruit`` looked up under ``--d
    program the steps, steps/s, PSNR in sRGB over white (the project's headline metric) and instant-ngp's
    own (``psnr_black``; ``val/psnr_ngp`` for this project, ``models/metrics.py``), the worst view, and
    the per-view PSNRs of both programs side by side. Results of earlier calls in the same folder are
-   reused (instant-ngp's runs append to ``ngp.jsonl``; each call of this project writes
+   reused (instant-ngp's runs append to ``ngp.jsonl``; each invocation for this project writes
    ``ours[-LABEL]/<times>s/curve.json``; a time point measured again shows its newest run), so
    ``--programs ours --label before -- data.pixel_jitter=false`` adds a row to an existing table
    without running instant-ngp again, and ``--times 15`` then ``--times 300`` in two calls (one
