@@ -287,28 +287,24 @@ class TrainingClock:
         return abs(position - step) > _EPS
 
     # ----------------------------------------------------------------------------------- reading
-    def position(self, step: int) -> float:
-        """The reference position after ``step`` optimizer steps (an int when the clock counts steps)."""
-        if self.unit == "steps":
+    def position(self, step: int, unit: str | None = None) -> float:
+        """The reference position after ``step`` optimizer steps in ``unit`` (default: the rule's; an int
+        when it counts steps). In rays it continues from the anchor of a resumed run in rays (a rule in
+        steps keeps none: rays seen from the run's start)."""
+        if (unit or self.unit) == "steps":
             return step
         anchor_step, anchor_position = self._anchor
         return anchor_position + (step - anchor_step) * self.k
 
-    def tick(self, step: int) -> Tick:
-        """The optimizer step that has just made the count ``step``."""
-        if self.unit == "steps":
+    def tick(self, step: int, unit: str | None = None) -> Tick:
+        """The optimizer step that has just made the count ``step``, in ``unit`` (default: the rule's)."""
+        if (unit or self.unit) == "steps":
             return Tick.of_step(step)
-        return Tick(step, self.position(step - 1), self.position(step))
+        return Tick(step, self.position(step - 1, unit), self.position(step, unit))
 
     def grid_tick(self, step: int) -> Tick:
-        """:meth:`tick` in the occupancy grid's unit (``data.grid_unit``): optimizer steps, or reference
-        steps of rays seen (from the run's start under a rule in steps, which keeps no anchor)."""
-        grid = self.rule.grid
-        if grid == self.unit:
-            return self.tick(step)
-        if grid == "steps":
-            return Tick.of_step(step)
-        return Tick(step, (step - 1) * self.k, step * self.k)
+        """:meth:`tick` in the occupancy grid's unit (``data.grid_unit``)."""
+        return self.tick(step, self.rule.grid)
 
     def lr_factor(self, position: float) -> float:
         """The rule's learning-rate factor at reference position ``position`` (warm-up included)."""
