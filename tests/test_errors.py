@@ -47,6 +47,18 @@ def test_user_errors_of_train_are_one_line(compose_cfg, tiny_scene: Path, capsys
     assert "ckpt_path=/no/run/last.ckpt: no such checkpoint" in line
 
 
+def test_the_opacity_loss_on_photographs_is_a_user_error(compose_cfg, tmp_path: Path, capsys) -> None:
+    """``model.alpha_weight`` needs images with alpha: on opaque photographs the run stops before training."""
+    from nerf_lightning.data.synthetic import generate_scene
+
+    photos = generate_scene(tmp_path / "phone", n_views=9, width=24, height=20, supersample=1, rig="phone")
+    overrides = (f"data.path={photos.parent}", "model.alpha_weight=0.5", "logger=none", "accelerator=cpu")
+    cfg = compose_cfg(*overrides)
+    line = _user_error_line(capsys, lambda: train(cfg))
+    assert f"model.alpha_weight=0.5: the training images of {photos.parent} carry no alpha channel" in line
+    assert not (Path(cfg.paths.output_dir) / "checkpoints").exists()
+
+
 def test_bugs_keep_their_traceback() -> None:
     with pytest.raises(ZeroDivisionError):
         with user_errors():

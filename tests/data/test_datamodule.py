@@ -104,6 +104,8 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     expected = rgba[:, :3] * alpha + b["background"].double().numpy() * (1 - alpha)
     np.testing.assert_allclose(b["rgb"].double().numpy(), expected, rtol=0, atol=1e-6)
     assert (alpha < 1).any() and (alpha > 0).any()  # both object and background pixels drawn
+    # the pixels' own alpha, the target of model.alpha_weight's opacity loss
+    np.testing.assert_allclose(b["alpha"].double().numpy(), alpha[:, 0], rtol=0, atol=1e-6)
     # every ray goes through its own pixel, at a random position inside it (area-averaged targets)
     frac = _assert_rays_land_in_their_pixels(scene, dm, "train", b)
     assert frac.std(axis=0).min() > 0.2  # spread over the pixel, not through one fixed point
@@ -165,6 +167,7 @@ def test_auto_recipe_follows_the_images_not_the_layout(
         torch.testing.assert_close(auto[key], spelled[key], rtol=0, atol=0)
     assert not torch.equal(auto["rays_d"], flipped["rays_d"])
     assert not torch.equal(auto["background"], flipped["background"])
+    assert ("alpha" in auto) == (capture not in ("blender_photos", "phone_capture"))  # RGB files: none
     # an explicit value wins over the images'
     dm, _ = _batch_with_seed(path, tmp_path, pixel_jitter=other["pixel_jitter"])
     assert (dm.pixel_jitter, dm.train_background) == (other["pixel_jitter"], expected["train_background"])

@@ -117,6 +117,7 @@ def test_block_targets_are_block_means_over_the_background(scene: Path, k: int, 
     expected = rgba[:, :3] + b["background"].double().numpy() * (1 - rgba[:, 3:])
     np.testing.assert_allclose(b["rgb"].double().numpy(), expected, rtol=0, atol=1e-6)
     assert ((rgba[:, 3] > 0) & (rgba[:, 3] < 1)).any()  # edge blocks (partial alpha) drawn
+    np.testing.assert_allclose(b["alpha"].double().numpy(), rgba[:, 3], rtol=0, atol=1e-6)  # block mean
     # random positions spread over the whole block (like the full-resolution path within a pixel)
     frac = small - np.floor(small)
     assert frac.min() > -1e-3 and frac.max() < 1 + 1e-3 and frac.std(axis=0).min() > 0.2

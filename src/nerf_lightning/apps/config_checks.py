@@ -147,6 +147,7 @@ MODEL: tuple[Rule, ...] = (
     _num_rule("model.renderer.early_stop_eps", low=0, below=1),
     _num_rule("model.huber_delta", above=0),
     _num_rule("model.distortion_weight", low=0),
+    _num_rule("model.alpha_weight", low=0),
     _num_rule("model.mlp_weight_decay", low=0),
     _num_rule("model.renderer.gradient_scaling_distance", above=0, null=True, note="null: off"),
     _int("model.step.sample_budget", 1, null=True, note="null: data.batch_size rays per step"),

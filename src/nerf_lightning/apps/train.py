@@ -129,6 +129,11 @@ def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, di
     them); the batch rule's clock (the DataModule makes it from ``data.*``, the model follows it); the
     feedback (where the step's per-ray losses and this rank's work share go).
     """
+    if float(cfg.model.get("alpha_weight") or 0) > 0 and not datamodule.has_alpha:
+        raise UserError(
+            f"model.alpha_weight={cfg.model.alpha_weight}: the training images of {cfg.data.path} carry no "
+            "alpha channel, and the opacity loss needs one (RGBA renders); set model.alpha_weight=0"
+        )
     model_kwargs = {
         "aabb_scale": datamodule.aabb_scale,
         "n_train_views": datamodule.n_train_views,

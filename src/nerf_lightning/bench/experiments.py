@@ -175,6 +175,15 @@ add("cuda-tests", "the GPU tests: every CUDA kernel against the PyTorch referenc
 # --------------------------------------------------------------------------------- time to quality
 add("lego-curve", "lego: held-out PSNR after 15, 60 and 300 s of training, alone on the GPU (~8 min)",
     curve("curve", "lego", (15, 60, 300), 330), data=("lego",))
+_EMPTY_SPACE = (
+    ("white", ()), ("random", ("data.train_background=random",)), ("alpha", ("model.alpha_weight=0.1",))
+)
+add("lego-background", "lego at 15 and 60 s, alone on the GPU, at the pixel centres: over white (the render "
+    "recipe), over random colours, over white with the opacity loss; run.py's metric (over black) shows the "
+    "opacity a white background leaves in empty space (~9 min: pick points with --only)",
+    *(curve(f"{name}_{t}", "lego", (t,), 340, *over, baseline=None if name == "white" else f"white_{t}")
+      for t in (15, 60) for name, over in _EMPTY_SPACE),
+    data=("lego",))
 add("hash-table-300s", "lego's 300 s point, 2^20 table against 2^19 (~11 min: one job per slot, --only)",
     curve("t19", "lego", (300,), 360), curve("t20", "lego", (300,), 300, *TABLE["t20"], baseline="t19"),
     data=("lego",))

@@ -5,7 +5,8 @@ Batches (what ``on_after_batch_transfer`` hands the LightningModule):
 training ``dict``:
     ``rays_o`` [R, 3] f32, ``rays_d`` [R, 3] f32 unit (NGP space), ``rgb`` [R, 3] f32 target (RGBA
     captures: composited over ``background``), ``background`` [R, 3] (``data.train_background``: random
-    colours for photographs, the evaluation background for renders),
+    colours for photographs, the evaluation background for renders), ``alpha`` [R] f32 (the target
+    pixels' alpha, only when the images carry alpha: ``model.alpha_weight``'s target),
     ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler: the full-resolution pixel
     the ray goes through, also while ``resolution_schedule`` trains at a coarser resolution).
 validation / test ``dict`` (one whole held-out view):

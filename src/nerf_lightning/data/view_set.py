@@ -72,7 +72,8 @@ class ViewSet:
         instead of about 25 small ones; :meth:`batch` is its contract and test oracle."""
         fused = self._fused_rays(view_ids, ix, iy, ux, uy, background)
         if fused is not None:
-            return training_batch(*fused, background, view_ids, ix, iy)
+            alpha = self.colors(view_ids, ix, iy)[:, 3] if self.channels == 4 else None
+            return training_batch(*fused, background, view_ids, ix, iy, alpha)
         return self.batch(view_ids, ix, iy, ix.float() + ux, iy.float() + uy, background)
 
     def _fused_rays(
@@ -97,10 +98,11 @@ class ViewSet:
         """Rays through (px, py) of integer pixels (ix, iy), targets composited over ``background``."""
         rays_o, rays_d = self.rays(view_ids, px, py)
         color = self.colors(view_ids, ix, iy)
-        rgb = color[:, :3]
+        rgb, alpha = color[:, :3], None
         if color.shape[1] == 4:
+            alpha = color[:, 3]
             rgb = rgb * color[:, 3:] + background * (1.0 - color[:, 3:])
-        return training_batch(rays_o, rays_d, rgb, background, view_ids, ix, iy)
+        return training_batch(rays_o, rays_d, rgb, background, view_ids, ix, iy, alpha)
 
     def block_batch(
         self,
@@ -126,13 +128,14 @@ class ViewSet:
         k = float(factor)
         rays_o, rays_d = self.rays(view_ids, (bx.float() + ux) * k, (by.float() + uy) * k)
         color = blocks.gather(view_ids, bx, by)
-        rgb = color[:, :3]
+        rgb, alpha = color[:, :3], None
         if color.shape[1] == 4:
+            alpha = color[:, 3]
             rgb = rgb + background * (1.0 - color[:, 3:])
         # the pixel of the ray, from the same u (no float rounding can put it in the next block)
         ix = bx * factor + (ux * k).long().clamp_(max=factor - 1)
         iy = by * factor + (uy * k).long().clamp_(max=factor - 1)
-        return training_batch(rays_o, rays_d, rgb, background, view_ids, ix, iy)
+        return training_batch(rays_o, rays_d, rgb, background, view_ids, ix, iy, alpha)
 
     def colors(self, view_ids: Tensor, ix: Tensor, iy: Tensor) -> Tensor:
         """RGB(A) in [0, 1], [R, C] f32, of integer pixels."""
@@ -141,10 +144,17 @@ class ViewSet:
 
 
 def training_batch(
-    rays_o: Tensor, rays_d: Tensor, rgb: Tensor, background: Tensor, view_ids: Tensor, ix: Tensor, iy: Tensor
+    rays_o: Tensor,
+    rays_d: Tensor,
+    rgb: Tensor,
+    background: Tensor,
+    view_ids: Tensor,
+    ix: Tensor,
+    iy: Tensor,
+    alpha: Tensor | None = None,
 ) -> dict[str, Tensor]:
-    """A training batch's dict (keys: the module docstring's)."""
-    return {
+    """A training batch's dict (keys: the module docstring's); ``alpha`` only for images that carry it."""
+    batch = {
         "rays_o": rays_o,
         "rays_d": rays_d,
         "rgb": rgb,
@@ -153,3 +163,6 @@ def training_batch(
         "px": ix,
         "py": iy,
     }
+    if alpha is not None:
+        batch["alpha"] = alpha
+    return batch

@@ -50,6 +50,11 @@ class NeRFModule(L.LightningModule):
         loss: ``huber`` (instant-ngp's NeRF default, delta 0.1) or ``mse``.
         distortion_weight: weight of mip-NeRF 360's distortion loss (mean over the rays) added to the
             photometric loss; 0 (default) leaves it out.
+        alpha_weight: weight of the opacity loss, the mean over the rays of ``(opacity - alpha)^2``
+            against the training images' alpha (the batch's ``alpha``: captures whose images carry
+            alpha only). A training background the colour of the evaluation background never charges
+            faint density in empty space (invisible over that background, visible over any other);
+            this does. 0 (default) leaves it out.
         mlp_weight_decay: L2 regularization of the MLPs' weight matrices (Adam's coupled
             ``weight_decay`` on their parameter group; instant-ngp's ``l2_reg``, 1e-6, acts on its
             MLP matrices only); the hash table and the biases are never decayed. 0: off.
@@ -100,6 +105,7 @@ class NeRFModule(L.LightningModule):
         loss: str = "huber",
         huber_delta: float = 0.1,
         distortion_weight: float = 0.0,
+        alpha_weight: float = 0.0,
         mlp_weight_decay: float = 0.0,
         cuda_graph: bool | str = "auto",
         jitter: bool = True,
@@ -147,6 +153,7 @@ class NeRFModule(L.LightningModule):
                 huber_delta,
                 jitter=jitter,
                 distortion_weight=distortion_weight,
+                alpha_weight=alpha_weight,
                 camera_opt=self.camera_opt,
                 appearance=self.appearance,
             )
@@ -253,6 +260,9 @@ class NeRFModule(L.LightningModule):
         if self.hparams.distortion_weight > 0:
             dist = ray_distortion(out, self.renderer.ops)
             loss = loss + self.hparams.distortion_weight * dist.mean()
+        if self.hparams.alpha_weight > 0:
+            alpha_error = (out["opacity"].reshape(-1) - _batch_alpha(batch)).square()
+            loss = loss + self.hparams.alpha_weight * alpha_error.mean()
         self.feedback.report_losses(batch["view_ids"], batch["px"], batch["py"], per_ray.detach())
         self.rays_seen += per_ray.shape[0]
         self.samples_seen += out["n_samples"].detach().to(torch.float64)
@@ -264,8 +274,11 @@ class NeRFModule(L.LightningModule):
 
     def _budgeted_training_step(self, batch: dict[str, Any]) -> Tensor:
         args = (batch["rays_o"], batch["rays_d"], batch["rgb"], batch["background"])
-        if self.view_components:  # a static [R] input of the captured step, read by the corrections
+        if self.view_components or self.hparams.alpha_weight > 0:
+            # static [R] inputs of the captured step, read by the corrections and the opacity loss
             args = (*args, batch["view_ids"])
+        if self.hparams.alpha_weight > 0:
+            args = (*args, _batch_alpha(batch))
         step = self.train_step_fn
         if not self._graphed and self._use_cuda_graph():
             # share_inputs: the batch graph's output buffers become the step graph's inputs (no
@@ -548,3 +561,10 @@ def _if_enabled(factory: Callable[..., nn.Module] | None, **kwargs: Any) -> Any:
 
 def _all_reduce_max(tensor: Tensor) -> None:
     torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+
+
+def _batch_alpha(batch: dict[str, Any]) -> Tensor:
+    """The training batch's ``alpha`` [R], which ``model.alpha_weight`` needs."""
+    if "alpha" not in batch:
+        raise ValueError("model.alpha_weight > 0 needs a capture whose training images carry alpha")
+    return batch["alpha"]

@@ -26,7 +26,8 @@ __all__ = ["FixedBudgetStep", "budgeted_step", "capture", "autocast_for", "holds
 
 
 class FixedBudgetStep(nn.Module):
-    """``forward(rays_o, rays_d, target, background[, view_ids]) -> (loss, per_ray_loss, ray_valid, stats)``.
+    """``forward(rays_o, rays_d, target, background[, view_ids[, alpha]])``
+    ``-> (loss, per_ray_loss, ray_valid, stats)``.
 
     Args:
         field: the radiance field (``models/field.py``), shared with the LightningModule.
@@ -41,6 +42,9 @@ class FixedBudgetStep(nn.Module):
         jitter: randomize each ray's first sample (training; off only for exact comparisons).
         distortion_weight: weight of mip-NeRF 360's distortion loss (``ops.distortion_loss`` of the
             renderer's ops, mean over the valid rays) added to the loss; 0 leaves it out of the step.
+        alpha_weight: weight of the opacity loss, the mean over the valid rays of ``(opacity - alpha)^2``
+            against ``forward``'s ``alpha`` [R] (the training images' alpha), added to the loss; 0
+            leaves it out of the step.
         camera_opt: learned pose corrections (``models/camera_opt.py``) applied to each ray by its
             ``view_ids`` entry before marching, or None.
         appearance: learned per-view exposure (``models/appearance.py``) applied to each ray's colour
@@ -76,6 +80,7 @@ class FixedBudgetStep(nn.Module):
         adapt_momentum: float = 0.5,
         jitter: bool = True,
         distortion_weight: float = 0.0,
+        alpha_weight: float = 0.0,
         camera_opt: nn.Module | None = None,
         appearance: nn.Module | None = None,
     ) -> None:
@@ -98,6 +103,7 @@ class FixedBudgetStep(nn.Module):
         self.n_rays_init = int(n_rays_init)
         self.jitter = bool(jitter)
         self.distortion_weight = float(distortion_weight)
+        self.alpha_weight = float(alpha_weight)
         self.camera_opt = camera_opt
         self.appearance = appearance
         self.register_buffer("n_active", torch.tensor(int(n_rays_init), dtype=torch.int64))
@@ -133,11 +139,14 @@ class FixedBudgetStep(nn.Module):
         target: Tensor,
         background: Tensor,
         view_ids: Tensor | None = None,
+        alpha: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         n_slots = rays_o.shape[0]
         ops = self.renderer.ops
         if view_ids is None and (self.camera_opt is not None or self.appearance is not None):
             raise ValueError("FixedBudgetStep: the per-view corrections need the rays' view_ids")
+        if alpha is None and self.alpha_weight > 0:
+            raise ValueError("FixedBudgetStep: alpha_weight > 0 needs the rays' target alpha")
         if self.camera_opt is not None:
             rays_o, rays_d = self.camera_opt(view_ids, rays_o, rays_d)
         out = self.renderer.render_rays_fixed(
@@ -158,6 +167,10 @@ class FixedBudgetStep(nn.Module):
             dist = ray_distortion(out, ops)
             # mean over the valid rays (the others have no samples in the fixed layout: 0)
             loss = loss + self.distortion_weight * dist.sum() / aux[0].clamp_min(1.0).float()
+        if self.alpha_weight > 0:
+            # dropped rays render opacity 0; their slots are left out as in the photometric loss
+            alpha_error = torch.where(valid, (out["opacity"].reshape(-1) - alpha).square(), 0.0)
+            loss = loss + self.alpha_weight * alpha_error.sum() / aux[0].clamp_min(1.0).float()
         # The marching kernel clamps n_active to the ray slots itself; the update keeps it there.
         stats = ops.adapt_ray_count(
             aux,
@@ -226,8 +239,9 @@ def capture(
 
     Args:
         step: the budgeted step.
-        sample_args: ``(rays_o, rays_d, target, background[, view_ids])`` (int64 ``view_ids`` [R]: the
-            rays' training views, read by the per-view corrections).
+        sample_args: ``(rays_o, rays_d, target, background[, view_ids[, alpha]])`` (int64 ``view_ids``
+            [R]: the rays' training views, read by the per-view corrections; float ``alpha`` [R]: their
+            target opacity, read by the opacity loss).
         precision: the Lightning precision string (autocast for capture and replay).
         alias_gradients: ``.grad`` of each parameter becomes the backward graph's output buffer
             itself (autograd takes over the tensor when ``.grad`` is None: zero the gradients with
