@@ -110,6 +110,7 @@ def test_graph_replay_with_the_opacity_loss_equals_eager_steps() -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
             losses.append(float(loss))
+            alpha.mul_(0.5)  # the next batch's alpha, written in place as the batch graph does
         results.append((losses, torch.cat([p.detach().reshape(-1) for p in params])))
     (l_e, w_e), (l_g, w_g) = results
     assert l_g == pytest.approx(l_e, rel=2e-3)
