@@ -92,6 +92,7 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     assert len(dm.train_set.frames) == n_views - len(range(0, n_views, 8))  # every 8th held out
     assert dm.train_set.undistortion.enabled == (capture == "scene")
     dm._ensure_device(torch.device("cpu"))
+    dm.alpha_targets = True  # as the train app sets it for model.alpha_weight
     torch.manual_seed(0)
     b = dm.train_batch(512)
     assert b["rays_o"].shape == (512, 3) and b["rgb"].shape == (512, 3)
@@ -167,7 +168,7 @@ def test_auto_recipe_follows_the_images_not_the_layout(
         torch.testing.assert_close(auto[key], spelled[key], rtol=0, atol=0)
     assert not torch.equal(auto["rays_d"], flipped["rays_d"])
     assert not torch.equal(auto["background"], flipped["background"])
-    assert ("alpha" in auto) == (capture not in ("blender_photos", "phone_capture"))  # RGB files: none
+    assert "alpha" not in auto  # only for the opacity loss (NeRFDataModule.alpha_targets)
     # an explicit value wins over the images'
     dm, _ = _batch_with_seed(path, tmp_path, pixel_jitter=other["pixel_jitter"])
     assert (dm.pixel_jitter, dm.train_background) == (other["pixel_jitter"], expected["train_background"])

@@ -107,6 +107,7 @@ def test_block_rays_are_the_downscaled_cameras_rays(capture: str, k: int, reques
 def test_block_targets_are_block_means_over_the_background(scene: Path, k: int, tmp_path: Path) -> None:
     # the photograph recipe spelled out (random positions, random backgrounds): these are RGBA renders
     dm = _dm(scene, tmp_path, pixel_jitter=True, train_background="random")
+    dm.alpha_targets = True
     torch.manual_seed(0)
     b = dm.train_batch(2048, factor=k)
     means = _block_means(dm, k)

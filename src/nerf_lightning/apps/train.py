@@ -127,13 +127,15 @@ def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, di
     What the model takes from the capture: its box, and for the learned per-view poses / exposures the
     training views and their given poses (not stored: the state dict holds what the model keeps of
     them); the batch rule's clock (the DataModule makes it from ``data.*``, the model follows it); the
-    feedback (where the step's per-ray losses and this rank's work share go).
+    feedback (where the step's per-ray losses and this rank's work share go). What the capture draws for
+    the model: the training pixels' alpha when ``model.alpha_weight`` asks for it.
     """
     if float(cfg.model.get("alpha_weight") or 0) > 0 and not datamodule.has_alpha:
         raise UserError(
             f"model.alpha_weight={cfg.model.alpha_weight}: the training images of {cfg.data.path} carry no "
             "alpha channel, and the opacity loss needs one (RGBA renders); set model.alpha_weight=0"
         )
+    datamodule.alpha_targets = float(cfg.model.get("alpha_weight") or 0) > 0  # the loss's target
     model_kwargs = {
         "aabb_scale": datamodule.aabb_scale,
         "n_train_views": datamodule.n_train_views,

@@ -6,7 +6,7 @@ training ``dict``:
     ``rays_o`` [R, 3] f32, ``rays_d`` [R, 3] f32 unit (NGP space), ``rgb`` [R, 3] f32 target (RGBA
     captures: composited over ``background``), ``background`` [R, 3] (``data.train_background``: random
     colours for photographs, the evaluation background for renders), ``alpha`` [R] f32 (the target
-    pixels' alpha, only when the images carry alpha: ``model.alpha_weight``'s target),
+    pixels' alpha, only with :attr:`NeRFDataModule.alpha_targets` on images that carry alpha),
     ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler: the full-resolution pixel
     the ray goes through, also while ``resolution_schedule`` trains at a coarser resolution).
 validation / test ``dict`` (one whole held-out view):
@@ -160,6 +160,10 @@ class NeRFDataModule(L.LightningDataModule):
         #: the training recipe, resolved by setup() (``auto``: from :attr:`capture_kind`)
         self.pixel_jitter: bool | None = None
         self.train_background: str | None = None
+        #: whether training batches carry ``alpha`` (RGBA images only): the target of the model's
+        #: opacity loss, which the train app switches on with ``model.alpha_weight`` (else no batch
+        #: pays for the gather)
+        self.alpha_targets = False
         self._eval_bg: Tensor | None = None
         self.resolution_schedule = ResolutionSchedule.parse(resolution_schedule)
         #: the schedule as (start step, factor), resolved at the first training batch (or restored)
@@ -526,7 +530,7 @@ class NeRFDataModule(L.LightningDataModule):
         else:
             background = self.eval_background(device).expand(n_rays, 3).contiguous()
         if factor == 1:
-            return ts.train_rays(view_ids, ix, iy, ux, uy, background)
+            return ts.train_rays(view_ids, ix, iy, ux, uy, background, with_alpha=self.alpha_targets)
         # The sampler draws a full-resolution pixel (its per-view statistics and error map stay in
         # full-resolution pixels); its block is the one covering the same fraction of the image
         # (exactly pixel // factor when the side is a multiple of factor, else the edge remainder that
@@ -534,7 +538,7 @@ class NeRFDataModule(L.LightningDataModule):
         blocks = ts.block_images(factor)
         bx = ix * blocks.widths[view_ids] // ts.widths[view_ids]
         by = iy * blocks.heights[view_ids] // ts.heights[view_ids]
-        return ts.block_batch(view_ids, bx, by, ux, uy, background, factor)
+        return ts.block_batch(view_ids, bx, by, ux, uy, background, factor, with_alpha=self.alpha_targets)
 
     def val_batch(self, view: int) -> dict[str, Any]:
         """All pixels of validation view ``view`` (row-major), composited over the eval background."""

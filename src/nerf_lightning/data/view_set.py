@@ -65,16 +65,23 @@ class ViewSet:
         return pixel_rays(self.poses[view_ids], self.intrinsics[view_ids], px, py, model=self.camera_model)
 
     def train_rays(
-        self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor
+        self,
+        view_ids: Tensor,
+        ix: Tensor,
+        iy: Tensor,
+        ux: Tensor,
+        uy: Tensor,
+        background: Tensor,
+        with_alpha: bool = False,
     ) -> dict[str, Tensor]:
         """:meth:`batch` at the sub-pixel positions ``(ix + ux, iy + uy)``. On a GPU with the CUDA
         extension, pinhole and tabulated (distorted) cameras take one kernel (``ops.cuda.training_rays``)
         instead of about 25 small ones; :meth:`batch` is its contract and test oracle."""
         fused = self._fused_rays(view_ids, ix, iy, ux, uy, background)
         if fused is not None:
-            alpha = self.colors(view_ids, ix, iy)[:, 3] if self.channels == 4 else None
+            alpha = self.colors(view_ids, ix, iy)[:, 3] if with_alpha and self.channels == 4 else None
             return training_batch(*fused, background, view_ids, ix, iy, alpha)
-        return self.batch(view_ids, ix, iy, ix.float() + ux, iy.float() + uy, background)
+        return self.batch(view_ids, ix, iy, ix.float() + ux, iy.float() + uy, background, with_alpha)
 
     def _fused_rays(
         self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor
@@ -93,14 +100,22 @@ class ViewSet:
         return kernel(*args, ux.float(), uy.float(), background.float(), *extra)
 
     def batch(
-        self, view_ids: Tensor, ix: Tensor, iy: Tensor, px: Tensor, py: Tensor, background: Tensor
+        self,
+        view_ids: Tensor,
+        ix: Tensor,
+        iy: Tensor,
+        px: Tensor,
+        py: Tensor,
+        background: Tensor,
+        with_alpha: bool = False,
     ) -> dict[str, Tensor]:
-        """Rays through (px, py) of integer pixels (ix, iy), targets composited over ``background``."""
+        """Rays through (px, py) of integer pixels (ix, iy), targets composited over ``background``;
+        ``with_alpha``: also the pixels' ``alpha`` (images that carry it)."""
         rays_o, rays_d = self.rays(view_ids, px, py)
         color = self.colors(view_ids, ix, iy)
         rgb, alpha = color[:, :3], None
         if color.shape[1] == 4:
-            alpha = color[:, 3]
+            alpha = color[:, 3] if with_alpha else None
             rgb = rgb * color[:, 3:] + background * (1.0 - color[:, 3:])
         return training_batch(rays_o, rays_d, rgb, background, view_ids, ix, iy, alpha)
 
@@ -113,6 +128,7 @@ class ViewSet:
         uy: Tensor,
         background: Tensor,
         factor: int,
+        with_alpha: bool = False,
     ) -> dict[str, Tensor]:
         """Rays through blocks (bx, by) of ``factor x factor`` pixels at the in-block positions (ux, uy)
         in [0, 1) (0.5: the block's centre), targets the blocks' mean colours over ``background``.
@@ -123,14 +139,14 @@ class ViewSet:
         at position ``b + u`` of the small image. RGBA: the blocks hold premultiplied colour and mean
         alpha, so ``rgb + background * (1 - alpha)`` is the mean of the block's pixels composited
         over ``background``, as :meth:`batch` composites one pixel. ``px``/``py`` are the
-        full-resolution pixel the ray goes through."""
+        full-resolution pixel the ray goes through. ``with_alpha``: also the blocks' mean ``alpha``."""
         blocks = self.block_images(factor)
         k = float(factor)
         rays_o, rays_d = self.rays(view_ids, (bx.float() + ux) * k, (by.float() + uy) * k)
         color = blocks.gather(view_ids, bx, by)
         rgb, alpha = color[:, :3], None
         if color.shape[1] == 4:
-            alpha = color[:, 3]
+            alpha = color[:, 3] if with_alpha else None
             rgb = rgb + background * (1.0 - color[:, 3:])
         # the pixel of the ray, from the same u (no float rounding can put it in the next block)
         ix = bx * factor + (ux * k).long().clamp_(max=factor - 1)

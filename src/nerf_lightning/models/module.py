@@ -566,5 +566,8 @@ def _all_reduce_max(tensor: Tensor) -> None:
 def _batch_alpha(batch: dict[str, Any]) -> Tensor:
     """The training batch's ``alpha`` [R], which ``model.alpha_weight`` needs."""
     if "alpha" not in batch:
-        raise ValueError("model.alpha_weight > 0 needs a capture whose training images carry alpha")
+        raise ValueError(
+            "model.alpha_weight > 0 needs the batch's alpha: images that carry alpha, drawn with "
+            "NeRFDataModule.alpha_targets on (the train app sets it)"
+        )
     return batch["alpha"]
