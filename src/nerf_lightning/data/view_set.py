@@ -65,15 +65,9 @@ class ViewSet:
         return pixel_rays(self.poses[view_ids], self.intrinsics[view_ids], px, py, model=self.camera_model)
 
     def train_rays(
-        self,
-        view_ids: Tensor,
-        ix: Tensor,
-        iy: Tensor,
-        ux: Tensor,
-        uy: Tensor,
-        background: Tensor,
+        self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor,
         with_alpha: bool = False,
-    ) -> dict[str, Tensor]:
+    ) -> dict[str, Tensor]:  # fmt: skip
         """:meth:`batch` at the sub-pixel positions ``(ix + ux, iy + uy)``. On a GPU with the CUDA
         extension, pinhole and tabulated (distorted) cameras take one kernel (``ops.cuda.training_rays``)
         instead of about 25 small ones; :meth:`batch` is its contract and test oracle."""
