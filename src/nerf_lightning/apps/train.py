@@ -130,12 +130,13 @@ def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, di
     feedback (where the step's per-ray losses and this rank's work share go). What the capture draws for
     the model: the training pixels' alpha when ``model.alpha_weight`` asks for it.
     """
-    if float(cfg.model.get("alpha_weight") or 0) > 0 and not datamodule.has_alpha:
+    opacity_loss = float(cfg.model.get("alpha_weight") or 0) > 0
+    if opacity_loss and not datamodule.has_alpha:
         raise UserError(
             f"model.alpha_weight={cfg.model.alpha_weight}: the training images of {cfg.data.path} carry no "
             "alpha channel, and the opacity loss needs one (RGBA renders); set model.alpha_weight=0"
         )
-    datamodule.alpha_targets = float(cfg.model.get("alpha_weight") or 0) > 0  # the loss's target
+    datamodule.alpha_targets = opacity_loss  # the batches carry the loss's target
     model_kwargs = {
         "aabb_scale": datamodule.aabb_scale,
         "n_train_views": datamodule.n_train_views,
