@@ -23,7 +23,7 @@ from nerf_lightning.models.schedules import on_clock, with_group_lambdas
 from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
 from nerf_lightning.ops.reference import per_ray_loss
 from nerf_lightning.render.occupancy import OccupancyGrid
-from nerf_lightning.render.renderer import Renderer, build_renderer, ray_distortion
+from nerf_lightning.render.renderer import Renderer, build_renderer, opacity_error, ray_distortion
 from nerf_lightning.utils.distributed import fsdp_full_copy, throttle_sigterm_broadcast
 
 log = logging.getLogger(__name__)
@@ -261,8 +261,7 @@ class NeRFModule(L.LightningModule):
             dist = ray_distortion(out, self.renderer.ops)
             loss = loss + self.hparams.distortion_weight * dist.mean()
         if self.hparams.alpha_weight > 0:
-            alpha_error = (out["opacity"].reshape(-1) - _batch_alpha(batch)).square()
-            loss = loss + self.hparams.alpha_weight * alpha_error.mean()
+            loss = loss + self.hparams.alpha_weight * opacity_error(out, _batch_alpha(batch)).mean()
         self.feedback.report_losses(batch["view_ids"], batch["px"], batch["py"], per_ray.detach())
         self.rays_seen += per_ray.shape[0]
         self.samples_seen += out["n_samples"].detach().to(torch.float64)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.render.renderer import Renderer, ray_distortion
+from nerf_lightning.render.renderer import Renderer, opacity_error, ray_distortion
 
 __all__ = ["FixedBudgetStep", "budgeted_step", "capture", "autocast_for", "holds_tcnn", "warm_capture_stream"]
 
@@ -169,7 +169,7 @@ class FixedBudgetStep(nn.Module):
             loss = loss + self.distortion_weight * dist.sum() / aux[0].clamp_min(1.0).float()
         if self.alpha_weight > 0:
             # dropped rays render opacity 0; their slots are left out as in the photometric loss
-            alpha_error = torch.where(valid, (out["opacity"].reshape(-1) - alpha).square(), 0.0)
+            alpha_error = torch.where(valid, opacity_error(out, alpha), 0.0)
             loss = loss + self.alpha_weight * alpha_error.sum() / aux[0].clamp_min(1.0).float()
         # The marching kernel clamps n_active to the ray slots itself; the update keeps it there.
         stats = ops.adapt_ray_count(

@@ -21,7 +21,14 @@ from ..ops import get_ops
 from .gradient_scaling import scale_near_gradients
 from .occupancy import OccupancyGrid
 
-__all__ = ["LARGE_SCENE_CONE_ANGLE", "Renderer", "build_renderer", "fixed_render_counts", "ray_distortion"]
+__all__ = [
+    "LARGE_SCENE_CONE_ANGLE",
+    "Renderer",
+    "build_renderer",
+    "fixed_render_counts",
+    "opacity_error",
+    "ray_distortion",
+]
 
 #: instant-ngp's cone angle for scenes larger than the unit cube (``aabb_scale > 1``)
 LARGE_SCENE_CONE_ANGLE = 1.0 / 256
@@ -398,6 +405,12 @@ def ray_distortion(out: dict[str, Tensor], ops: Any | None = None) -> Tensor:
     return ops.distortion_loss(
         out["weights"], out["t_starts"], out["t_ends"], out["ray_indices"], out["packed_info"]
     )
+
+
+def opacity_error(out: dict[str, Tensor], alpha: Tensor) -> Tensor:
+    """Squared error [R] of a render result's opacity against the target ``alpha`` [R] (the opacity
+    loss of ``model.alpha_weight``), differentiable."""
+    return (out["opacity"].reshape(-1) - alpha).square()
 
 
 def fixed_render_counts(out: dict[str, Tensor]) -> dict[str, Tensor]:
