@@ -232,3 +232,49 @@ def _tensors(dm: NeRFDataModule):
 def test_unknown_sampler_name_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="data.sampler='nope'"):
         NeRFDataModule(sampler="nope")
+
+
+@pytest.mark.parametrize(
+    ("capture", "weight"),
+    [("scene", 0.1),  # RGBA renders over a transparent background, instant-ngp transforms.json
+     ("blender_photos", 0.0),  # opaque photographs in Blender split files
+     ("opaque_rgba_capture", 0.0)],  # RGBA files whose alpha is 255 everywhere
+)
+def test_the_opacity_loss_is_on_for_renders_only(
+    capture: str,
+    weight: float,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``model.alpha_weight=auto`` (the default), resolved where the train app builds the model from the
+    capture: 0.1 for renders, whose batches then carry the pixels' alpha (the loss's target); 0 for
+    photographs, whose batches carry none. An explicit 0 turns it off on renders."""
+    import hydra
+
+    from nerf_lightning.apps.train import build_model
+    from nerf_lightning.run.config import compose_train_config
+
+    path = request.getfixturevalue(capture)
+    cfg = compose_train_config([f"data.path={path}", "experiment=cpu", "data.batch_size=64"], tmp_path)
+    dm = hydra.utils.instantiate(cfg.data)
+    dm.setup("fit")
+    with caplog.at_level(logging.INFO, logger="nerf_lightning.models.module"):
+        model, _ = build_model(cfg, dm)
+    assert cfg.model.alpha_weight == "auto"
+    assert model.alpha_weight == weight and dm.alpha_targets == (weight > 0)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("opacity loss:")]
+    assert lines == [
+        f"opacity loss: model.alpha_weight=auto -> {weight:g} ("
+        + ("renders: charges density in empty space)" if weight else "photographs: no transparent pixels)")
+    ]
+    dm._ensure_device(torch.device("cpu"))
+    batch = dm.train_batch(64)
+    assert ("alpha" in batch) == (weight > 0)
+    if weight:  # the renders' own alpha: some background, some object
+        assert batch["alpha"].min() == 0.0 and batch["alpha"].max() == 1.0
+        assert len(model.step_inputs(batch)) == 6  # rays, targets, background, views, alpha
+        off = compose_train_config([f"data.path={path}", "experiment=cpu", "model.alpha_weight=0"], tmp_path)
+        dm_off = hydra.utils.instantiate(off.data)
+        dm_off.setup("fit")
+        assert build_model(off, dm_off)[0].alpha_weight == 0.0 and not dm_off.alpha_targets

@@ -10,6 +10,7 @@ import lightning as L
 import pytest
 import torch
 
+from nerf_lightning.apps.train import build_model
 from nerf_lightning.data.synthetic import generate_scene
 
 SMALL = [
@@ -64,7 +65,7 @@ def _first_step_grads(scene: Path, compose_cfg, accumulate: int, batch: dict[str
 
     dm.on_after_batch_transfer = micro_batch
     torch.manual_seed(0)
-    model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale, feedback=dm.feedback)
+    model, _ = build_model(cfg, dm)  # as the train app: this render's default opacity loss reads the alpha
     grads = _Grads()
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=[grads], logger=False)
     trainer.fit(model, datamodule=dm)
@@ -78,8 +79,10 @@ def test_accumulated_micro_batches_equal_one_batch(scene: Path, compose_cfg) -> 
     dm = hydra.utils.instantiate(cfg.data)
     dm.prepare_data()
     dm.setup("fit")
+    dm.alpha_targets = True  # the batch carries the opacity loss's target, as build_model asks for renders
     torch.manual_seed(1)
     batch = dm.train_batch(256)
+    assert "alpha" in batch
     whole = _first_step_grads(scene, compose_cfg, 1, batch)
     for k in (2, 4):
         split = _first_step_grads(scene, compose_cfg, k, batch)

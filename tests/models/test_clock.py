@@ -225,19 +225,22 @@ def test_power_betas_forget_per_ray_as_the_reference_steps_do() -> None:
         resolve_rule("linear_lr", beta_scaling="cube")
 
 
-def test_the_grid_can_count_optimizer_steps_under_a_rule_in_rays() -> None:
-    """``data.grid_unit=steps`` under ``per_device_rays`` at k = 4: the grid updates every 16 optimizer
-    steps (steps 16, 32, ...) and its warm-up ends at optimizer step 256, as under ``per_device``, while
-    the other schedules count rays (every 4 optimizer steps cross 16 reference steps)."""
-    clock = _bound("per_device_rays", multiple=4, overrides=(None, None, None, "steps"))
+def test_the_rules_in_rays_keep_the_grid_in_optimizer_steps() -> None:
+    """``per_device_rays`` at k = 4: the grid updates every 16 optimizer steps (steps 16, 32, ...) and its
+    warm-up ends at optimizer step 256, as under ``per_device``, while the other schedules count rays
+    (every 4 optimizer steps cross 16 reference steps). ``data.grid_unit=rays`` puts the grid in rays."""
+    clock = _bound("per_device_rays", multiple=4)
     ticks = [clock.grid_tick(s) for s in range(1, 65)]
     assert [t.step for t in ticks if t.crossed(16)] == [16, 32, 48, 64]
     assert (ticks[15].start, ticks[15].end) == (15, 16)
     assert [s for s in range(1, 65) if clock.tick(s).crossed(16)] == list(range(4, 65, 4))
     assert clock.summary()["batch/grid_unit"] == "steps" and clock.summary()["batch/unit"] == "rays"
-    assert "grid=steps" in clock.rule.name and not clock.trivial
-    # null: the rule's unit; the grid in rays under a rule in steps moves k reference steps a step
-    assert _bound("per_device_rays", multiple=4).grid_tick(3) == Tick(3, 8.0, 12.0)
+    assert clock.rule.name == "per_device_rays" and not clock.trivial
+    assert all(RULES[r].grid == "steps" for r in ("sqrt_lr", "linear_lr", "per_device"))
+    # the grid in rays moves k reference steps a step, under any rule
+    rays = (None, None, None, "rays")
+    assert _bound("per_device_rays", multiple=4, overrides=rays).grid_tick(3) == Tick(3, 8.0, 12.0)
+    assert "grid=rays" in _bound("linear_lr", multiple=4, overrides=rays).rule.name
     in_rays = _bound("per_device", world=2, overrides=(None, None, None, "rays"))
     assert in_rays.grid_tick(5) == Tick(5, 8.0, 10.0) and in_rays.tick(5) == Tick(5, 4, 5)
     assert not in_rays.trivial and _bound("per_device", overrides=(None, None, None, "rays")).trivial

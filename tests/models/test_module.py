@@ -154,11 +154,12 @@ def test_power_betas_reach_the_optimizer_and_survive_a_restored_state() -> None:
     assert [g["betas"] for g in optimizer.param_groups] == [expected]
 
 
-@pytest.mark.parametrize(("grid_unit", "steps"), [(None, list(range(4, 33, 4))), ("steps", [16, 32])])
+@pytest.mark.parametrize(("grid_unit", "steps"), [(None, [16, 32]), ("rays", list(range(4, 33, 4)))])
 def test_the_occupancy_grid_updates_on_its_own_unit(grid_unit: str | None, steps: list[int]) -> None:
     """At 4 reference batches a step under ``per_device_rays`` the grid (update every 16) updates every
-    4 optimizer steps, or with ``data.grid_unit=steps`` every 16, as one GPU's run; each update is given
-    its position in the grid's unit (which its warm-up is compared with)."""
+    16 optimizer steps, as one GPU's run (the rules in rays keep the grid in steps), or with
+    ``data.grid_unit=rays`` every 4; each update is given its position in the grid's unit (which its
+    warm-up is compared with)."""
     import types
 
     from nerf_lightning.models.clock import TrainingClock
@@ -175,4 +176,4 @@ def test_the_occupancy_grid_updates_on_its_own_unit(grid_unit: str | None, steps
     for step in range(1, 33):
         trainer.global_step = step
         module.on_train_batch_end(None, None, step - 1)
-    assert updates == [(s, float(s) if grid_unit == "steps" else 4.0 * s) for s in steps]
+    assert updates == [(s, 4.0 * s if grid_unit == "rays" else float(s)) for s in steps]

@@ -43,7 +43,7 @@ class Rule:
             power of two).
         low / high: inclusive bounds; ``above`` / ``below``: exclusive bounds.
         null: ``null`` is accepted (it means "default" or "off" at that key).
-        choices: the accepted values of a ``choice``.
+        choices: the accepted values of a ``choice``; of a number, the words it also accepts (``auto``).
         note: what a special value means, shown in the message (``-1: no limit``).
     """
 
@@ -62,7 +62,7 @@ class Rule:
             return self.null
         if self.kind == "bool":
             return isinstance(value, bool)
-        if self.kind == "choice":
+        if self.kind == "choice" or (isinstance(value, str) and value in self.choices):
             return value in self.choices
         if isinstance(value, bool) or not isinstance(value, int | float):
             return False
@@ -93,6 +93,7 @@ class Rule:
                 f"< {_num(self.below)}" if self.below is not None else "",
             ]
             what = " ".join([what, " and ".join(b for b in bounds if b)]).strip()
+            what += "".join(f" or {c}" for c in self.choices)
         if self.null:
             what += " or null"
         return f"{what} ({self.note})" if self.note else what
@@ -147,7 +148,7 @@ MODEL: tuple[Rule, ...] = (
     _num_rule("model.renderer.early_stop_eps", low=0, below=1),
     _num_rule("model.huber_delta", above=0),
     _num_rule("model.distortion_weight", low=0),
-    _num_rule("model.alpha_weight", low=0),
+    _num_rule("model.alpha_weight", low=0, choices=("auto",), note="auto: 0.1 on renders, 0 on photographs"),
     _num_rule("model.mlp_weight_decay", low=0),
     _num_rule("model.renderer.gradient_scaling_distance", above=0, null=True, note="null: off"),
     _int("model.step.sample_budget", 1, null=True, note="null: data.batch_size rays per step"),

@@ -128,15 +128,9 @@ def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, di
     training views and their given poses (not stored: the state dict holds what the model keeps of
     them); the batch rule's clock (the DataModule makes it from ``data.*``, the model follows it); the
     feedback (where the step's per-ray losses and this rank's work share go). What the capture draws for
-    the model: the training pixels' alpha when ``model.alpha_weight`` asks for it.
+    the model: the training pixels' alpha when the model's opacity loss (``model.alpha_weight``, ``auto``:
+    renders only) is on.
     """
-    opacity_loss = float(cfg.model.get("alpha_weight") or 0) > 0
-    if opacity_loss and not datamodule.has_alpha:
-        raise UserError(
-            f"model.alpha_weight={cfg.model.alpha_weight}: the training images of {cfg.data.path} carry no "
-            "alpha channel, and the opacity loss needs one (RGBA renders); set model.alpha_weight=0"
-        )
-    datamodule.alpha_targets = opacity_loss  # the batches carry the loss's target
     model_kwargs = {
         "aabb_scale": datamodule.aabb_scale,
         "n_train_views": datamodule.n_train_views,
@@ -149,6 +143,13 @@ def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, di
         clock=datamodule.clock,
         feedback=datamodule.feedback,
     )
+    opacity_loss = model.alpha_weight > 0
+    if opacity_loss and not datamodule.has_alpha:
+        raise UserError(
+            f"model.alpha_weight={cfg.model.alpha_weight}: the training images of {cfg.data.path} carry no "
+            "alpha channel, and the opacity loss needs one (RGBA renders); set model.alpha_weight=0"
+        )
+    datamodule.alpha_targets = opacity_loss  # the batches carry the loss's target
     return model, model_kwargs
 
 

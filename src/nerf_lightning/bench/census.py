@@ -39,6 +39,7 @@ def census(path: str, precision: str, overrides: list[str], work: Path) -> dict[
     """Measure the step of ``path``'s default model at ``precision`` (see the module docstring)."""
     import hydra
 
+    from nerf_lightning.apps.train import build_model
     from nerf_lightning.models.train_step import autocast_for, capture
     from nerf_lightning.run.config import compose_train_config
 
@@ -47,20 +48,20 @@ def census(path: str, precision: str, overrides: list[str], work: Path) -> dict[
     dm = hydra.utils.instantiate(cfg.data)
     dm.prepare_data()
     dm.setup("fit")
-    model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale).cuda()
+    model = build_model(cfg, dm)[0].cuda()  # as the train app: the capture's seams
     dev = torch.device("cuda")
     dm._ensure_device(dev)
     step = model.train_step_fn
     step.to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-15, betas=(0.9, 0.99), fused=True)
     b = dm.train_batch(dm.batch_size)
-    graph = capture(step, (b["rays_o"], b["rays_d"], b["rgb"], b["background"]), precision, share_inputs=True)
+    graph = capture(step, model.step_inputs(b), precision, share_inputs=True)
     scaler = torch.amp.GradScaler("cuda", enabled=precision == "16-mixed")
 
     def one(i: int, update: bool = True) -> torch.Tensor:
         b = dm.train_batch(dm.batch_size)
         with autocast_for(precision):
-            loss, _, _, stats = graph(b["rays_o"], b["rays_d"], b["rgb"], b["background"])
+            loss, _, _, stats = graph(*model.step_inputs(b))
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()

@@ -19,6 +19,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from nerf_lightning.apps.train import build_model
 from nerf_lightning.data.formats import load_capture
 from nerf_lightning.data.images import load_images
 from nerf_lightning.run.config import compose_train_config
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
         dm = hydra.utils.instantiate(cfg.data)
         dm.setup("fit")
         dm._ensure_device(device)
-        model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale).to(device)
+        model = build_model(cfg, dm)[0].to(device)
         optimizer = model.optimizer_factory(params=model.parameters())
         batch = dm.train_batch(dm.batch_size)
 

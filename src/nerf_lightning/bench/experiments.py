@@ -175,14 +175,27 @@ add("cuda-tests", "the GPU tests: every CUDA kernel against the PyTorch referenc
 # --------------------------------------------------------------------------------- time to quality
 add("lego-curve", "lego: held-out PSNR after 15, 60 and 300 s of training, alone on the GPU (~8 min)",
     curve("curve", "lego", (15, 60, 300), 330), data=("lego",))
-_EMPTY_SPACE = (
-    ("white", ()), ("random", ("data.train_background=random",)), ("alpha", ("model.alpha_weight=0.1",))
-)
+_NO_ALPHA = ("model.alpha_weight=0",)
+#: lego's training background and opacity loss: over white without the loss (the render recipe before the
+#: loss became its default), over random colours, over white with the loss (the default since)
+EMPTY_SPACE = {"white": _NO_ALPHA, "random": (*_NO_ALPHA, "data.train_background=random"),
+               "alpha_0.1": ("model.alpha_weight=0.1",), "alpha_0.03": ("model.alpha_weight=0.03",)}
 add("lego-background", "lego at 15 and 60 s, alone on the GPU, at the pixel centres: over white (the render "
-    "recipe), over random colours, over white with the opacity loss; run.py's metric (over black) shows the "
-    "opacity a white background leaves in empty space (~9 min: pick points with --only)",
-    *(curve(f"{name}_{t}", "lego", (t,), 340, *over, baseline=None if name == "white" else f"white_{t}")
-      for t in (15, 60) for name, over in _EMPTY_SPACE),
+    "recipe without the opacity loss), over random colours, over white with the opacity loss (the default); "
+    "run.py's metric (over black) shows the opacity a white background leaves in empty space (~9 min: pick "
+    "points with --only)",
+    *(curve(f"{name}_{t}", "lego", (t,), 340, *EMPTY_SPACE[variant],
+            baseline=None if name == "white" else f"white_{t}")
+      for t in (15, 60)
+      for name, variant in (("white", "white"), ("random", "random"), ("alpha", "alpha_0.1"))),
+    data=("lego",))
+add("lego-background-5k", "lego 5k steps (about its 15 s point), seeds 1-3: over white, over random colours, "
+    "the opacity loss at 0.1 (the default) and 0.03; both metrics",
+    *lanes_ab([("lego", EMPTY_SPACE, SEEDS, 5000)], baseline="white"), data=("lego",))
+add("lego-background-20k", "lego 20k steps (about its 60 s point), seeds 1-3: over white, over random "
+    "colours, the opacity loss at 0.1 (the default); both metrics",
+    *lanes_ab([("lego", {k: EMPTY_SPACE[k] for k in ("white", "random", "alpha_0.1")}, SEEDS, 20000)],
+              baseline="white"),
     data=("lego",))
 add("hash-table-300s", "lego's 300 s point, 2^20 table against 2^19 (~11 min: one job per slot, --only)",
     curve("t19", "lego", (300,), 360), curve("t20", "lego", (300,), 300, *TABLE["t20"], baseline="t19"),
@@ -387,20 +400,22 @@ add("batch-rule-fox-lr", "B, the rest on fox: lr x 2 at 2x the batch, and the le
     "(schedules in rays: is sqrt_lr's collapse at 4x the learning rate?)",
     *in_lanes([rule_run("fox", 2, "linear_lr"), rule_run("fox", 4, "per_device_rays")]), data=("fox",))
 #: why fox collapses at 4x the batch under the rules in rays: 4x in steps, and in rays without CUDA graphs
+GRID_RAYS = ("data.grid_unit=rays",)  # the rules' grid cadence before they kept it in optimizer steps
 FOX_4X = (rule_run("fox", 4, "per_device", steps=3000),
           rule_run("fox", 4, "per_device_rays", "model.cuda_graph=false", "data.cuda_graph=false",
-                   steps=3000))
-add("batch-rule-fox-4x", "why fox collapses at 4x the batch under the rules in rays (12 dB from the first "
-    "validation on): 3000 reference steps at 4x in steps (per_device), per_device_rays without CUDA graphs",
+                   *GRID_RAYS, steps=3000))
+add("batch-rule-fox-4x", "why fox collapsed at 4x the batch under the rules in rays with the grid in rays "
+    "(12 dB from the first validation on): 3000 reference steps at 4x in steps (per_device), "
+    "per_device_rays without CUDA graphs",
     *in_lanes(FOX_4X), data=("fox",))
-GRID_STEPS = ("data.grid_unit=steps",)
+GRID_STEPS = ("data.grid_unit=steps",)  # every rule's grid unit since; spelled out as measured
 add("batch-rule-grid", "the occupancy grid in optimizer steps under the rules in rays (data.grid_unit=steps: "
     "the cause of fox's collapse at 4x on a CPU): fox k = 4 per_device_rays and linear_lr (3000 reference "
     "steps), lego k = 2 and 4 linear_lr, with lego k = 1 and fox k = 4 linear_lr (grid in rays) in the "
     "same lanes (~6 min)",
     *in_lanes([rule_run("lego", 1, "per_device"),
                rule_run("fox", 4, "per_device_rays", *GRID_STEPS, steps=3000, tag="_gsteps"),
-               rule_run("fox", 4, "linear_lr", steps=3000),
+               rule_run("fox", 4, "linear_lr", *GRID_RAYS, steps=3000),
                rule_run("fox", 4, "linear_lr", *GRID_STEPS, steps=3000, tag="_gsteps"),
                rule_run("lego", 4, "linear_lr", *GRID_STEPS, tag="_gsteps"),
                rule_run("lego", 2, "linear_lr", *GRID_STEPS, tag="_gsteps")]), data=("lego", "fox"))

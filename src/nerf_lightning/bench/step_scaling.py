@@ -40,13 +40,12 @@ class BudgetedStep:
     """
 
     def __init__(self, cfg: Any, dm: Any, precision: str, scale: float = 1.0, device: str = "cuda") -> None:
-        import hydra
-
+        from nerf_lightning.apps.train import build_model
         from nerf_lightning.models.train_step import capture
 
         self.device = torch.device(device)
         self.dm, self.precision = dm, precision
-        self.model = hydra.utils.instantiate(cfg.model, aabb_scale=dm.aabb_scale).to(self.device)
+        self.model = build_model(cfg, dm)[0].to(self.device)  # as the train app: the capture's seams
         self.fn = self.model.train_step_fn
         if self.fn is None:
             raise ValueError("bench: the step needs a sample budget (model.step.sample_budget is null)")
@@ -60,7 +59,7 @@ class BudgetedStep:
         self.graphed = self.device.type == "cuda"
         if self.graphed:
             b = dm.train_batch(self.n_rays)
-            args = (b["rays_o"], b["rays_d"], b["rgb"], b["background"])
+            args = self.model.step_inputs(b)
             self.fn = capture(self.fn, args, precision, share_inputs=True)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.graphed and precision == "16-mixed")
 
@@ -70,7 +69,7 @@ class BudgetedStep:
 
         b = self.dm.train_batch(self.n_rays)
         with autocast_for(self.precision) if self.graphed else nullcontext():
-            loss, _, _, stats = self.fn(b["rays_o"], b["rays_d"], b["rgb"], b["background"])
+            loss, _, _, stats = self.fn(*self.model.step_inputs(b))
         self.scaler.scale(loss).backward()
         return stats
 

@@ -12,9 +12,9 @@ rule            batch of each rank    global batch (k x ref.)   learning rate  s
 per_device      ``batch_size``        k = N                     unchanged      optimizer steps
 global          ``batch_size / N``    k = 1                     unchanged      optimizer steps (= rays)
 throughput      by measured speed     k = N                     unchanged      optimizer steps
-per_device_rays ``batch_size``        k = N                     unchanged      rays seen
-sqrt_lr         ``batch_size``        k = N                     x sqrt(k)      rays seen
-linear_lr       ``batch_size``        k = N                     x k            rays seen
+per_device_rays ``batch_size``        k = N                     unchanged      rays seen (grid: steps)
+sqrt_lr         ``batch_size``        k = N                     x sqrt(k)      rays seen (grid: steps)
+linear_lr       ``batch_size``        k = N                     x k            rays seen (grid: steps)
 ============== ===================== ========================= ============== ==============================
 
 ``auto`` (the default) is :data:`AUTO_SEVERAL` (``linear_lr``) on several ranks whose global batch is
@@ -22,9 +22,11 @@ at most :data:`AUTO_MAX_K` reference batches, else ``per_device``. Predicted fro
 (docs/batch_rule.md), ``linear_lr`` reaches lego's 36.2 dB first at N = 2 (0.54x the 1-GPU time, against
 1.00x for ``per_device``) and also trains fox at k = 2; at k = 4 every rule in rays measured on fox
 (``sqrt_lr``, ``per_device_rays``) collapsed to 12 dB held out, so larger batches keep the schedules in
-steps. On a CPU the collapse is the occupancy grid's cadence: in rays it updates (and decays) k times as
-often per optimizer step; ``data.grid_unit=steps`` keeps it in optimizer steps under any rule
-(:meth:`TrainingClock.grid_tick`). One GPU trains exactly as under ``per_device``.
+steps. The collapse is the occupancy grid's cadence: in rays it updates (and decays) k times as often per
+optimizer step, so the rules in rays keep the grid in optimizer steps (:meth:`TrainingClock.grid_tick`;
+``data.grid_unit=rays`` overrides): fox at k = 4 then ends at 28.3 dB (``per_device_rays``) and 27.8 dB
+(``linear_lr``) instead of 12 dB, and lego reaches 36.2 dB at k = 4 in 0.38x the k = 1 steps (0.42x with
+the grid in rays; docs/batch_rule.md). One GPU trains exactly as under ``per_device``.
 
 (N ranks; ``data.batch_multiple=m`` multiplies every rank's batch and k by m, so one GPU with
 ``batch_multiple=N`` draws what N GPUs draw together; gradient accumulation multiplies k too.)
@@ -72,9 +74,9 @@ class BatchRule:
         lr_scaling: ``none`` | ``sqrt`` | ``linear`` (the learning rate's factor of the global batch k).
         unit: ``steps`` | ``rays`` (what a reference step of the schedules is).
         beta_scaling: ``none`` | ``power`` (Adam's betas at global batch k: as configured, or ``beta^k``).
-        grid_unit: ``steps`` | ``rays`` | None: what the occupancy grid's ``update_every`` and
-            ``warmup_steps`` count (None: ``unit``). Each update decays every cell's density, so in rays
-            at k reference batches a step the grid forgets k times faster per optimizer step.
+        grid_unit: ``steps`` (every rule's) | ``rays``: what the occupancy grid's ``update_every`` and
+            ``warmup_steps`` count. Each update decays every cell's density, so in rays at k reference
+            batches a step the grid forgets k times faster per optimizer step (fox collapses at k = 4).
     """
 
     name: str
@@ -82,12 +84,12 @@ class BatchRule:
     lr_scaling: str
     unit: str
     beta_scaling: str = "none"
-    grid_unit: str | None = None
+    grid_unit: str = "steps"
 
     @property
     def grid(self) -> str:
         """The unit of the occupancy grid's schedule."""
-        return self.grid_unit or self.unit
+        return self.grid_unit
 
     def rank_scale(self, world_size: int) -> float:
         """A rank's batch (ray slots and sample budget) as a multiple of the configured one."""
@@ -154,7 +156,7 @@ def resolve_rule(
     betas = beta_scaling or rule.beta_scaling
     grid = grid_unit or rule.grid_unit
     suffix = "" if betas == "none" else f",betas={betas}"
-    suffix += "" if grid in (None, unit) else f",grid={grid}"
+    suffix += "" if grid == rule.grid_unit else f",grid={grid}"
     return BatchRule(f"{name}[lr={lr},unit={unit}{suffix}]", rule.split, lr, unit, betas, grid)
 
 

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 #: Under data.batch_scaling=throughput a rank may take up to this many times its even share.
 THROUGHPUT_HEADROOM = 1.5
+#: ``model.alpha_weight=auto`` for renders: lego over black gains 7.4 dB at 20k steps for no loss over
+#: white (docs/real_captures.md, section 8); photographs have no transparent pixels to learn from.
+RENDER_ALPHA_WEIGHT = 0.1
 
 
 class NeRFModule(L.LightningModule):
@@ -54,7 +57,9 @@ class NeRFModule(L.LightningModule):
             against the training images' alpha (the batch's ``alpha``: captures whose images carry
             alpha only). A training background the colour of the evaluation background never charges
             faint density in empty space (invisible over that background, visible over any other);
-            this does. 0 (default) leaves it out.
+            this does. ``auto`` (``model.alpha_weight``'s default): :data:`RENDER_ALPHA_WEIGHT` for
+            renders, 0 for photographs (``photograph``). 0: off. The resolved weight is
+            :attr:`alpha_weight`.
         mlp_weight_decay: L2 regularization of the MLPs' weight matrices (Adam's coupled
             ``weight_decay`` on their parameter group; instant-ngp's ``l2_reg``, 1e-6, acts on its
             MLP matrices only); the hash table and the biases are never decayed. 0: off.
@@ -81,7 +86,8 @@ class NeRFModule(L.LightningModule):
             sizes).
         train_poses: float [V, 3, 4] NGP-space given poses of the training views (``train`` passes
             them; the camera corrections' gauge). None when the state is loaded from a checkpoint next.
-        photograph: whether the capture is photographs (the components' ``enabled=auto``).
+        photograph: whether the capture is photographs (the components' ``enabled=auto`` and
+            ``alpha_weight=auto``).
         feedback: the DataModule's :class:`~nerf_lightning.models.feedback.TrainingFeedback` (the train app
             passes ``NeRFDataModule.feedback``): where each step's per-ray losses go (the ray sampler),
             this rank's work share under ``data.batch_scaling=throughput`` without a sample budget, and
@@ -105,7 +111,7 @@ class NeRFModule(L.LightningModule):
         loss: str = "huber",
         huber_delta: float = 0.1,
         distortion_weight: float = 0.0,
-        alpha_weight: float = 0.0,
+        alpha_weight: float | str = 0.0,
         mlp_weight_decay: float = 0.0,
         cuda_graph: bool | str = "auto",
         jitter: bool = True,
@@ -135,6 +141,8 @@ class NeRFModule(L.LightningModule):
         self._eval_field: nn.Module | None
         object.__setattr__(self, "_eval_field", None)
         self.renderer = (renderer or build_renderer)(aabb_scale=aabb_scale)
+        #: the opacity loss's weight, ``model.alpha_weight`` resolved (0: off, the batches carry no alpha)
+        self.alpha_weight = _resolve_alpha_weight(alpha_weight, photograph)
         if cuda_graph not in (True, False, "auto"):
             raise ValueError(f"model.cuda_graph must be true, false or auto, got {cuda_graph!r}")
         # Learned per-training-view state: submodules (state dict, parameters, DDP) only when enabled.
@@ -153,7 +161,7 @@ class NeRFModule(L.LightningModule):
                 huber_delta,
                 jitter=jitter,
                 distortion_weight=distortion_weight,
-                alpha_weight=alpha_weight,
+                alpha_weight=self.alpha_weight,
                 camera_opt=self.camera_opt,
                 appearance=self.appearance,
             )
@@ -260,8 +268,8 @@ class NeRFModule(L.LightningModule):
         if self.hparams.distortion_weight > 0:
             dist = ray_distortion(out, self.renderer.ops)
             loss = loss + self.hparams.distortion_weight * dist.mean()
-        if self.hparams.alpha_weight > 0:
-            loss = loss + self.hparams.alpha_weight * opacity_error(out, _batch_alpha(batch)).mean()
+        if self.alpha_weight > 0:
+            loss = loss + self.alpha_weight * opacity_error(out, _batch_alpha(batch)).mean()
         self.feedback.report_losses(batch["view_ids"], batch["px"], batch["py"], per_ray.detach())
         self.rays_seen += per_ray.shape[0]
         self.samples_seen += out["n_samples"].detach().to(torch.float64)
@@ -271,13 +279,19 @@ class NeRFModule(L.LightningModule):
             self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)))
         return loss
 
-    def _budgeted_training_step(self, batch: dict[str, Any]) -> Tensor:
+    def step_inputs(self, batch: dict[str, Any]) -> tuple[Tensor, ...]:
+        """The budgeted step's inputs from a training batch: rays, targets and background, then the
+        rays' views when per-view components or the opacity loss read them, then the rays' ``alpha``
+        when the opacity loss is on (``train_step_fn``'s signature, static inputs of its CUDA graph)."""
         args = (batch["rays_o"], batch["rays_d"], batch["rgb"], batch["background"])
-        if self.view_components or self.hparams.alpha_weight > 0:
-            # static [R] inputs of the captured step, read by the corrections and the opacity loss
+        if self.view_components or self.alpha_weight > 0:
             args = (*args, batch["view_ids"])
-        if self.hparams.alpha_weight > 0:
+        if self.alpha_weight > 0:
             args = (*args, _batch_alpha(batch))
+        return args
+
+    def _budgeted_training_step(self, batch: dict[str, Any]) -> Tensor:
+        args = self.step_inputs(batch)
         step = self.train_step_fn
         if not self._graphed and self._use_cuda_graph():
             # share_inputs: the batch graph's output buffers become the step graph's inputs (no
@@ -560,6 +574,22 @@ def _if_enabled(factory: Callable[..., nn.Module] | None, **kwargs: Any) -> Any:
 
 def _all_reduce_max(tensor: Tensor) -> None:
     torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+
+
+def _resolve_alpha_weight(alpha_weight: float | str, photograph: bool) -> float:
+    """``model.alpha_weight``: a weight >= 0, or ``auto`` (:data:`RENDER_ALPHA_WEIGHT` for renders, 0 for
+    photographs)."""
+    if alpha_weight == "auto":
+        weight = 0.0 if photograph else RENDER_ALPHA_WEIGHT
+        log.info(
+            "opacity loss: model.alpha_weight=auto -> %g (%s)",
+            weight,
+            "photographs: no transparent pixels" if photograph else "renders: charges density in empty space",
+        )
+        return weight
+    if isinstance(alpha_weight, bool) or not isinstance(alpha_weight, int | float) or alpha_weight < 0:
+        raise ValueError(f"model.alpha_weight must be a number >= 0 or auto, got {alpha_weight!r}")
+    return float(alpha_weight)
 
 
 def _batch_alpha(batch: dict[str, Any]) -> Tensor:
