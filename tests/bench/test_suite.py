@@ -116,6 +116,26 @@ def test_every_training_override_of_the_table_composes(tmp_path: Path) -> None:
         assert cfg.model.field.encoding.log2_hashmap_size in (10, 12, 19, 20, 21, 24)
 
 
+def test_the_gpu_tests_leave_the_viewer_out_where_viser_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cuda-tests`` on a machine without viser (a GPU machine given only some wheels) names the viewer's
+    tests to leave out, instead of failing the whole collection on their imports; with viser it runs all."""
+    import importlib
+    import importlib.util
+
+    import nerf_lightning.bench.experiments as experiments
+
+    real = importlib.util.find_spec
+    no_viser = lambda name, *a: None if name == "viser" else real(name, *a)  # noqa: E731
+    monkeypatch.setattr(importlib.util, "find_spec", no_viser)
+    try:
+        without = importlib.reload(experiments).EXPERIMENTS["cuda-tests"].jobs[0].argv
+    finally:
+        monkeypatch.undo()
+        with_viser = importlib.reload(experiments).EXPERIMENTS["cuda-tests"].jobs[0].argv
+    assert without[-3:] == ("tests", "--ignore=tests/viewer", "--ignore=tests/bench/test_viewer_bench.py")
+    assert with_viser[-3:] == ("-m", "cuda", "tests")
+
+
 # ------------------------------------------------------------------------------------ running jobs
 def test_cpu_smoke_experiment_runs_for_real(tmp_path: Path, child_environment: None) -> None:
     out, work = tmp_path / "out", tmp_path / "work"

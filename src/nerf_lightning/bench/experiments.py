@@ -18,6 +18,8 @@ JSON-lines results file, e.g. another implementation's driver run side by side).
 
 from __future__ import annotations
 
+from importlib.util import find_spec
+
 from nerf_lightning.bench import readers
 from nerf_lightning.bench.jobs import (
     QUIET,
@@ -169,8 +171,13 @@ add("cpu-smoke", "two tiny CPU runs in lanes on a generated 24x24 scene (seconds
         train("tiny_t10", "default", *TINY, f"{_ENC}.log2_hashmap_size=10", steps=8, seed=1,
               baseline="tiny", gpus=0, expected_s=20, timeout_s=180),
     ], 2))
-add("cuda-tests", "the GPU tests: every CUDA kernel against the PyTorch reference",
-    pytest("cuda_tests", "-m", "cuda", "tests", expected_s=45, timeout_s=300))
+#: the viewer's tests import viser and websockets (core dependencies, which a GPU machine given only the
+#: carried wheels may lack): there they are left out by name instead of failing the collection
+VIEWER_TESTS = () if find_spec("viser") and find_spec("websockets") else (
+    "--ignore=tests/viewer", "--ignore=tests/bench/test_viewer_bench.py")
+add("cuda-tests", "the GPU tests: every CUDA kernel against the PyTorch reference (the viewer's only where "
+    "viser is installed)",
+    pytest("cuda_tests", "-m", "cuda", "tests", *VIEWER_TESTS, expected_s=45, timeout_s=300))
 
 # --------------------------------------------------------------------------------- time to quality
 add("lego-curve", "lego: held-out PSNR after 15, 60 and 300 s of training, alone on the GPU (~8 min)",
