@@ -434,6 +434,14 @@ add("batch-rule-betas", "B with Adam's betas to the k-th power (data.beta_scalin
                  for scene, k, rule in (("lego", 4, "linear_lr"), ("lego", 4, "sqrt_lr"),
                                         ("lego", 2, "linear_lr"), ("fox", 4, "linear_lr"))],
                *FOX_4X]), data=("lego", "fox"))
+SIZED = {1: ("per_device", (10000, 12000, 14000)), 4: ("linear_lr", (8000, 12000, 16000))}
+add("batch-rule-sized", "B with each run sized to end at the target: lego k = 1 in 10k, 12k and 14k "
+    "reference steps, k = 4 under linear_lr in 8k, 12k and 16k. In a 20k run lego crosses 36.2 dB right "
+    "after a learning-rate decay (the first is at half the run), so steps to it measure the run's length as "
+    "much as the rule; the shortest run that ends at 36.2 dB or more gives the time to it (~5 min)",
+    *in_lanes([rule_run("lego", k, rule, steps=n, tag=f"_{n // 1000}k")
+               for k, (rule, lengths) in SIZED.items() for n in lengths]),
+    data=("lego",))
 add("batch-rule-lego-steps", "B in steps on lego: 2x the batch with the schedules and the run in optimizer "
     "steps (the old per_device default on 2 GPUs; 2x the GPU time of the others), lr x 1 and x sqrt(2)",
     *in_lanes([rule_run("lego", 2, "per_device"),
