@@ -259,14 +259,14 @@ def test_the_opacity_loss_is_on_for_renders_only(
     cfg = compose_train_config([f"data.path={path}", "experiment=cpu", "data.batch_size=64"], tmp_path)
     dm = hydra.utils.instantiate(cfg.data)
     dm.setup("fit")
-    with caplog.at_level(logging.INFO, logger="nerf_lightning.models.module"):
+    with caplog.at_level(logging.INFO, logger="nerf_lightning.train"):
         model, _ = build_model(cfg, dm)
     assert cfg.model.alpha_weight == "auto"
     assert model.alpha_weight == weight and dm.alpha_targets == (weight > 0)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("opacity loss:")]
     assert lines == [
         f"opacity loss: model.alpha_weight=auto -> {weight:g} ("
-        + ("renders: charges density in empty space)" if weight else "photographs: no transparent pixels)")
+        + ("renders: empty space charged)" if weight else "photographs: no transparent pixels)")
     ]
     dm._ensure_device(torch.device("cpu"))
     batch = dm.train_batch(64)

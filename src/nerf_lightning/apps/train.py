@@ -144,6 +144,10 @@ def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, di
         feedback=datamodule.feedback,
     )
     opacity_loss = model.alpha_weight > 0
+    if cfg.model.get("alpha_weight") == "auto":  # the choice and why, as setup logs the recipe's
+        photo = datamodule.is_photograph
+        why = "photographs: no transparent pixels" if photo else "renders: empty space charged"
+        log.info("opacity loss: model.alpha_weight=auto -> %g (%s)", model.alpha_weight, why)
     if opacity_loss and not datamodule.has_alpha:
         raise UserError(
             f"model.alpha_weight={cfg.model.alpha_weight}: the training images of {cfg.data.path} carry no "

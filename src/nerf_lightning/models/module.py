@@ -580,13 +580,7 @@ def _resolve_alpha_weight(alpha_weight: float | str, photograph: bool) -> float:
     """``model.alpha_weight``: a weight >= 0, or ``auto`` (:data:`RENDER_ALPHA_WEIGHT` for renders, 0 for
     photographs)."""
     if alpha_weight == "auto":
-        weight = 0.0 if photograph else RENDER_ALPHA_WEIGHT
-        log.info(
-            "opacity loss: model.alpha_weight=auto -> %g (%s)",
-            weight,
-            "photographs: no transparent pixels" if photograph else "renders: charges density in empty space",
-        )
-        return weight
+        return 0.0 if photograph else RENDER_ALPHA_WEIGHT
     if isinstance(alpha_weight, bool) or not isinstance(alpha_weight, int | float) or alpha_weight < 0:
         raise ValueError(f"model.alpha_weight must be a number >= 0 or auto, got {alpha_weight!r}")
     return float(alpha_weight)
