@@ -278,3 +278,14 @@ def test_the_opacity_loss_is_on_for_renders_only(
         dm_off = hydra.utils.instantiate(off.data)
         dm_off.setup("fit")
         assert build_model(off, dm_off)[0].alpha_weight == 0.0 and not dm_off.alpha_targets
+
+
+def test_alphas_are_the_colours_alpha_channel(scene: Path, tmp_path: Path) -> None:
+    """``ViewSet.alphas`` (the fused GPU batch's ``alpha``) gathers what ``colors`` has in its 4th channel,
+    and a held-out view's ``alpha`` is its image's alpha: renders have background and object."""
+    dm, b = _batch_with_seed(scene, tmp_path)
+    ts, (views, ix, iy) = dm.train_set, (b["view_ids"], b["px"], b["py"])
+    torch.testing.assert_close(ts.alphas(views, ix, iy), ts.colors(views, ix, iy)[:, 3], rtol=0, atol=0)
+    val = dm.val_batch(0)
+    assert val["alpha"].shape == val["rgb"].shape[:1]
+    assert val["alpha"].min() == 0.0 and val["alpha"].max() == 1.0

@@ -62,8 +62,10 @@ class Rule:
             return self.null
         if self.kind == "bool":
             return isinstance(value, bool)
-        if self.kind == "choice" or (isinstance(value, str) and value in self.choices):
-            return value in self.choices
+        if value in self.choices:
+            return True
+        if self.kind == "choice":
+            return False
         if isinstance(value, bool) or not isinstance(value, int | float):
             return False
         if self.kind in ("int", "pow2") and not isinstance(value, int):

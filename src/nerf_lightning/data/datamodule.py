@@ -557,9 +557,9 @@ class NeRFDataModule(L.LightningDataModule):
         ix, iy = ix.reshape(-1), iy.reshape(-1)
         view_ids = torch.full_like(ix, view)
         background = self.eval_background(device).expand(ix.shape[0], 3)
-        batch = vs.batch(view_ids, ix, iy, ix.float() + 0.5, iy.float() + 0.5, background)
-        ones = torch.ones_like(ix, dtype=torch.float32)
-        alpha = vs.colors(view_ids, ix, iy)[:, 3] if vs.channels == 4 else ones
+        batch = vs.batch(view_ids, ix, iy, ix.float() + 0.5, iy.float() + 0.5, background, with_alpha=True)
+        alpha = batch.pop("alpha", None)  # RGB images: opaque
+        alpha = torch.ones_like(ix, dtype=torch.float32) if alpha is None else alpha
         train_view = self._train_index.get(Path(vs.frames[view].image_path), -1)
         return {**batch, "alpha": alpha, "height": h, "width": w, "view": view, "train_view": train_view}
 

@@ -73,7 +73,7 @@ class ViewSet:
         instead of about 25 small ones; :meth:`batch` is its contract and test oracle."""
         fused = self._fused_rays(view_ids, ix, iy, ux, uy, background)
         if fused is not None:
-            alpha = self.colors(view_ids, ix, iy)[:, 3] if with_alpha and self.channels == 4 else None
+            alpha = self.alphas(view_ids, ix, iy) if with_alpha and self.channels == 4 else None
             return training_batch(*fused, background, view_ids, ix, iy, alpha)
         return self.batch(view_ids, ix, iy, ix.float() + ux, iy.float() + uy, background, with_alpha)
 
@@ -149,8 +149,16 @@ class ViewSet:
 
     def colors(self, view_ids: Tensor, ix: Tensor, iy: Tensor) -> Tensor:
         """RGB(A) in [0, 1], [R, C] f32, of integer pixels."""
-        flat = self.offsets[view_ids] + iy * self.widths[view_ids] + ix
-        return self.pixels[flat].float() / 255.0
+        return self.pixels[self._flat(view_ids, ix, iy)].float() / 255.0
+
+    def alphas(self, view_ids: Tensor, ix: Tensor, iy: Tensor) -> Tensor:
+        """Alpha in [0, 1], [R] f32, of integer pixels of RGBA images (:meth:`colors`' last channel,
+        gathered alone)."""
+        return self.pixels[self._flat(view_ids, ix, iy), 3].float() / 255.0
+
+    def _flat(self, view_ids: Tensor, ix: Tensor, iy: Tensor) -> Tensor:
+        """Rows of :attr:`pixels` of integer pixels (ix, iy) of views ``view_ids``."""
+        return self.offsets[view_ids] + iy * self.widths[view_ids] + ix
 
 
 def training_batch(
