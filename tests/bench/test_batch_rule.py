@@ -95,6 +95,9 @@ def test_report_names_the_winner_and_the_final_psnr_change(tmp_path: Path) -> No
     # N = 2: sqrt_lr with bf16, 5500 x (2.0 + 0.09) ms = 11.495 s, 0.57x of 20 s (global: 0.65x and more)
     assert "N = 2: **sqrt_lr** (bf16) wins, 0.57x the 1-GPU time" in text
     assert "0.58x (11.6 s), -0.05 dB" in text  # fp32 at N = 2, and 36.45 against 36.50 dB at the end
+    # a second seed of k = 2 crossing at the same step but ending at 36.35 dB: the mean, 36.40 dB, -0.10 dB
+    seeds, _ = batch_rule.report([*ROWS, _curve(2, "sqrt", "rays", 5500, 36.35)], [2, 4], NET)
+    assert "0.58x (11.6 s), -0.10 dB" in seeds
     path = tmp_path / "rows.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
     assert batch_rule.main(["--from", str(path), "--gpus", "2,4", "--json", str(tmp_path / "p.json")]) == 0
@@ -104,10 +107,41 @@ def test_report_names_the_winner_and_the_final_psnr_change(tmp_path: Path) -> No
     assert batch_rule.main(["--from", str(tmp_path / "empty.jsonl")]) == 1
 
 
+def _sized(k: int, lr: str, unit: str, steps: int, final: float, anneal: float | None = None) -> dict:
+    return {"scene": "lego", "k": k, "lr_scaling": lr, "unit": unit, "curve": [[steps - 1, final]],
+            "psnr": final, "steps": steps, "lr_anneal": anneal, "status": "ok"}  # fmt: skip
+
+
+def test_sized_runs_give_the_shortest_length_that_ends_at_the_target() -> None:
+    assert batch_rule.length_to([(12000, 36.3), (10000, 36.1)], 36.2) == (pytest.approx(11000), "")
+    assert batch_rule.length_to([(10000, 36.25), (12000, 36.4)], 36.2) == (10000, "<=")
+    assert batch_rule.length_to([(10000, 35.0)], 36.2) == (None, "not reached")
+    rows = [
+        _step(1.0, 2.0, 0.5),
+        # k = 1: 36.2 dB between 10k (36.0) and 14k (36.4) reference steps: 12000
+        _sized(1, "none", "steps", 10000, 36.0), _sized(1, "none", "steps", 14000, 36.4),
+        # k = 4 in rays: 2000 and 4000 optimizer steps are 8k and 16k reference steps; 36.2 dB at 3/4 of
+        # the way from 8k (35.9) to 16k (36.3): 14000 reference steps, 3500 optimizer steps
+        _sized(4, "linear", "rays", 2000, 35.9), _sized(4, "linear", "rays", 4000, 36.3),
+        # the same rule annealed is a rule of its own; one length alone is not a sized group
+        _sized(4, "linear", "rays", 3000, 36.5, anneal=0.5), _sized(4, "linear", "rays", 4000, 36.6, 0.5),
+        _sized(2, "linear", "rays", 4000, 36.6),
+    ]  # fmt: skip
+    table = batch_rule.sized_table(rows, NET)
+    # 3500 / 12000 = 0.29x the steps; x (2.0 + 0.16) / 2.0 (fp32 at N = 4: 1.5 x 0.1 + 0.01 ms) = 0.32x
+    assert "| lego | 4 | linear_lr | 8k: 35.900, 16k: 36.300 | 36.2 dB | 14000 | 0.29x | 0.32x |" in table
+    assert "| lego | 1 | per_device | 10k: 36.000, 14k: 36.400 | 36.2 dB | 12000 | 1.00x | 1.00x |" in table
+    # 36.5 dB at the shortest annealed run (12k reference steps): an upper bound, 3000 / 12000
+    annealed = "| lego | 4 | linear_lr, anneal 0.5 | 12k: 36.500, 16k: 36.600 | 36.2 dB | <=12000 | 0.25x |"
+    assert annealed in table
+    assert "| lego | 2 |" not in table
+    assert batch_rule.sized_table(ROWS, NET) == "(no runs sized to several lengths)"
+
+
 def test_val_curve_reads_the_csv_and_the_rule(tmp_path: Path) -> None:
     (tmp_path / "metrics.json").write_text(json.dumps({
         "val/psnr": 36.3, "steps": 5000, "time/train_s": 50.0, "batch/k": 4.0, "batch/lr_scaling": "sqrt",
-        "batch/unit": "rays",
+        "batch/unit": "rays", "batch/lr_anneal": 0.5,
     }))  # fmt: skip
     (tmp_path / "csv").mkdir()
     (tmp_path / "csv" / "metrics.csv").write_text(
@@ -116,6 +150,7 @@ def test_val_curve_reads_the_csv_and_the_rule(tmp_path: Path) -> None:
     (row,) = readers.val_curve("lego", (35.5, 36.2))(tmp_path, tmp_path / "log")
     assert row["curve"] == [(250, 35.0), (500, 36.0), (750, 36.3)]  # the last value of a step
     assert (row["k"], row["lr_scaling"], row["unit"], row["psnr"]) == (4.0, "sqrt", "rays", 36.3)
+    assert row["lr_anneal"] == 0.5
     assert "35.5 dB @375, 36.2 dB @667" in row["note"]  # 500 + 0.2 / 0.3 x 250
     (tmp_path / "csv" / "metrics.csv").write_text("epoch,step,val/psnr\n")
     with pytest.raises(ValueError, match="no val/psnr"):

@@ -93,6 +93,23 @@ def test_lr_factor_ramps_from_the_base_rate_over_the_warmup() -> None:
     assert _bound("per_device_rays", world=8).lr_factor(0) == 1.0
 
 
+def test_lr_anneal_returns_the_scaled_rate_to_the_base_rate_by_the_run_end() -> None:
+    """linear_lr at k = 4 (target 4), 1000 reference steps, warm-up 100, anneal from half the run: the
+    factor is 4 from 100 to 500, then 1 + 3 x (1000 - p) / 500, 1 at the end; 500 reference steps as a
+    count are the same point."""
+    for anneal in (0.5, 500):
+        clock = _bound("linear_lr", world=4, max_steps=1000, lr_warmup=100, lr_anneal=anneal)
+        factors = [clock.lr_factor(p) for p in (50, 100, 500, 750, 900, 1000, 1200)]
+        assert factors == pytest.approx([2.5, 4.0, 4.0, 2.5, 1.6, 1.0, 1.0]), anneal
+    # without it the factor holds; a rule without a factor is unchanged
+    assert _bound("linear_lr", world=4, max_steps=1000, lr_warmup=0).lr_factor(1000) == 4.0
+    assert _bound("per_device_rays", world=4, max_steps=1000, lr_anneal=0.5).lr_factor(900) == 1.0
+    with pytest.raises(ValueError, match="data.lr_anneal needs a run length"):
+        TrainingClock("linear_lr", 4, lr_anneal=0.5).bind(1, max_steps=None)
+    with pytest.raises(ValueError, match="data.lr_anneal must be null or >= 0"):
+        TrainingClock("linear_lr", 4, lr_anneal=-1)
+
+
 def test_the_run_length_and_epochs_count_reference_steps() -> None:
     clock = _bound("sqrt_lr", world=4, max_steps=20000)
     assert clock.optimizer_steps() == 5000

@@ -133,6 +133,7 @@ DATA: tuple[Rule, ...] = (
     Rule("data.beta_scaling", "choice", choices=BETA_SCALINGS, null=True, note="null: the rule's"),
     Rule("data.grid_unit", "choice", choices=UNITS, null=True, note="null: the rule's schedule unit"),
     _num_rule("data.lr_warmup", low=0, note="reference steps"),
+    _num_rule("data.lr_anneal", low=0, null=True, note="a fraction of the run or reference steps; null: off"),
 )
 
 #: model.* values (train; eval/render/export overrides)

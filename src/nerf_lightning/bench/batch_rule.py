@@ -10,6 +10,8 @@ A. **step rows** (``bench.step_scaling``): the graphed step alone at ``s`` x the
 B. **curve rows** (one GPU, ``data.batch_multiple=k`` with a rule's learning rate and schedule unit): the
    held-out PSNR every 1000 reference steps; the optimizer steps to each target are read off by linear
    interpolation between the two validations around the first crossing;
+B, sized (experiment ``batch-rule-sized``): runs of one k and rule sized to several lengths; the shortest
+   length whose final PSNR reaches each target, interpolated between two lengths (:func:`sized_table`);
 C. **synchronisation**, which one GPU cannot measure, from the gradient's bytes: a ring all-reduce moves
    ``2 (N - 1) / N`` x the bytes through each GPU's link, at NCCL's bus bandwidth ``--busbw-gbs``, plus
    ``--buckets`` x ``--latency-us`` (DDP all-reduces the table and the MLPs as two buckets). ``bf16``
@@ -113,10 +115,20 @@ class Curve:
     points: list[tuple[int, float]]  # (optimizer step, held-out PSNR)
     final_psnr: float | None = None
     job: str = ""
+    lr_anneal: float | None = None  # data.lr_anneal
+    steps: int | None = None  # optimizer steps trained
 
     @property
     def rule(self) -> str:
-        return RULE_OF.get((self.lr_scaling, self.unit), f"lr {self.lr_scaling}, {self.unit}")
+        name = RULE_OF.get((self.lr_scaling, self.unit), f"lr {self.lr_scaling}, {self.unit}")
+        return name if self.lr_anneal is None else f"{name}, anneal {self.lr_anneal:g}"
+
+    @property
+    def length(self) -> float | None:
+        """The run's length in reference steps (optimizer steps x k under a rule in rays)."""
+        if self.steps is None:
+            return None
+        return self.steps * (self.k if self.unit == "rays" else 1.0)
 
 
 @dataclass
@@ -189,6 +201,8 @@ def curves(rows: Iterable[dict[str, Any]]) -> list[Curve]:
                 points,
                 r.get("psnr"),
                 str(r.get("id", "")),
+                None if r.get("lr_anneal") is None else float(r["lr_anneal"]),
+                None if r.get("steps") is None else int(r["steps"]),
             )
         )
     return out
@@ -370,11 +384,75 @@ def curve_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def length_to(runs: Sequence[tuple[float, float]], target: float) -> tuple[float | None, str]:
+    """The shortest run length that ends at ``target``, from ``(length, final PSNR)`` of runs sized to
+    several lengths: linear interpolation between the longest run below it and the shortest at or above
+    it. Returns (length, how it was read): ``"<="`` when the shortest run already ends above (an upper
+    bound), ``"not reached"`` when none does."""
+    ordered = sorted(runs)
+    for i, (length, psnr) in enumerate(ordered):
+        if psnr >= target:
+            if i == 0:
+                return length, "<="
+            l0, p0 = ordered[i - 1]
+            return l0 + (target - p0) / (psnr - p0) * (length - l0), ""
+    return None, "not reached"
+
+
+def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
+    """B for runs sized to end at a target (experiment ``batch-rule-sized``): per capture, k and rule with
+    runs of two or more lengths, the final PSNR of each and the shortest length that ends at each target;
+    at N = k the optimizer steps of that length against the k = 1 length, and, with a step row of the
+    capture, the predicted time (steps x (t(B) + the float32 exchange)) against the 1-GPU time."""
+    groups: dict[tuple[str, float, str], list[tuple[float, float]]] = {}
+    for c in curves(rows):
+        if c.length is not None and c.final_psnr is not None:
+            groups.setdefault((c.scene, c.k, c.rule), []).append((c.length, float(c.final_psnr)))
+    groups = {key: runs for key, runs in groups.items() if len({length for length, _ in runs}) > 1}
+    if not groups:
+        return "(no runs sized to several lengths)"
+    times = step_times(rows)
+    lines = [
+        "| capture | k | rule | final PSNR by length (reference steps) | target | shortest length to it "
+        "| optimizer steps / k = 1's | predicted time / 1 GPU |",
+        "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for (scene, k, rule), runs in sorted(groups.items()):
+        finals = ", ".join(f"{length / 1000:g}k: {psnr:.3f}" for length, psnr in sorted(runs))
+        base = next((r for (sc, kk, _), r in sorted(groups.items()) if sc == scene and kk == 1.0), None)
+        for target in TARGETS.get(scene, ()):
+            length, how = length_to(runs, target)
+            base_length = length_to(base, target)[0] if base else None
+            ratio = time = "-"
+            if length is not None and base_length:
+                steps_ratio = length / k / base_length
+                ratio = f"{steps_ratio:.2f}x"
+                step_row = (times.get(scene) or {}).get(1.0)
+                if step_row is not None:
+                    t1 = float(step_row["step_ms"])
+                    sync = net.exchange_ms("fp32", gradient_size({1.0: step_row}), int(k))
+                    time = f"{steps_ratio * (t1 + sync) / t1:.2f}x"
+            reach = how if length is None else f"{how}{length:.0f}"
+            lines.append(
+                f"| {scene} | {k:g} | {rule} | {finals} | {target:g} dB | {reach} | {ratio} | {time} |"
+            )
+    return "\n".join(lines)
+
+
+def _mean_finals(runs: Iterable[Curve], key: Any) -> dict[Any, float]:
+    """The mean final PSNR of the runs (seeds) under each ``key(run)``."""
+    groups: dict[Any, list[float]] = {}
+    for c in runs:
+        if c.final_psnr is not None:
+            groups.setdefault(key(c), []).append(float(c.final_psnr))
+    return {k: sum(v) / len(v) for k, v in groups.items()}
+
+
 def prediction_tables(preds: list[Prediction], rows: list[dict[str, Any]], gpus: Sequence[int]) -> str:
     """Per capture and target: each rule's time on N GPUs / the 1-GPU time, the winner per N."""
     out = []
-    finals = {(c.scene, c.k, c.rule): c.final_psnr for c in curves(rows)}
-    base_final = {c.scene: c.final_psnr for c in curves(rows) if c.k == 1.0}
+    finals = _mean_finals(curves(rows), lambda c: (c.scene, c.k, c.rule))
+    base_final = _mean_finals([c for c in curves(rows) if c.k == 1.0], lambda c: c.scene)
     keys = sorted({(p.scene, p.target) for p in preds}, key=lambda k: (k[0], k[1]))
     for scene, target in keys:
         these = [p for p in preds if (p.scene, p.target) == (scene, target)]
@@ -424,6 +502,7 @@ def report(rows: list[dict[str, Any]], gpus: Sequence[int], net: Network) -> tup
             f"{net.hbm_gbs:g} GB/s of HBM, no overlap with compute.",
             "A. time per step against rays per step\n\n" + step_table(rows),
             "B. steps to the targets on one GPU with k x the batch\n\n" + curve_table(rows),
+            "B, sized: the shortest run that ends at each target\n\n" + sized_table(rows, net),
             "C. the gradient exchange per step\n\n" + exchange_table(rows, gpus, net),
             "Predicted time to the targets\n\n" + prediction_tables(preds, rows, gpus),
         ]

@@ -196,6 +196,12 @@ add("lego-background", "lego at 15 and 60 s, alone on the GPU, at the pixel cent
       for t in (15, 60)
       for name, variant in (("white", "white"), ("random", "random"), ("alpha", "alpha_0.1"))),
     data=("lego",))
+add("lego-opacity-15s", "lego at 15 s, seeds 1-3, alone on the GPU, over white without the opacity loss and "
+    "with it (the default) in turn: the 15 s point of the default and the loss's steps/s (~4 min)",
+    *(curve(f"{name}_s{seed}", "lego", (15,), 340, *EMPTY_SPACE[variant], f"seed={seed}",
+            baseline=None if name == "white" else f"white_s{seed}")
+      for seed in SEEDS for name, variant in (("white", "white"), ("alpha", "alpha_0.1"))),
+    data=("lego",))
 add("lego-background-5k", "lego 5k steps (about its 15 s point), seeds 1-3: over white, over random colours, "
     "the opacity loss at 0.1 (the default) and 0.03; both metrics",
     *lanes_ab([("lego", EMPTY_SPACE, SEEDS, 5000)], baseline="white"), data=("lego",))
@@ -434,13 +440,30 @@ add("batch-rule-betas", "B with Adam's betas to the k-th power (data.beta_scalin
                  for scene, k, rule in (("lego", 4, "linear_lr"), ("lego", 4, "sqrt_lr"),
                                         ("lego", 2, "linear_lr"), ("fox", 4, "linear_lr"))],
                *FOX_4X]), data=("lego", "fox"))
-SIZED = {1: ("per_device", (10000, 12000, 14000)), 4: ("linear_lr", (8000, 12000, 16000))}
+#: (k, rule, its overrides, tag, run lengths in reference steps)
+SIZED = ((1, "per_device", (), "", (10000, 12000, 14000)), (4, "linear_lr", (), "", (8000, 12000, 16000)),
+         (4, "linear_lr", ("data.lr_anneal=0.5",), "_anneal", (10000, 12000, 14000)))
 add("batch-rule-sized", "B with each run sized to end at the target: lego k = 1 in 10k, 12k and 14k "
-    "reference steps, k = 4 under linear_lr in 8k, 12k and 16k. In a 20k run lego crosses 36.2 dB right "
-    "after a learning-rate decay (the first is at half the run), so steps to it measure the run's length as "
-    "much as the rule; the shortest run that ends at 36.2 dB or more gives the time to it (~5 min)",
-    *in_lanes([rule_run("lego", k, rule, steps=n, tag=f"_{n // 1000}k")
-               for k, (rule, lengths) in SIZED.items() for n in lengths]),
+    "reference steps, k = 4 under linear_lr in 8k, 12k and 16k, and with its learning rate annealed back to "
+    "x 1 over the second half (data.lr_anneal=0.5) in 10k, 12k and 14k. In a 20k run lego crosses 36.2 dB "
+    "right after a learning-rate decay (the first is at half the run), so steps to it measure the run's "
+    "length as much as the rule; the shortest run that ends at 36.2 dB or more gives the time to it (~6 min)",
+    *in_lanes([rule_run("lego", k, rule, *extra, steps=n, tag=f"{tag}_{n // 1000}k")
+               for k, rule, extra, tag, lengths in SIZED for n in lengths]),
+    data=("lego",))
+LATE_DECAY = ("model.scheduler.decay_start=0.7", "model.scheduler.decay_interval=0.1")
+add("batch-rule-late-decay", "B sized, the learning-rate decay later (from 70 % of the run, every 10 %): "
+    "lego k = 1 in 12k reference steps, k = 4 under linear_lr in 12k and 16k (beside batch-rule-sized: does "
+    "a step-limited k = 4 gain from more steps at the high rate?) (~3 min)",
+    *in_lanes([rule_run("lego", 1, "per_device", *LATE_DECAY, steps=12000, tag="_late_12k"),
+               rule_run("lego", 4, "linear_lr", *LATE_DECAY, steps=12000, tag="_late_12k"),
+               rule_run("lego", 4, "linear_lr", *LATE_DECAY, steps=16000, tag="_late_16k")]),
+    data=("lego",))
+add("batch-rule-seeds", "B at seeds 2 and 3 (seed 1: batch-rule-grid): lego 20k reference steps, k = 1, and "
+    "k = 2 and 4 under linear_lr; bench.batch_rule averages the steps to each target and the final PSNR over "
+    "the seeds of its rows (~7 min)",
+    *in_lanes([rule_run("lego", k, rule, seed=seed, tag=f"_s{seed}")
+               for seed in (2, 3) for k, rule in ((1, "per_device"), (2, "linear_lr"), (4, "linear_lr"))]),
     data=("lego",))
 add("batch-rule-lego-steps", "B in steps on lego: 2x the batch with the schedules and the run in optimizer "
     "steps (the old per_device default on 2 GPUs; 2x the GPU time of the others), lr x 1 and x sqrt(2)",

@@ -39,7 +39,9 @@ of a step adapt on the device, but every rank's budget is known on the host, so 
 sync and reads the same on every rank.
 
 A scaled learning rate (``sqrt_lr``, ``linear_lr``) ramps linearly from the base rate to the scaled one
-over the first ``lr_warmup`` reference steps (Goyal et al.'s gradual warm-up). With k = 1 every rule is
+over the first ``lr_warmup`` reference steps (Goyal et al.'s gradual warm-up). With ``lr_anneal`` it
+returns linearly to the base rate from that point of the run to its end, so the scaled rate speeds the
+early phase and the run ends at the step size of one GPU. With k = 1 every rule is
 the ``per_device`` rule: one GPU trains exactly as it does without one (:attr:`TrainingClock.trivial`).
 """
 
@@ -193,6 +195,9 @@ class TrainingClock:
             resolved by :meth:`bind` from the world size).
         batch_multiple: every rank draws this many times its rule's batch (``data.batch_multiple``).
         lr_warmup: reference steps over which a scaled learning rate ramps up from the base rate.
+        lr_anneal: where the scaled learning rate starts returning linearly to the base rate, reached at
+            the run's end: a fraction of ``trainer.max_steps`` (<= 1) or reference steps (> 1), the
+            convention of the schedules; None: the scaled rate to the end.
         overrides: ``(data.lr_scaling, data.schedule_unit, data.beta_scaling, data.grid_unit)``, applied
             to a named rule as :func:`resolve_rule` does.
 
@@ -207,6 +212,7 @@ class TrainingClock:
         batch_multiple: float = 1.0,
         lr_warmup: float = 256,
         overrides: tuple[str | None, ...] = (),
+        lr_anneal: float | None = None,
     ) -> None:
         self.auto = rule == "auto"
         self._overrides = overrides
@@ -217,8 +223,11 @@ class TrainingClock:
             raise ValueError(f"data.batch_multiple must be > 0, got {batch_multiple!r}")
         if not lr_warmup >= 0:
             raise ValueError(f"data.lr_warmup must be >= 0, got {lr_warmup!r}")
+        if lr_anneal is not None and not lr_anneal >= 0:
+            raise ValueError(f"data.lr_anneal must be null or >= 0, got {lr_anneal!r}")
         self.batch_multiple = float(batch_multiple)
         self.lr_warmup = float(lr_warmup)
+        self.lr_anneal = None if lr_anneal is None else float(lr_anneal)
         self.world_size = 1
         self.accumulate = 1
         #: the run's length in reference steps (``trainer.max_steps``), None when it has none
@@ -241,6 +250,8 @@ class TrainingClock:
                 self.rule.name, self.world_size, self.k, why,
             )  # fmt: skip
         self.total = int(max_steps) if max_steps is not None and max_steps > 0 else None
+        if self.lr_anneal is not None and self.total is None:
+            raise ValueError("data.lr_anneal needs a run length: set trainer.max_steps")
         self.bound = True
         self._anchor = (0, 0.0)
 
@@ -311,9 +322,14 @@ class TrainingClock:
     def lr_factor(self, position: float) -> float:
         """The rule's learning-rate factor at reference position ``position`` (warm-up included)."""
         target = self.rule.lr_factor(self.k)
-        if target == 1.0 or self.lr_warmup <= 0:
+        if target == 1.0:
             return target
-        return 1.0 + (target - 1.0) * min(1.0, max(0.0, position) / self.lr_warmup)
+        share = 1.0 if self.lr_warmup <= 0 else min(1.0, max(0.0, position) / self.lr_warmup)
+        if self.lr_anneal is not None and self.total is not None:
+            start = self.lr_anneal * self.total if self.lr_anneal <= 1 else self.lr_anneal
+            if position > start:
+                share *= max(0.0, (self.total - position) / max(self.total - start, _EPS))
+        return 1.0 + (target - 1.0) * share
 
     def betas(self, betas: tuple[float, ...]) -> tuple[float, ...]:
         """Adam's configured ``betas`` under the rule at this clock's global batch."""
@@ -352,6 +368,7 @@ class TrainingClock:
             "batch/k": self.k,
             "batch/lr_scaling": self.rule.lr_scaling,
             "batch/lr_factor": self.rule.lr_factor(self.k),
+            "batch/lr_anneal": self.lr_anneal,
             "batch/unit": self.unit,
             "batch/beta_scaling": self.rule.beta_scaling,
             "batch/grid_unit": self.rule.grid,
