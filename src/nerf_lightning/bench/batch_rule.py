@@ -412,6 +412,13 @@ def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
     if not groups:
         return "(no runs sized to several lengths)"
     times = step_times(rows)
+    # k = 1's shortest length to each target, per capture
+    base = {
+        (sc, t): length_to(runs, t)[0]
+        for (sc, k, _), runs in groups.items()
+        if k == 1.0
+        for t in TARGETS.get(sc, ())
+    }
     lines = [
         "| capture | k | rule | final PSNR by length (reference steps) | target | shortest length to it "
         "| optimizer steps / k = 1's | predicted time / 1 GPU |",
@@ -419,19 +426,19 @@ def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
     ]
     for (scene, k, rule), runs in sorted(groups.items()):
         finals = ", ".join(f"{length / 1000:g}k: {psnr:.3f}" for length, psnr in sorted(runs))
-        base = next((r for (sc, kk, _), r in sorted(groups.items()) if sc == scene and kk == 1.0), None)
+        # a rank's step at the full batch plus its exchange over k GPUs, against the 1-GPU step
+        step_row, slowdown = (times.get(scene) or {}).get(1.0), None
+        if step_row is not None:
+            t1 = float(step_row["step_ms"])
+            slowdown = (t1 + net.exchange_ms("fp32", gradient_size({1.0: step_row}), int(k))) / t1
         for target in TARGETS.get(scene, ()):
             length, how = length_to(runs, target)
-            base_length = length_to(base, target)[0] if base else None
+            base_length = base.get((scene, target))
             ratio = time = "-"
             if length is not None and base_length:
                 steps_ratio = length / k / base_length
                 ratio = f"{steps_ratio:.2f}x"
-                step_row = (times.get(scene) or {}).get(1.0)
-                if step_row is not None:
-                    t1 = float(step_row["step_ms"])
-                    sync = net.exchange_ms("fp32", gradient_size({1.0: step_row}), int(k))
-                    time = f"{steps_ratio * (t1 + sync) / t1:.2f}x"
+                time = "-" if slowdown is None else f"{steps_ratio * slowdown:.2f}x"
             reach = how if length is None else f"{how}{length:.0f}"
             lines.append(
                 f"| {scene} | {k:g} | {rule} | {finals} | {target:g} dB | {reach} | {ratio} | {time} |"

@@ -52,6 +52,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from nerf_lightning.models.schedules import steps_of
+
 __all__ = [
     "AUTO_MAX_K", "AUTO_SEVERAL", "BETA_SCALINGS", "CHOICES", "RULES", "BatchRule", "Tick", "TrainingClock",
     "resolve_rule",
@@ -326,7 +328,7 @@ class TrainingClock:
             return target
         share = 1.0 if self.lr_warmup <= 0 else min(1.0, max(0.0, position) / self.lr_warmup)
         if self.lr_anneal is not None and self.total is not None:
-            start = self.lr_anneal * self.total if self.lr_anneal <= 1 else self.lr_anneal
+            start = steps_of(self.lr_anneal, self.total)
             if position > start:
                 share *= max(0.0, (self.total - position) / max(self.total - start, _EPS))
         return 1.0 + (target - 1.0) * share

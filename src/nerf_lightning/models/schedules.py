@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
-from nerf_lightning.models.clock import TrainingClock
+if TYPE_CHECKING:  # the clock reads its own lengths with steps_of
+    from nerf_lightning.models.clock import TrainingClock
 
 
 def ngp_exponential_decay(
@@ -24,9 +26,8 @@ def ngp_exponential_decay(
     ``decay_interval`` are fractions of ``total_steps`` (values > 1 are taken as step counts), so the
     same config works for a 1k-step CPU run and a 30k-step GPU run. ``warmup_steps`` ramps linearly.
     """
-    total = max(int(total_steps), 1)
-    start = decay_start if decay_start > 1 else decay_start * total
-    interval = max(decay_interval if decay_interval > 1 else decay_interval * total, 1.0)
+    start = steps_of(decay_start, total_steps)
+    interval = max(steps_of(decay_interval, total_steps), 1.0)
 
     def factor(step: int) -> float:
         ramp = min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
