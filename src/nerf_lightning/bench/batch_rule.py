@@ -412,9 +412,9 @@ def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
     if not groups:
         return "(no runs sized to several lengths)"
     times = step_times(rows)
-    # k = 1's shortest length to each target, per capture
+    # k = 1's shortest length to each target, per capture, and how it was read
     base = {
-        (sc, t): length_to(runs, t)[0]
+        (sc, t): length_to(runs, t)
         for (sc, k, _), runs in groups.items()
         if k == 1.0
         for t in TARGETS.get(sc, ())
@@ -433,12 +433,14 @@ def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
             slowdown = (t1 + net.exchange_ms("fp32", gradient_size({1.0: step_row}), int(k))) / t1
         for target in TARGETS.get(scene, ()):
             length, how = length_to(runs, target)
-            base_length = base.get((scene, target))
+            base_length, base_how = base.get((scene, target), (None, ""))
             ratio = time = "-"
             if length is not None and base_length:
                 steps_ratio = length / k / base_length
-                ratio = f"{steps_ratio:.2f}x"
-                time = "-" if slowdown is None else f"{steps_ratio * slowdown:.2f}x"
+                # an upper bound over an exact length is one too, over an upper bound a lower one
+                mark = {("<=", ""): "<=", ("", "<="): ">=", ("<=", "<="): "~"}.get((how, base_how), "")
+                ratio = f"{mark}{steps_ratio:.2f}x"
+                time = "-" if slowdown is None else f"{mark}{steps_ratio * slowdown:.2f}x"
             reach = how if length is None else f"{how}{length:.0f}"
             lines.append(
                 f"| {scene} | {k:g} | {rule} | {finals} | {target:g} dB | {reach} | {ratio} | {time} |"
