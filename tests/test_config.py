@@ -147,10 +147,10 @@ BATCH_RULES = ["per_device", "global", "throughput", "per_device_rays", "sqrt_lr
 @pytest.mark.parametrize("rule", BATCH_RULES)
 def test_every_batch_rule_composes_into_the_datamodule_clock(compose_cfg, rule: str) -> None:
     cfg = compose_cfg(f"data.batch_scaling={rule}", "data.batch_multiple=2", "data.lr_warmup=100",
-                      "data.lr_anneal=0.5")  # fmt: skip
+                      "data.lr_anneal=0.5", "data.mlp_lr_scaling=sqrt")  # fmt: skip
     dm = hydra.utils.instantiate(cfg.data)
     assert dm.clock.rule.name == rule and dm.clock.batch_multiple == 2 and dm.clock.lr_warmup == 100
-    assert dm.clock.lr_anneal == 0.5
+    assert dm.clock.lr_anneal == 0.5 and dm.clock.mlp_lr_scaling == "sqrt"
     overridden = hydra.utils.instantiate(compose_cfg(f"data.batch_scaling={rule}", "data.lr_scaling=linear",
                                                      "data.schedule_unit=rays").data)  # fmt: skip
     assert (overridden.clock.rule.lr_scaling, overridden.clock.unit) == ("linear", "rays")

@@ -143,7 +143,7 @@ def test_sized_runs_give_the_shortest_length_that_ends_at_the_target() -> None:
 def test_val_curve_reads_the_csv_and_the_rule(tmp_path: Path) -> None:
     (tmp_path / "metrics.json").write_text(json.dumps({
         "val/psnr": 36.3, "steps": 5000, "time/train_s": 50.0, "batch/k": 4.0, "batch/lr_scaling": "sqrt",
-        "batch/unit": "rays", "batch/lr_anneal": 0.5,
+        "batch/unit": "rays", "batch/lr_anneal": 0.5, "batch/mlp_lr_scaling": "sqrt",
     }))  # fmt: skip
     (tmp_path / "csv").mkdir()
     (tmp_path / "csv" / "metrics.csv").write_text(
@@ -152,7 +152,9 @@ def test_val_curve_reads_the_csv_and_the_rule(tmp_path: Path) -> None:
     (row,) = readers.val_curve("lego", (35.5, 36.2))(tmp_path, tmp_path / "log")
     assert row["curve"] == [(250, 35.0), (500, 36.0), (750, 36.3)]  # the last value of a step
     assert (row["k"], row["lr_scaling"], row["unit"], row["psnr"]) == (4.0, "sqrt", "rays", 36.3)
-    assert row["lr_anneal"] == 0.5
+    assert (row["lr_anneal"], row["mlp_lr_scaling"]) == (0.5, "sqrt")
+    (curve,) = batch_rule.curves([row])
+    assert curve.rule == "sqrt_lr, anneal 0.5, MLPs lr sqrt"
     assert "35.5 dB @375, 36.2 dB @667" in row["note"]  # 500 + 0.2 / 0.3 x 250
     (tmp_path / "csv" / "metrics.csv").write_text("epoch,step,val/psnr\n")
     with pytest.raises(ValueError, match="no val/psnr"):

@@ -110,6 +110,20 @@ def test_lr_anneal_returns_the_scaled_rate_to_the_base_rate_by_the_run_end() -> 
         TrainingClock("linear_lr", 4, lr_anneal=-1)
 
 
+def test_mlp_lr_scaling_sets_the_factor_of_the_mlp_groups_only() -> None:
+    """k = 4: linear_lr gives x 4 to every group, with mlp_lr_scaling=sqrt x 2 to the MLPs' (after a
+    warm-up of 100 reference steps: x 1.5 at 50); even under per_device (no factor of its own) the MLPs'
+    factor makes the clock non-trivial."""
+    clock = _bound("linear_lr", world=4, lr_warmup=100, mlp_lr_scaling="sqrt")
+    assert [clock.lr_factor(50), clock.lr_factor(50, "mlp"), clock.lr_factor(400, "mlp")] == [2.5, 1.5, 2.0]
+    assert clock.lr_factor(400) == clock.lr_factor(400, "table") == 4.0
+    steps = _bound("per_device", world=4, lr_warmup=0, mlp_lr_scaling="linear")
+    assert (steps.lr_factor(0), steps.lr_factor(0, "mlp"), steps.trivial) == (1.0, 4.0, False)
+    assert _bound("per_device", world=4, mlp_lr_scaling="none").trivial
+    with pytest.raises(ValueError, match="data.mlp_lr_scaling must be null or one of"):
+        TrainingClock("linear_lr", 4, mlp_lr_scaling="cubic")
+
+
 def test_the_run_length_and_epochs_count_reference_steps() -> None:
     clock = _bound("sqrt_lr", world=4, max_steps=20000)
     assert clock.optimizer_steps() == 5000

@@ -154,6 +154,40 @@ def test_power_betas_reach_the_optimizer_and_survive_a_restored_state() -> None:
     assert [g["betas"] for g in optimizer.param_groups] == [expected]
 
 
+@pytest.mark.parametrize("decay", [0.0, 1e-6])
+def test_mlp_lr_scaling_gives_the_mlps_their_own_batch_factor(decay: float) -> None:
+    """``linear_lr`` at 4 reference batches, ``data.mlp_lr_scaling=sqrt``, no warm-up: the hash table
+    steps at 1e-2 x 4, every MLP parameter (weights and biases, decayed or not) at 1e-2 x sqrt(4);
+    the decay schedule (flat over the first half) multiplies both alike."""
+    from nerf_lightning.models.clock import TrainingClock
+    from nerf_lightning.models.schedules import ngp_exponential_decay
+
+    clock = TrainingClock("linear_lr", 4, lr_warmup=0, mlp_lr_scaling="sqrt")
+    clock.bind(1, max_steps=400)
+    module = _tiny_module(0)
+    module.clock = clock
+    module.hparams.mlp_weight_decay = decay
+    module.optimizer_factory = functools.partial(torch.optim.Adam, lr=1e-2)
+    module.scheduler_factory = ngp_exponential_decay
+    optimizer = module.configure_optimizers()["optimizer"]
+    linears = [m for m in module.field.modules() if isinstance(m, torch.nn.Linear)]
+    mlp = {id(p) for m in linears for p in m.parameters()}
+    table = {id(p) for p in module.field.encoding.parameters()}
+    lr_of = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
+    assert table and sorted({lr_of[i] for i in table}) == pytest.approx([4e-2])
+    assert sorted({lr_of[i] for i in mlp}) == pytest.approx([2e-2])
+    assert len(lr_of) == len(list(module.parameters()))  # every parameter in exactly one group
+    decays = {id(p): g.get("weight_decay", 0.0) for g in optimizer.param_groups for p in g["params"]}
+    assert {decays[id(m.weight)] for m in linears} == {decay}
+    assert {decays[id(m.bias)] for m in linears} | {decays[i] for i in table} == {0.0}
+    # without the key, one group for the field (two with weight decay), every parameter at x 4
+    module.clock = TrainingClock("linear_lr", 4, lr_warmup=0)
+    module.clock.bind(1, max_steps=400)
+    optimizer = module.configure_optimizers()["optimizer"]
+    assert len(optimizer.param_groups) == (2 if decay else 1)
+    assert sorted({g["lr"] for g in optimizer.param_groups}) == pytest.approx([4e-2])
+
+
 @pytest.mark.parametrize(("grid_unit", "steps"), [(None, [16, 32]), ("rays", list(range(4, 33, 4)))])
 def test_the_occupancy_grid_updates_on_its_own_unit(grid_unit: str | None, steps: list[int]) -> None:
     """At 4 reference batches a step under ``per_device_rays`` the grid (update every 16) updates every

@@ -130,6 +130,7 @@ DATA: tuple[Rule, ...] = (
     _num_rule("data.batch_multiple", above=0, note="k x each rank's batch"),
     Rule("data.schedule_unit", "choice", choices=UNITS, null=True, note="null: the rule's"),
     Rule("data.lr_scaling", "choice", choices=LR_SCALINGS, null=True, note="null: the rule's"),
+    Rule("data.mlp_lr_scaling", "choice", choices=LR_SCALINGS, null=True, note="null: the rule's"),
     Rule("data.beta_scaling", "choice", choices=BETA_SCALINGS, null=True, note="null: the rule's"),
     Rule("data.grid_unit", "choice", choices=UNITS, null=True, note="null: the rule's schedule unit"),
     _num_rule("data.lr_warmup", low=0, note="reference steps"),

@@ -117,11 +117,14 @@ class Curve:
     job: str = ""
     lr_anneal: float | None = None  # data.lr_anneal
     steps: int | None = None  # optimizer steps trained
+    mlp_lr_scaling: str | None = None  # data.mlp_lr_scaling
 
     @property
     def rule(self) -> str:
         name = RULE_OF.get((self.lr_scaling, self.unit), f"lr {self.lr_scaling}, {self.unit}")
-        return name if self.lr_anneal is None else f"{name}, anneal {self.lr_anneal:g}"
+        if self.lr_anneal is not None:
+            name += f", anneal {self.lr_anneal:g}"
+        return name if self.mlp_lr_scaling is None else f"{name}, MLPs lr {self.mlp_lr_scaling}"
 
     @property
     def length(self) -> float | None:
@@ -203,6 +206,7 @@ def curves(rows: Iterable[dict[str, Any]]) -> list[Curve]:
                 str(r.get("id", "")),
                 None if r.get("lr_anneal") is None else float(r["lr_anneal"]),
                 None if r.get("steps") is None else int(r["steps"]),
+                r.get("mlp_lr_scaling"),
             )
         )
     return out

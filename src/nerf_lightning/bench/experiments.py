@@ -459,6 +459,14 @@ add("batch-rule-late-decay", "B sized, the learning-rate decay later (from 70 % 
                rule_run("lego", 4, "linear_lr", *LATE_DECAY, steps=12000, tag="_late_12k"),
                rule_run("lego", 4, "linear_lr", *LATE_DECAY, steps=16000, tag="_late_16k")]),
     data=("lego",))
+add("batch-rule-mlp-lr", "B sized, the MLPs' learning rate scaled less than the hash table's "
+    "(data.mlp_lr_scaling): lego k = 4 under linear_lr in 16k reference steps, against the MLPs at x sqrt(4) "
+    "in 12k and 16k and at x 1 in 16k (does lr x 4 hold the MLPs back at 4x the batch?) (~5 min)",
+    *in_lanes([rule_run("lego", 4, "linear_lr", steps=16000, tag="_16k"),
+               *[rule_run("lego", 4, "linear_lr", f"data.mlp_lr_scaling={mlp}", steps=n,
+                          tag=f"_mlp_{mlp}_{n // 1000}k")
+                 for mlp, n in (("sqrt", 12000), ("sqrt", 16000), ("none", 16000))]]),
+    data=("lego",))
 add("batch-rule-seeds", "B at seeds 2 and 3 (seed 1: batch-rule-grid): lego 20k reference steps, k = 1, and "
     "k = 2 and 4 under linear_lr; bench.batch_rule averages the steps to each target and the final PSNR over "
     "the seeds of its rows (~7 min)",

@@ -273,8 +273,8 @@ def step_scaling_json(scene: str) -> Callable[[Path, Path], list[Row]]:
 def val_curve(scene: str, targets: tuple[float, ...] = ()) -> Callable[[Path, Path], list[Row]]:
     """A training run that validated during training: :func:`metrics_json` plus its held-out PSNR after
     each validation (``curve``: [optimizer step, PSNR] from ``csv/metrics.csv``), its batch rule (``k``,
-    ``lr_scaling``, ``unit``, ``lr_anneal`` from ``metrics.json``'s ``batch/*``) and the steps to each
-    target."""
+    ``lr_scaling``, ``unit``, ``lr_anneal``, ``mlp_lr_scaling`` from ``metrics.json``'s ``batch/*``) and
+    the steps to each target."""
     from nerf_lightning.bench.batch_rule import steps_to
 
     def read(run_dir: Path, log: Path) -> list[Row]:
@@ -286,7 +286,7 @@ def val_curve(scene: str, targets: tuple[float, ...] = ()) -> Callable[[Path, Pa
         row.update(
             scene=scene, curve=points, k=_num(m, "batch/k") or 1.0,
             lr_scaling=m.get("batch/lr_scaling", "none"), unit=m.get("batch/unit", "steps"),
-            lr_anneal=m.get("batch/lr_anneal"),
+            lr_anneal=m.get("batch/lr_anneal"), mlp_lr_scaling=m.get("batch/mlp_lr_scaling"),
         )  # fmt: skip
         reach = []
         for t in targets:

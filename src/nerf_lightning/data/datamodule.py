@@ -98,6 +98,8 @@ class NeRFDataModule(L.LightningDataModule):
         lr_warmup: reference steps over which a scaled learning rate ramps up from the base rate.
         lr_anneal: where a scaled learning rate starts returning linearly to the base rate, reached at
             the run's end (a fraction of ``trainer.max_steps``, or reference steps when > 1); None: off.
+        mlp_lr_scaling: the MLPs' learning-rate factor of the global batch (``none`` | ``sqrt`` |
+            ``linear``) where the hash table keeps the rule's; None: the rule's for every parameter.
         cuda_graph: ``auto`` (on a GPU, draw each training batch by replaying a CUDA graph: one
             launch instead of ~40, the batch lands in the same buffers every step), ``true`` or
             ``false``.
@@ -143,6 +145,7 @@ class NeRFDataModule(L.LightningDataModule):
         grid_unit: str | None = None,
         lr_warmup: float = 256,
         lr_anneal: float | None = None,
+        mlp_lr_scaling: str | None = None,
         cuda_graph: bool | str = "auto",
         aabb_scale: int | None = None,
         resolution_schedule: Any = None,
@@ -177,7 +180,9 @@ class NeRFDataModule(L.LightningDataModule):
         self._stage_logged = False
         #: the run's batch rule and the reference position of its steps, shared with the model
         overrides = (lr_scaling, schedule_unit, beta_scaling, grid_unit)
-        self.clock = TrainingClock(batch_scaling, batch_multiple, lr_warmup, overrides, lr_anneal)
+        self.clock = TrainingClock(
+            batch_scaling, batch_multiple, lr_warmup, overrides, lr_anneal, mlp_lr_scaling
+        )
         self.batch_scaling = batch_scaling
         #: what the model and the callbacks report to and read of this DataModule (the train app hands
         #: it to them); filled in at setup

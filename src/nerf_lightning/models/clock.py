@@ -41,7 +41,8 @@ sync and reads the same on every rank.
 A scaled learning rate (``sqrt_lr``, ``linear_lr``) ramps linearly from the base rate to the scaled one
 over the first ``lr_warmup`` reference steps (Goyal et al.'s gradual warm-up). With ``lr_anneal`` it
 returns linearly to the base rate from that point of the run to its end, so the scaled rate speeds the
-early phase and the run ends at the step size of one GPU. With k = 1 every rule is
+early phase and the run ends at the step size of one GPU. ``mlp_lr_scaling`` gives the MLPs' parameter
+groups a factor of their own (the hash table keeps the rule's). With k = 1 every rule is
 the ``per_device`` rule: one GPU trains exactly as it does without one (:attr:`TrainingClock.trivial`).
 """
 
@@ -55,8 +56,8 @@ from typing import Any
 from nerf_lightning.models.schedules import steps_of
 
 __all__ = [
-    "AUTO_MAX_K", "AUTO_SEVERAL", "BETA_SCALINGS", "CHOICES", "RULES", "BatchRule", "Tick", "TrainingClock",
-    "resolve_rule",
+    "AUTO_MAX_K", "AUTO_SEVERAL", "BETA_SCALINGS", "CHOICES", "LR_SCALINGS", "RULES", "BatchRule", "Tick",
+    "TrainingClock", "resolve_rule", "scaled_lr",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -105,11 +106,16 @@ class BatchRule:
 
     def lr_factor(self, k: float) -> float:
         """The learning rate's factor at global batch ``k`` (after the warm-up)."""
-        return {"none": 1.0, "sqrt": math.sqrt(k), "linear": float(k)}[self.lr_scaling]
+        return scaled_lr(self.lr_scaling, k)
 
     def betas(self, betas: tuple[float, ...], k: float) -> tuple[float, ...]:
         """Adam's ``betas`` at global batch ``k``."""
         return tuple(b**k for b in betas) if self.beta_scaling == "power" else tuple(betas)
+
+
+def scaled_lr(scaling: str, k: float) -> float:
+    """A learning-rate factor at global batch ``k``: ``none`` 1, ``sqrt`` sqrt(k), ``linear`` k."""
+    return {"none": 1.0, "sqrt": math.sqrt(k), "linear": float(k)}[scaling]
 
 
 RULES: dict[str, BatchRule] = {
@@ -200,6 +206,9 @@ class TrainingClock:
         lr_anneal: where the scaled learning rate starts returning linearly to the base rate, reached at
             the run's end: a fraction of ``trainer.max_steps`` (<= 1) or reference steps (> 1), the
             convention of the schedules; None: the scaled rate to the end.
+        mlp_lr_scaling: the MLPs' learning-rate factor of k (``none`` | ``sqrt`` | ``linear``), where the
+            hash table keeps the rule's; None: the rule's for every parameter. The model puts the MLPs in
+            parameter groups of their own (``lr_part="mlp"``) when it is set.
         overrides: ``(data.lr_scaling, data.schedule_unit, data.beta_scaling, data.grid_unit)``, applied
             to a named rule as :func:`resolve_rule` does.
 
@@ -215,6 +224,7 @@ class TrainingClock:
         lr_warmup: float = 256,
         overrides: tuple[str | None, ...] = (),
         lr_anneal: float | None = None,
+        mlp_lr_scaling: str | None = None,
     ) -> None:
         self.auto = rule == "auto"
         self._overrides = overrides
@@ -230,6 +240,11 @@ class TrainingClock:
         self.batch_multiple = float(batch_multiple)
         self.lr_warmup = float(lr_warmup)
         self.lr_anneal = None if lr_anneal is None else float(lr_anneal)
+        if mlp_lr_scaling is not None and mlp_lr_scaling not in LR_SCALINGS:
+            raise ValueError(
+                f"data.mlp_lr_scaling must be null or one of {LR_SCALINGS}, got {mlp_lr_scaling!r}"
+            )
+        self.mlp_lr_scaling = mlp_lr_scaling
         self.world_size = 1
         self.accumulate = 1
         #: the run's length in reference steps (``trainer.max_steps``), None when it has none
@@ -289,6 +304,7 @@ class TrainingClock:
         return (
             self.rate == 1.0
             and self.rule.lr_factor(self.k) == 1.0
+            and (self.mlp_lr_scaling is None or scaled_lr(self.mlp_lr_scaling, self.k) == 1.0)
             and (self.rule.beta_scaling == "none" or self.k == 1.0)
             and (self.rule.grid == self.unit or self.k == 1.0)
             and not self.shifted
@@ -321,9 +337,12 @@ class TrainingClock:
         """:meth:`tick` in the occupancy grid's unit (``data.grid_unit``)."""
         return self.tick(step, self.rule.grid)
 
-    def lr_factor(self, position: float) -> float:
-        """The rule's learning-rate factor at reference position ``position`` (warm-up included)."""
-        target = self.rule.lr_factor(self.k)
+    def lr_factor(self, position: float, part: str | None = None) -> float:
+        """The rule's learning-rate factor at reference position ``position`` (warm-up and anneal
+        included), for the parameter group ``part`` (``"mlp"``: the MLPs' groups under ``mlp_lr_scaling``;
+        any other: the rule's factor)."""
+        scaling = self.mlp_lr_scaling if part == "mlp" and self.mlp_lr_scaling else self.rule.lr_scaling
+        target = scaled_lr(scaling, self.k)
         if target == 1.0:
             return target
         share = 1.0 if self.lr_warmup <= 0 else min(1.0, max(0.0, position) / self.lr_warmup)
@@ -371,6 +390,7 @@ class TrainingClock:
             "batch/lr_scaling": self.rule.lr_scaling,
             "batch/lr_factor": self.rule.lr_factor(self.k),
             "batch/lr_anneal": self.lr_anneal,
+            "batch/mlp_lr_scaling": self.mlp_lr_scaling,
             "batch/unit": self.unit,
             "batch/beta_scaling": self.rule.beta_scaling,
             "batch/grid_unit": self.rule.grid,

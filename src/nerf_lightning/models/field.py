@@ -111,6 +111,10 @@ class NGPField(nn.Module):
             for mlp in (self.density_mlp, self.color_mlp)
         )
 
+    def mlp_parameters(self) -> list[nn.Parameter]:
+        """Every parameter of both MLPs (weights and biases; not the encodings)."""
+        return [*self.density_mlp.parameters(), *self.color_mlp.parameters()]
+
     def mlp_weight_matrices(self) -> list[nn.Parameter]:
         """The weight matrices of both MLPs (``nn.Linear.weight``; not the biases, not the encodings)."""
         return [w for mlp in (self.density_mlp, self.color_mlp) for w in _weights_and_biases(mlp)[0]]

@@ -487,19 +487,30 @@ class NeRFModule(L.LightningModule):
         return {k: v for c in self.view_components for k, v in c.summary().items()}
 
     def parameter_groups(self, total_steps: int = 10_000) -> list[dict[str, Any]]:
-        """The optimizer's parameter groups: the field's (with ``mlp_weight_decay > 0`` the MLPs'
-        weight matrices form their own group with that ``weight_decay``), then one group per enabled
-        per-view component (its own learning rate and L2)."""
+        """The optimizer's parameter groups: the field's, then one group per enabled per-view component
+        (its own learning rate and L2). The field's parameters are one group unless a setting splits
+        them: with ``mlp_weight_decay > 0`` the MLPs' weight matrices take that ``weight_decay``; with
+        the clock's ``mlp_lr_scaling`` (``data.mlp_lr_scaling``) the MLPs' groups carry
+        ``lr_part="mlp"``, whose batch-rule factor the clock gives apart from the hash table's."""
         views = [c.parameter_group(total_steps).as_dict() for c in self.view_components]
         own = {id(p) for g in views for p in g["params"]}
-        params = [p for p in self.parameters() if id(p) not in own]
         decay = float(self.hparams.get("mlp_weight_decay", 0.0))
-        if decay <= 0:
-            return [{"params": params}, *views]
-        matrices = self.field.mlp_weight_matrices()
-        decayed = {id(p) for p in matrices}
-        rest = [p for p in params if id(p) not in decayed]
-        return [{"params": rest}, {"params": matrices, "weight_decay": decay}, *views]
+        decayed = {id(p) for p in self.field.mlp_weight_matrices()} if decay > 0 else set()
+        mlps = {id(p) for p in self.field.mlp_parameters()} if self.clock.mlp_lr_scaling else set()
+        # (an MLP group, weight decay) -> its parameters, in the module's order
+        split: dict[tuple[bool, bool], list[nn.Parameter]] = {}
+        for p in self.parameters():
+            if id(p) not in own:
+                split.setdefault((id(p) in mlps, id(p) in decayed), []).append(p)
+        groups: list[dict[str, Any]] = []
+        for (mlp, decays), params in sorted(split.items()):
+            group: dict[str, Any] = {"params": params}
+            if decays:
+                group["weight_decay"] = decay
+            if mlp:
+                group["lr_part"] = "mlp"
+            groups.append(group)
+        return [*groups, *views]
 
     def configure_optimizers(self) -> dict[str, Any]:
         clock = self.clock

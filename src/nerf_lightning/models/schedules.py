@@ -41,7 +41,8 @@ def ngp_exponential_decay(
 def on_clock(optimizer: Optimizer, clock: TrainingClock, scheduler: LRScheduler | None = None) -> LambdaLR:
     """``scheduler`` read on the training clock: optimizer step ``s`` runs with the schedule's factor at the
     clock's reference position of ``s``, times the batch rule's learning-rate factor there
-    (``TrainingClock.lr_factor``, the warm-up included); no scheduler: the rule's factor alone.
+    (``TrainingClock.lr_factor`` of the group's ``lr_part``, the warm-up included); no scheduler: the
+    rule's factor alone.
 
     The schedule must be a :class:`~torch.optim.lr_scheduler.LambdaLR` (every schedule of this module is:
     its factor is a function of the step that can be read at any position) built on ``optimizer``, with
@@ -57,14 +58,15 @@ def on_clock(optimizer: Optimizer, clock: TrainingClock, scheduler: LRScheduler 
             f"{type(scheduler).__name__}"
         )
 
-    def on_positions(factor: Callable[[float], float]) -> Callable[[int], float]:
+    def on_positions(factor: Callable[[float], float], part: str | None) -> Callable[[int], float]:
         def at(step: int) -> float:
             position = clock.position(step)
-            return factor(position) * clock.lr_factor(position)
+            return factor(position) * clock.lr_factor(position, part)
 
         return at
 
-    return LambdaLR(optimizer, [on_positions(f) for f in inner])
+    parts = [g.get("lr_part") for g in optimizer.param_groups]
+    return LambdaLR(optimizer, [on_positions(f, part) for f, part in zip(inner, parts, strict=True)])
 
 
 def steps_of(value: float, total_steps: int) -> float:
