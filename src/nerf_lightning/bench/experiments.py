@@ -459,13 +459,14 @@ add("batch-rule-late-decay", "B sized, the learning-rate decay later (from 70 % 
                rule_run("lego", 4, "linear_lr", *LATE_DECAY, steps=12000, tag="_late_12k"),
                rule_run("lego", 4, "linear_lr", *LATE_DECAY, steps=16000, tag="_late_16k")]),
     data=("lego",))
+MLP_SQRT = ("data.mlp_lr_scaling=sqrt",)
 add("batch-rule-mlp-lr", "B sized, the MLPs' learning rate scaled less than the hash table's "
-    "(data.mlp_lr_scaling): lego k = 4 under linear_lr in 16k reference steps, against the MLPs at x sqrt(4) "
-    "in 12k and 16k and at x 1 in 16k (does lr x 4 hold the MLPs back at 4x the batch?) (~5 min)",
+    "(data.mlp_lr_scaling=sqrt), alone and with the decay from 70 % of the run: lego k = 4 under linear_lr "
+    "in 16k reference steps, against each candidate in 12k and 16k (the best pair on a 2-core CPU) (~6 min)",
     *in_lanes([rule_run("lego", 4, "linear_lr", steps=16000, tag="_16k"),
-               *[rule_run("lego", 4, "linear_lr", f"data.mlp_lr_scaling={mlp}", steps=n,
-                          tag=f"_mlp_{mlp}_{n // 1000}k")
-                 for mlp, n in (("sqrt", 12000), ("sqrt", 16000), ("none", 16000))]]),
+               *[rule_run("lego", 4, "linear_lr", *extra, steps=n, tag=f"{tag}_{n // 1000}k")
+                 for tag, extra in (("_mlp_sqrt", MLP_SQRT), ("_late_mlp_sqrt", (*LATE_DECAY, *MLP_SQRT)))
+                 for n in (12000, 16000)]]),
     data=("lego",))
 add("batch-rule-seeds", "B at seeds 2 and 3 (seed 1: batch-rule-grid): lego 20k reference steps, k = 1, and "
     "k = 2 and 4 under linear_lr; bench.batch_rule averages the steps to each target and the final PSNR over "
