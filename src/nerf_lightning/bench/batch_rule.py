@@ -458,14 +458,15 @@ def _mean_finals(runs: Iterable[Curve], key: Any) -> dict[Any, float]:
     for c in runs:
         if c.final_psnr is not None:
             groups.setdefault(key(c), []).append(float(c.final_psnr))
-    return {k: sum(v) / len(v) for k, v in groups.items()}
+    return {k: mean for k, v in groups.items() if (mean := _mean(v)) is not None}
 
 
 def prediction_tables(preds: list[Prediction], rows: list[dict[str, Any]], gpus: Sequence[int]) -> str:
     """Per capture and target: each rule's time on N GPUs / the 1-GPU time, the winner per N."""
     out = []
-    finals = _mean_finals(curves(rows), lambda c: (c.scene, c.k, c.rule))
-    base_final = _mean_finals([c for c in curves(rows) if c.k == 1.0], lambda c: c.scene)
+    runs = curves(rows)
+    finals = _mean_finals(runs, lambda c: (c.scene, c.k, c.rule))
+    base_final = _mean_finals([c for c in runs if c.k == 1.0], lambda c: c.scene)
     keys = sorted({(p.scene, p.target) for p in preds}, key=lambda k: (k[0], k[1]))
     for scene, target in keys:
         these = [p for p in preds if (p.scene, p.target) == (scene, target)]

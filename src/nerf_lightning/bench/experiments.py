@@ -154,6 +154,12 @@ def rule_run(
     )  # fmt: skip
 
 
+def sized(k: int, rule: str, lengths: tuple[int, ...], *overrides: str, tag: str = "") -> list[Job]:
+    """:func:`rule_run` on lego once per run length (reference steps), named ``..._{tag}_12k``: runs sized
+    to end at the target, whose shortest length reaching it ``bench.batch_rule`` reads."""
+    return [rule_run("lego", k, rule, *overrides, steps=n, tag=f"{tag}_{n // 1000}k") for n in lengths]
+
+
 def peer_points(scene: str, times: tuple[float, ...]) -> tuple[Job, ...]:
     """:func:`~nerf_lightning.bench.jobs.peers` once per program and time point, named ``ours_60``,
     ``ngp_300``, ...: a 300 s pair of runs fills most of one call, so ``--only`` picks the points."""
@@ -440,33 +446,28 @@ add("batch-rule-betas", "B with Adam's betas to the k-th power (data.beta_scalin
                  for scene, k, rule in (("lego", 4, "linear_lr"), ("lego", 4, "sqrt_lr"),
                                         ("lego", 2, "linear_lr"), ("fox", 4, "linear_lr"))],
                *FOX_4X]), data=("lego", "fox"))
-#: (k, rule, its overrides, tag, run lengths in reference steps)
-SIZED = ((1, "per_device", (), "", (10000, 12000, 14000)), (4, "linear_lr", (), "", (8000, 12000, 16000)),
-         (4, "linear_lr", ("data.lr_anneal=0.5",), "_anneal", (10000, 12000, 14000)))
 add("batch-rule-sized", "B with each run sized to end at the target: lego k = 1 in 10k, 12k and 14k "
     "reference steps, k = 4 under linear_lr in 8k, 12k and 16k, and with its learning rate annealed back to "
     "x 1 over the second half (data.lr_anneal=0.5) in 10k, 12k and 14k. In a 20k run lego crosses 36.2 dB "
     "right after a learning-rate decay (the first is at half the run), so steps to it measure the run's "
     "length as much as the rule; the shortest run that ends at 36.2 dB or more gives the time to it (~6 min)",
-    *in_lanes([rule_run("lego", k, rule, *extra, steps=n, tag=f"{tag}_{n // 1000}k")
-               for k, rule, extra, tag, lengths in SIZED for n in lengths]),
+    *in_lanes([*sized(1, "per_device", (10000, 12000, 14000)), *sized(4, "linear_lr", (8000, 12000, 16000)),
+               *sized(4, "linear_lr", (10000, 12000, 14000), "data.lr_anneal=0.5", tag="_anneal")]),
     data=("lego",))
 LATE_DECAY = ("model.scheduler.decay_start=0.7", "model.scheduler.decay_interval=0.1")
 add("batch-rule-late-decay", "B sized, the learning-rate decay later (from 70 % of the run, every 10 %): "
     "lego k = 1 in 12k reference steps, k = 4 under linear_lr in 12k and 16k (beside batch-rule-sized: does "
     "a step-limited k = 4 gain from more steps at the high rate?) (~3 min)",
-    *in_lanes([rule_run("lego", 1, "per_device", *LATE_DECAY, steps=12000, tag="_late_12k"),
-               rule_run("lego", 4, "linear_lr", *LATE_DECAY, steps=12000, tag="_late_12k"),
-               rule_run("lego", 4, "linear_lr", *LATE_DECAY, steps=16000, tag="_late_16k")]),
+    *in_lanes([*sized(1, "per_device", (12000,), *LATE_DECAY, tag="_late"),
+               *sized(4, "linear_lr", (12000, 16000), *LATE_DECAY, tag="_late")]),
     data=("lego",))
 MLP_SQRT = ("data.mlp_lr_scaling=sqrt",)
 add("batch-rule-mlp-lr", "B sized, the MLPs' learning rate scaled less than the hash table's "
     "(data.mlp_lr_scaling=sqrt), alone and with the decay from 70 % of the run: lego k = 4 under linear_lr "
     "in 16k reference steps, against each candidate in 12k and 16k (the best pair on a 2-core CPU) (~6 min)",
-    *in_lanes([rule_run("lego", 4, "linear_lr", steps=16000, tag="_16k"),
-               *[rule_run("lego", 4, "linear_lr", *extra, steps=n, tag=f"{tag}_{n // 1000}k")
-                 for tag, extra in (("_mlp_sqrt", MLP_SQRT), ("_late_mlp_sqrt", (*LATE_DECAY, *MLP_SQRT)))
-                 for n in (12000, 16000)]]),
+    *in_lanes([*sized(4, "linear_lr", (16000,)),
+               *sized(4, "linear_lr", (12000, 16000), *MLP_SQRT, tag="_mlp_sqrt"),
+               *sized(4, "linear_lr", (12000, 16000), *LATE_DECAY, *MLP_SQRT, tag="_late_mlp_sqrt")]),
     data=("lego",))
 add("batch-rule-seeds", "B at seeds 2 and 3 (seed 1: batch-rule-grid): lego 20k reference steps, k = 1, and "
     "k = 2 and 4 under linear_lr; bench.batch_rule averages the steps to each target and the final PSNR over "

@@ -249,6 +249,7 @@ class TrainingClock:
         self.accumulate = 1
         #: the run's length in reference steps (``trainer.max_steps``), None when it has none
         self.total: int | None = None
+        self._anneal_start: float | None = None
         self.bound = False
         self._anchor = (0, 0.0)  # (optimizer step, reference position): where a resumed run continues
 
@@ -269,6 +270,8 @@ class TrainingClock:
         self.total = int(max_steps) if max_steps is not None and max_steps > 0 else None
         if self.lr_anneal is not None and self.total is None:
             raise ValueError("data.lr_anneal needs a run length: set trainer.max_steps")
+        #: where a scaled learning rate starts returning to the base rate (reference steps), None: never
+        self._anneal_start = None if self.lr_anneal is None else steps_of(self.lr_anneal, self.total)
         self.bound = True
         self._anchor = (0, 0.0)
 
@@ -346,10 +349,9 @@ class TrainingClock:
         if target == 1.0:
             return target
         share = 1.0 if self.lr_warmup <= 0 else min(1.0, max(0.0, position) / self.lr_warmup)
-        if self.lr_anneal is not None and self.total is not None:
-            start = steps_of(self.lr_anneal, self.total)
-            if position > start:
-                share *= max(0.0, (self.total - position) / max(self.total - start, _EPS))
+        start, total = self._anneal_start, self.total
+        if start is not None and total is not None and position > start:
+            share *= max(0.0, (total - position) / max(total - start, _EPS))
         return 1.0 + (target - 1.0) * share
 
     def betas(self, betas: tuple[float, ...]) -> tuple[float, ...]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
-if TYPE_CHECKING:  # the clock reads its own lengths with steps_of
+if TYPE_CHECKING:  # a type only: the clock imports steps_of from this module
     from nerf_lightning.models.clock import TrainingClock
 
 
