@@ -141,7 +141,7 @@ def test_grad_exchange_bf16_reaches_ddp_and_fsdp(compose_cfg) -> None:
         hydra.utils.instantiate(compose_cfg("strategy=fsdp", "grad_exchange=fp8").trainer.strategy)
 
 
-BATCH_RULES = ["per_device", "global", "throughput", "per_device_rays", "sqrt_lr", "linear_lr"]
+BATCH_RULES = ["per_device", "global", "throughput", "per_device_rays", "sqrt_lr", "linear_lr", "large_batch"]
 
 
 @pytest.mark.parametrize("rule", BATCH_RULES)
@@ -157,7 +157,7 @@ def test_every_batch_rule_composes_into_the_datamodule_clock(compose_cfg, rule: 
 
 
 @pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp"])
-def test_the_default_batch_rule_is_auto_linear_lr_on_two_ranks(compose_cfg, strategy: str) -> None:
+def test_the_default_batch_rule_is_auto_large_batch_on_two_ranks(compose_cfg, strategy: str) -> None:
     cfg = compose_cfg(f"strategy={strategy}")
     assert cfg.data.batch_scaling == "auto"
     clock = hydra.utils.instantiate(cfg.data).clock
@@ -165,6 +165,6 @@ def test_the_default_batch_rule_is_auto_linear_lr_on_two_ranks(compose_cfg, stra
     clock.bind(1)
     assert clock.rule.name == "per_device" and clock.trivial  # one GPU exactly as before
     clock.bind(2)
-    assert clock.rule.name == "linear_lr" and clock.k == 2.0
+    assert clock.rule.name == "large_batch" and clock.k == 2.0
     clock.bind(4)
     assert clock.rule.name == "per_device" and clock.k == 4.0

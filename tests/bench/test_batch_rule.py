@@ -118,8 +118,9 @@ def test_sized_runs_give_the_shortest_length_that_ends_at_the_target() -> None:
     assert batch_rule.length_to([(10000, 35.0)], 36.2) == (None, "not reached")
     rows = [
         _step(1.0, 2.0, 0.5),
-        # k = 1: 36.2 dB between 10k (36.0) and 14k (36.4) reference steps: 12000
-        _sized(1, "none", "steps", 10000, 36.0), _sized(1, "none", "steps", 14000, 36.4),
+        # k = 1: 36.2 dB between 10k (36.0) and 14k (36.4: two seeds' mean) reference steps: 12000
+        _sized(1, "none", "steps", 10000, 36.0), _sized(1, "none", "steps", 14000, 36.3),
+        _sized(1, "none", "steps", 14000, 36.5),
         # k = 4 in rays: 2000 and 4000 optimizer steps are 8k and 16k reference steps; 36.2 dB at 3/4 of
         # the way from 8k (35.9) to 16k (36.3): 14000 reference steps, 3500 optimizer steps
         _sized(4, "linear", "rays", 2000, 35.9), _sized(4, "linear", "rays", 4000, 36.3),
@@ -156,6 +157,20 @@ def test_val_curve_reads_the_csv_and_the_rule(tmp_path: Path) -> None:
     (curve,) = batch_rule.curves([row])
     assert curve.rule == "sqrt_lr, anneal 0.5, MLPs lr sqrt"
     assert "35.5 dB @375, 36.2 dB @667" in row["note"]  # 500 + 0.2 / 0.3 x 250
+    # a decay other than the default config's, from the run's config or from the rule (batch/decay)
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text(
+        "model:\n  scheduler:\n    decay_start: 0.7\n    decay_interval: 0.1\n    decay_base: 0.33\n"
+    )
+    (row,) = readers.val_curve("lego")(tmp_path, tmp_path / "log")
+    assert batch_rule.curves([row])[0].rule == "sqrt_lr, anneal 0.5, MLPs lr sqrt, decay from 0.7 every 0.1"
+    (tmp_path / ".hydra" / "config.yaml").write_text(
+        "model:\n  scheduler:\n    decay_start: 0.5\n    decay_interval: 0.15\n    decay_base: 0.33\n"
+    )
+    assert readers.val_curve("lego")(tmp_path, tmp_path / "log")[0]["schedule"] is None
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    (tmp_path / "metrics.json").write_text(json.dumps({**metrics, "batch/decay": [0.7, 0.1]}))
+    assert readers.val_curve("lego")(tmp_path, tmp_path / "log")[0]["schedule"] == "decay from 0.7 every 0.1"
     (tmp_path / "csv" / "metrics.csv").write_text("epoch,step,val/psnr\n")
     with pytest.raises(ValueError, match="no val/psnr"):
         readers.val_curve("lego")(tmp_path, tmp_path / "log")

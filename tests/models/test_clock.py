@@ -202,13 +202,14 @@ def test_without_a_scheduler_the_rule_factor_alone() -> None:
         on_clock(opt, _bound("linear_lr", world=2), torch.optim.lr_scheduler.StepLR(opt, 10))
 
 
-def test_auto_is_linear_lr_on_two_ranks_and_per_device_otherwise() -> None:
+def test_auto_is_large_batch_on_two_ranks_and_per_device_otherwise() -> None:
     one = _bound("auto", world=1)
     assert one.rule is RULES["per_device"] and one.trivial  # one GPU exactly as before
     assert _bound("auto", world=1, multiple=2).rule is RULES["per_device"]  # k = 2 in steps, lr x 1
     two = _bound("auto", world=2, max_steps=20000, lr_warmup=0)
-    assert two.rule is RULES["linear_lr"]
-    assert (two.k, two.rate, two.lr_factor(0)) == (2.0, 2.0, 2.0)
+    assert two.rule is RULES["large_batch"]
+    assert (two.k, two.rate, two.lr_factor(0), two.lr_factor(0, "mlp")) == (2.0, 2.0, 2.0, math.sqrt(2.0))
+    assert two.decay == (0.7, 0.1)
     assert two.optimizer_steps() == 10000  # the run counts rays
     # a global batch above 2 reference batches keeps the schedules in steps (fox collapsed at k = 4 in rays)
     assert _bound("auto", world=4).rule is RULES["per_device"]
@@ -277,3 +278,18 @@ def test_the_rules_in_rays_keep_the_grid_in_optimizer_steps() -> None:
     assert not in_rays.trivial and _bound("per_device", overrides=(None, None, None, "rays")).trivial
     with pytest.raises(ValueError, match="data.grid_unit"):
         resolve_rule("linear_lr", grid_unit="epochs")
+
+
+def test_large_batch_scales_the_table_by_k_the_mlps_by_sqrt_k_and_decays_later() -> None:
+    """At 4 reference batches (no warm-up): the hash table x 4, the MLPs x 2, the decay from 70 % of the
+    run every 10 %; data.mlp_lr_scaling still overrides the MLPs' factor; with k = 1 nothing changes."""
+    four = _bound("large_batch", world=4, lr_warmup=0)
+    assert (four.lr_factor(0), four.lr_factor(0, "mlp"), four.decay) == (4.0, 2.0, (0.7, 0.1))
+    assert four.unit == "rays"
+    assert four.summary()["batch/decay"] == [0.7, 0.1] and four.summary()["batch/mlp_lr_scaling"] == "sqrt"
+    assert _bound("large_batch", world=4, lr_warmup=0, mlp_lr_scaling="none").lr_factor(0, "mlp") == 1.0
+    one = _bound("large_batch", world=1)
+    assert one.trivial and one.decay is None and one.lr_factor(0, "mlp") == 1.0
+    # an override of the rule's factor or unit keeps its MLP factor and decay
+    swapped = resolve_rule("large_batch", lr_scaling="sqrt")
+    assert (swapped.lr_scaling, swapped.mlp_lr_scaling, swapped.decay) == ("sqrt", "sqrt", (0.7, 0.1))

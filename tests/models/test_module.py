@@ -188,6 +188,45 @@ def test_mlp_lr_scaling_gives_the_mlps_their_own_batch_factor(decay: float) -> N
     assert sorted({g["lr"] for g in optimizer.param_groups}) == pytest.approx([4e-2])
 
 
+def test_large_batch_moves_the_learning_rate_decay_to_70_percent_of_the_run() -> None:
+    """``large_batch`` at 4 reference batches, 1000 reference steps (250 optimizer steps), no warm-up:
+    instant-ngp's decay (x 0.33) from 700 reference steps every 100, not the configured 500 every 150.
+    After s optimizer steps the schedule reads position 4 s: the table's rate is 4e-2 through s = 174
+    (position 696), 4e-2 x 0.33 from s = 175 (position 700), 4e-2 x 0.33^2 from s = 200 (position 800);
+    the MLPs' is half of it. The configured decay would have started at s = 125 (position 500)."""
+    from nerf_lightning.models.clock import TrainingClock
+    from nerf_lightning.models.schedules import ngp_exponential_decay
+
+    module = _tiny_module(0)
+    module.clock = TrainingClock("large_batch", 4, lr_warmup=0)
+    module.clock.bind(1, max_steps=1000)
+    module.optimizer_factory = functools.partial(torch.optim.Adam, lr=1e-2)
+    module.scheduler_factory = functools.partial(ngp_exponential_decay, decay_start=0.5, decay_interval=0.15)
+    conf = module.configure_optimizers()
+    optimizer, scheduler = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    mlp = [g.get("lr_part") == "mlp" for g in optimizer.param_groups]
+    assert sorted(set(mlp)) == [False, True]
+    seen = {}
+    for step in range(1, 230):
+        seen[step] = [g["lr"] for g in optimizer.param_groups]
+        optimizer.step()
+        scheduler.step()
+    table = mlp.index(False)
+    expected = {130: 4e-2, 174: 4e-2, 175: 4e-2 * 0.33, 199: 4e-2 * 0.33, 200: 4e-2 * 0.33**2}
+    for step, lr in expected.items():
+        assert seen[step + 1][table] == pytest.approx(lr), step  # seen[s + 1]: the rate after s steps
+        assert seen[step + 1][mlp.index(True)] == pytest.approx(lr / 2), step
+    # one GPU with the configured batch keeps the configured decay (from 500 every 150)
+    module.clock = TrainingClock("large_batch", 1, lr_warmup=0)
+    module.clock.bind(1, max_steps=1000)
+    conf = module.configure_optimizers()
+    optimizer, scheduler = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    for _ in range(500):
+        optimizer.step()
+        scheduler.step()
+    assert {round(g["lr"], 12) for g in optimizer.param_groups} == {round(1e-2 * 0.33, 12)}
+
+
 @pytest.mark.parametrize(("grid_unit", "steps"), [(None, [16, 32]), ("rays", list(range(4, 33, 4)))])
 def test_the_occupancy_grid_updates_on_its_own_unit(grid_unit: str | None, steps: list[int]) -> None:
     """At 4 reference batches a step under ``per_device_rays`` the grid (update every 16) updates every

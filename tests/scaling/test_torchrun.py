@@ -191,8 +191,9 @@ def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path:
         run.relative_to(tmp_path) / "metrics.json"
     ]
     metrics = json.loads((run / "metrics.json").read_text())
-    # the default rule on two ranks (linear_lr) counts rays: STEPS reference steps, STEPS / 2 optimizer steps
-    assert metrics["batch/rule"] == "linear_lr" and metrics["batch/k"] == 2.0
+    # the default rule on two ranks (large_batch) counts rays: STEPS reference steps, STEPS / 2 optimizer
+    # steps
+    assert metrics["batch/rule"] == "large_batch" and metrics["batch/k"] == 2.0
     steps = STEPS // 2
     assert metrics["steps"] == steps and metrics["train/rays_per_s"] > 0
     assert int(read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"]) == steps

@@ -118,13 +118,16 @@ class Curve:
     lr_anneal: float | None = None  # data.lr_anneal
     steps: int | None = None  # optimizer steps trained
     mlp_lr_scaling: str | None = None  # data.mlp_lr_scaling
+    schedule: str | None = None  # the learning-rate decay where not the default (readers.lr_schedule)
 
     @property
     def rule(self) -> str:
         name = RULE_OF.get((self.lr_scaling, self.unit), f"lr {self.lr_scaling}, {self.unit}")
         if self.lr_anneal is not None:
             name += f", anneal {self.lr_anneal:g}"
-        return name if self.mlp_lr_scaling is None else f"{name}, MLPs lr {self.mlp_lr_scaling}"
+        if self.mlp_lr_scaling is not None:
+            name += f", MLPs lr {self.mlp_lr_scaling}"
+        return name if self.schedule is None else f"{name}, {self.schedule}"
 
     @property
     def length(self) -> float | None:
@@ -207,6 +210,7 @@ def curves(rows: Iterable[dict[str, Any]]) -> list[Curve]:
                 None if r.get("lr_anneal") is None else float(r["lr_anneal"]),
                 None if r.get("steps") is None else int(r["steps"]),
                 r.get("mlp_lr_scaling"),
+                r.get("schedule"),
             )
         )
     return out
@@ -405,14 +409,20 @@ def length_to(runs: Sequence[tuple[float, float]], target: float) -> tuple[float
 
 def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
     """B for runs sized to end at a target (experiment ``batch-rule-sized``): per capture, k and rule with
-    runs of two or more lengths, the final PSNR of each and the shortest length that ends at each target;
-    at N = k the optimizer steps of that length against the k = 1 length, and, with a step row of the
-    capture, the predicted time (steps x (t(B) + the float32 exchange)) against the 1-GPU time."""
-    groups: dict[tuple[str, float, str], list[tuple[float, float]]] = {}
+    runs of two or more lengths, the final PSNR of each (the mean over the seeds of a length) and the
+    shortest length that ends at each target; at N = k the optimizer steps of that length against the
+    k = 1 length, and, with a step row of the capture, the predicted time (steps x (t(B) + the float32
+    exchange)) against the 1-GPU time."""
+    by_length: dict[tuple[str, float, str], dict[float, list[float]]] = {}
     for c in curves(rows):
         if c.length is not None and c.final_psnr is not None:
-            groups.setdefault((c.scene, c.k, c.rule), []).append((c.length, float(c.final_psnr)))
-    groups = {key: runs for key, runs in groups.items() if len({length for length, _ in runs}) > 1}
+            by_length.setdefault((c.scene, c.k, c.rule), {}).setdefault(c.length, []).append(c.final_psnr)
+    # the seeds of one length: their mean final PSNR
+    groups = {
+        key: [(length, sum(p) / len(p)) for length, p in runs.items()]
+        for key, runs in by_length.items()
+        if len(runs) > 1
+    }
     if not groups:
         return "(no runs sized to several lengths)"
     times = step_times(rows)

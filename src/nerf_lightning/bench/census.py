@@ -27,6 +27,7 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,19 +81,7 @@ def census(path: str, precision: str, overrides: list[str], work: Path) -> dict[
     torch.cuda.synchronize()
     wall = (time.perf_counter() - t) / n * 1e3
 
-    spans, enqueue = [], []
-    for _ in range(8):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time: the host enqueues 16 steps meanwhile
-        start.record()
-        t = time.perf_counter()
-        for i in range(16):
-            one(i, update=False)  # no occupancy update inside the timed span
-        enqueue.append((time.perf_counter() - t) / 16 * 1e3)
-        end.record()
-        torch.cuda.synchronize()
-        spans.append(start.elapsed_time(end) / 16)
+    span, enqueue = gpu_span(lambda i: one(i, update=False))  # no occupancy update inside the span
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for i in range(1, 33):
@@ -116,8 +105,8 @@ def census(path: str, precision: str, overrides: list[str], work: Path) -> dict[
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "wall_ms": wall,
-        "gpu_span_ms": sorted(spans)[len(spans) // 2],
-        "host_enqueue_ms": sorted(enqueue)[len(enqueue) // 2],
+        "gpu_span_ms": span,
+        "host_enqueue_ms": enqueue,
         "kernel_ms": kernel_ms,
         "kernels_per_step": sum(count.values()),
         "wall_over_kernels": wall / kernel_ms,
@@ -127,6 +116,26 @@ def census(path: str, precision: str, overrides: list[str], work: Path) -> dict[
         "top_kernels": sorted(((kern[k], count[k], k) for k in kern), reverse=True)[:30],
         "gaps": timeline_gaps(prof, 32),
     }
+
+
+def gpu_span(step: Callable[[int], Any], n: int = 16, repeats: int = 8) -> tuple[float, float]:
+    """(GPU span, host enqueue time) of one ``step(i)`` in ms, medians over ``repeats``: a sleep kernel
+    holds the GPU while the host enqueues ``n`` steps, which the GPU then runs back to back, so the span
+    is the step's time with the host out of the way and the enqueue time is the host's cost of a step."""
+    spans, enqueue = [], []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time, longer than the host needs for n steps
+        start.record()
+        t = time.perf_counter()
+        for i in range(n):
+            step(i)
+        enqueue.append((time.perf_counter() - t) / n * 1e3)
+        end.record()
+        torch.cuda.synchronize()
+        spans.append(start.elapsed_time(end) / n)
+    return sorted(spans)[len(spans) // 2], sorted(enqueue)[len(enqueue) // 2]
 
 
 def timeline_gaps(prof: Any, steps: int) -> dict[str, Any]:

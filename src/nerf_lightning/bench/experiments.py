@@ -154,10 +154,16 @@ def rule_run(
     )  # fmt: skip
 
 
-def sized(k: int, rule: str, lengths: tuple[int, ...], *overrides: str, tag: str = "") -> list[Job]:
-    """:func:`rule_run` on lego once per run length (reference steps), named ``..._{tag}_12k``: runs sized
-    to end at the target, whose shortest length reaching it ``bench.batch_rule`` reads."""
-    return [rule_run("lego", k, rule, *overrides, steps=n, tag=f"{tag}_{n // 1000}k") for n in lengths]
+def sized(
+    k: int, rule: str, lengths: tuple[int, ...], *overrides: str, tag: str = "", seed: int = 1
+) -> list[Job]:
+    """:func:`rule_run` on lego once per run length (reference steps), named ``..._{tag}_12k`` (seeds
+    other than 1: ``..._{tag}_s2_12k``): runs sized to end at the target, whose shortest length reaching
+    it ``bench.batch_rule`` reads."""
+    tag += "" if seed == 1 else f"_s{seed}"
+    return [
+        rule_run("lego", k, rule, *overrides, steps=n, seed=seed, tag=f"{tag}_{n // 1000}k") for n in lengths
+    ]
 
 
 def peer_points(scene: str, times: tuple[float, ...]) -> tuple[Job, ...]:
@@ -469,6 +475,31 @@ add("batch-rule-mlp-lr", "B sized, the MLPs' learning rate scaled less than the 
                *sized(4, "linear_lr", (12000, 16000), *MLP_SQRT, tag="_mlp_sqrt"),
                *sized(4, "linear_lr", (12000, 16000), *LATE_DECAY, *MLP_SQRT, tag="_late_mlp_sqrt")]),
     data=("lego",))
+add("batch-rule-late-mlp", "B sized, seeds 2 and 3 of the best 4x candidate (the decay from 70 % of the run "
+    "and the MLPs' rate x sqrt(k)): lego k = 1 in 12k reference steps, k = 4 under linear_lr with both in "
+    "14k and 16k, and seed 1 in 14k; fox at 4x with both against k = 1, 3000 reference steps each (~6 min)",
+    *in_lanes([*[j for seed in (2, 3) for j in (
+                   *sized(1, "per_device", (12000,), seed=seed),
+                   *sized(4, "linear_lr", (14000, 16000), *LATE_DECAY, *MLP_SQRT, tag="_late_mlp_sqrt",
+                          seed=seed))],
+               *sized(4, "linear_lr", (14000,), *LATE_DECAY, *MLP_SQRT, tag="_late_mlp_sqrt"),
+               rule_run("fox", 1, "per_device", steps=3000),
+               rule_run("fox", 4, "linear_lr", *LATE_DECAY, *MLP_SQRT, steps=3000, tag="_late_mlp_sqrt")]),
+    data=("lego", "fox"))
+add("batch-rule-large-batch", "the rule large_batch by its name (linear_lr with the MLPs at x sqrt(k) and "
+    "the decay from 70 %): lego k = 4 in 14k reference steps, k = 2 against linear_lr in 10k and 12k, k = 1 "
+    "in 10k at seeds 2 and 3, fox k = 4 at seed 2 (3000 reference steps) (~6 min)",
+    *in_lanes([*sized(4, "large_batch", (14000,)),
+               *sized(1, "per_device", (10000,), seed=2), *sized(1, "per_device", (10000,), seed=3),
+               *sized(2, "large_batch", (10000, 12000)), *sized(2, "linear_lr", (10000, 12000)),
+               rule_run("fox", 4, "large_batch", steps=3000, seed=2, tag="_s2")]),
+    data=("lego", "fox"))
+add("batch-rule-fox-2x", "fox at 2x the batch, large_batch against linear_lr, and k = 1, seeds 1-3 (k = 1: 2 "
+    "and 3), 3000 reference steps each: may auto use large_batch on 2 GPUs? (~4 min)",
+    *in_lanes([rule_run("fox", k, rule, steps=3000, seed=seed, tag=f"_s{seed}")
+               for seed in (1, 2, 3) for k, rule in ((2, "large_batch"), (2, "linear_lr"), (1, "per_device"))
+               if (k, seed) != (1, 1)]),
+    data=("fox",))
 add("batch-rule-seeds", "B at seeds 2 and 3 (seed 1: batch-rule-grid): lego 20k reference steps, k = 1, and "
     "k = 2 and 4 under linear_lr; bench.batch_rule averages the steps to each target and the final PSNR over "
     "the seeds of its rows (~7 min)",

@@ -270,11 +270,37 @@ def step_scaling_json(scene: str) -> Callable[[Path, Path], list[Row]]:
     return read
 
 
+def lr_schedule(run_dir: Path) -> str | None:
+    """The run's learning-rate decay (``model.scheduler`` in ``.hydra/config.yaml``) where it differs from
+    the default config's, as ``"decay from 0.7 every 0.1"``; None where it is the default or unknown."""
+    from omegaconf import OmegaConf
+
+    from nerf_lightning.run.config import CONF_DIR
+
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        return None
+    ran = OmegaConf.load(path).get("model", {}).get("scheduler", {}) or {}
+    default = OmegaConf.load(CONF_DIR / "model" / "ngp.yaml").get("scheduler", {})
+    keys = ("decay_start", "decay_interval", "decay_base")
+    if all(ran.get(k) == default.get(k) for k in keys):
+        return None
+    start, every, base = (ran.get(k) for k in keys)
+    tail = "" if base == default.get("decay_base") else f" x {base:g}"
+    return f"decay from {start:g} every {every:g}{tail}"
+
+
+def _rule_decay(decay: list[float] | None) -> str | None:
+    """A batch rule's own learning-rate decay (``batch/decay``), spelled as :func:`lr_schedule`."""
+    return None if not decay else f"decay from {decay[0]:g} every {decay[1]:g}"
+
+
 def val_curve(scene: str, targets: tuple[float, ...] = ()) -> Callable[[Path, Path], list[Row]]:
     """A training run that validated during training: :func:`metrics_json` plus its held-out PSNR after
     each validation (``curve``: [optimizer step, PSNR] from ``csv/metrics.csv``), its batch rule (``k``,
-    ``lr_scaling``, ``unit``, ``lr_anneal``, ``mlp_lr_scaling`` from ``metrics.json``'s ``batch/*``) and
-    the steps to each target."""
+    ``lr_scaling``, ``unit``, ``lr_anneal``, ``mlp_lr_scaling`` from ``metrics.json``'s ``batch/*``), its
+    learning-rate decay where not the default (``schedule``: :func:`lr_schedule`) and the steps to each
+    target."""
     from nerf_lightning.bench.batch_rule import steps_to
 
     def read(run_dir: Path, log: Path) -> list[Row]:
@@ -287,6 +313,7 @@ def val_curve(scene: str, targets: tuple[float, ...] = ()) -> Callable[[Path, Pa
             scene=scene, curve=points, k=_num(m, "batch/k") or 1.0,
             lr_scaling=m.get("batch/lr_scaling", "none"), unit=m.get("batch/unit", "steps"),
             lr_anneal=m.get("batch/lr_anneal"), mlp_lr_scaling=m.get("batch/mlp_lr_scaling"),
+            schedule=lr_schedule(run_dir) or _rule_decay(m.get("batch/decay")),
         )  # fmt: skip
         reach = []
         for t in targets:

@@ -24,12 +24,13 @@ import json
 import sys
 import time
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from nerf_lightning.bench.census import PRECISIONS, split_overrides
+from nerf_lightning.bench.census import PRECISIONS, gpu_span, split_overrides
 
 
 class BudgetedStep:
@@ -113,6 +114,26 @@ class BudgetedStep:
         return out
 
 
+def host_profile(harness: BudgetedStep, steps: int, top: int = 25) -> list[tuple[float, float, str]]:
+    """Where the host's time per step goes: ``(ms per step, calls per step, function)`` of the ``top``
+    functions by own time over ``steps`` steps (cProfile; the GPU is synchronised once, at the end)."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(steps):
+        harness.step(i, update=False)
+    prof.disable()
+    harness.sync()
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    rows = [
+        (tt / steps * 1e3, nc / steps, f"{Path(file).name}:{line} {name}")
+        for (file, line, name), (_cc, nc, tt, _ct, _callers) in stats.items()
+    ]
+    return sorted(rows, reverse=True)[:top]
+
+
 def measure(
     overrides: list[str],
     scales: list[float],
@@ -146,19 +167,27 @@ def measure(
             rays, samples = rays + stats[0], samples + stats[2]  # device sums: no sync per step
         harness.sync()
         wall = (time.perf_counter() - t) / steps
+        span = host = {}
+        if device == "cuda":
+            span_ms, enqueue_ms = gpu_span(partial(harness.step, update=False))
+            span = {"gpu_span_ms": span_ms, "host_enqueue_ms": enqueue_ms}
+            host = {"host_top": host_profile(harness, 64)}
         row = {
             "scale": scale,
             "step_ms": wall * 1e3,
+            **span,
             "rays_per_step": float(rays) / steps,
             "samples_per_step": float(samples) / steps,
             "sample_budget": harness.model.train_step_fn.sample_budget,
             "ray_slots": harness.n_rays,
             **harness.gradient_census(),
+            **host,
         }
         rows.append(row)
         print(
             f"step_scaling x{scale:g}: {row['step_ms']:.3f} ms/step, {row['rays_per_step']:.0f} rays, "
-            f"{row['samples_per_step']:.0f} samples per step; gradient {row['grad_bytes'] / 1e6:.1f} MB, "
+            f"{row['samples_per_step']:.0f} samples per step; GPU span {row.get('gpu_span_ms', 0):.3f} ms, "
+            f"host {row.get('host_enqueue_ms', 0):.3f} ms; gradient {row['grad_bytes'] / 1e6:.1f} MB, "
             f"table rows touched {row['touched_fraction'] * 100:.1f} %",
             flush=True,
         )

@@ -87,8 +87,10 @@ class NeRFDataModule(L.LightningDataModule):
             split between ranks in proportion to their measured speed, see
             ``callbacks/load_balance.py``), ``per_device_rays`` / ``sqrt_lr`` / ``linear_lr``
             (``per_device`` batches, schedules and the run's length in rays seen, learning rate x 1,
-            x sqrt(k), x k for a global batch of k reference batches), ``auto`` (``linear_lr`` on several
-            ranks up to a global batch of 2 reference batches, else ``per_device``: ``models/clock.py``).
+            x sqrt(k), x k for a global batch of k reference batches), ``large_batch`` (``linear_lr``,
+            the MLPs' rate x sqrt(k), the decay from 70 % of the run), ``auto`` (``large_batch`` on
+            several ranks up to a global batch of 2 reference batches, else ``per_device``:
+            ``models/clock.py``).
         batch_multiple: every rank draws this many times its rule's batch (ray slots and sample
             budget): one GPU with ``batch_multiple=N`` draws what N GPUs draw under ``per_device``.
         schedule_unit / lr_scaling / beta_scaling / grid_unit: override the rule's schedule unit

@@ -15,18 +15,21 @@ throughput      by measured speed     k = N                     unchanged      o
 per_device_rays ``batch_size``        k = N                     unchanged      rays seen (grid: steps)
 sqrt_lr         ``batch_size``        k = N                     x sqrt(k)      rays seen (grid: steps)
 linear_lr       ``batch_size``        k = N                     x k            rays seen (grid: steps)
+large_batch     ``batch_size``        k = N                     x k (MLPs:     rays seen (grid: steps),
+                                                                x sqrt(k))     the decay from 70 %
 ============== ===================== ========================= ============== ==============================
 
-``auto`` (the default) is :data:`AUTO_SEVERAL` (``linear_lr``) on several ranks whose global batch is
-at most :data:`AUTO_MAX_K` reference batches, else ``per_device``. Predicted from one GPU
-(docs/batch_rule.md), ``linear_lr`` reaches lego's 36.2 dB first at N = 2 (0.54x the 1-GPU time, against
-1.00x for ``per_device``) and also trains fox at k = 2; at k = 4 every rule in rays measured on fox
-(``sqrt_lr``, ``per_device_rays``) collapsed to 12 dB held out, so larger batches keep the schedules in
-steps. The collapse is the occupancy grid's cadence: in rays it updates (and decays) k times as often per
-optimizer step, so the rules in rays keep the grid in optimizer steps (:meth:`TrainingClock.grid_tick`;
-``data.grid_unit=rays`` overrides): fox at k = 4 then ends at 28.3 dB (``per_device_rays``) and 27.8 dB
-(``linear_lr``) instead of 12 dB, and lego reaches 36.2 dB at k = 4 in 0.38x the k = 1 steps (0.42x with
-the grid in rays; docs/batch_rule.md). One GPU trains exactly as under ``per_device``.
+``auto`` (the default) is :data:`AUTO_SEVERAL` (``large_batch``: ``linear_lr`` with the MLPs' rate at
+x sqrt(k) and the learning-rate decay from 70 % of the run, every 10 %) on several ranks whose global batch
+is at most :data:`AUTO_MAX_K` reference batches, else ``per_device``. Predicted from one GPU
+(docs/batch_rule.md), ``large_batch`` reaches lego's 36.2 dB on 2 GPUs in 0.54x the 1-GPU time (runs
+sized to end there, against 1.00x for ``per_device``; ``linear_lr`` does not end there in the same rays)
+and trains fox at k = 2 at least as well as ``linear_lr``. At k = 4 it would take lego to 36.2 dB in
+~0.37x, but fox at 4x trains in one seed of two under it (23 dB held out in the other), so larger batches
+keep the schedules in steps. The rules in rays keep the occupancy grid in optimizer steps
+(:meth:`TrainingClock.grid_tick`; ``data.grid_unit=rays`` overrides): in rays it updates (and decays) k
+times as often per optimizer step, and fox collapsed at k = 4. One GPU trains exactly as under
+``per_device``.
 
 (N ranks; ``data.batch_multiple=m`` multiplies every rank's batch and k by m, so one GPU with
 ``batch_multiple=N`` draws what N GPUs draw together; gradient accumulation multiplies k too.)
@@ -50,7 +53,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nerf_lightning.models.schedules import steps_of
@@ -82,6 +85,13 @@ class BatchRule:
         grid_unit: ``steps`` (every rule's) | ``rays``: what the occupancy grid's ``update_every`` and
             ``warmup_steps`` count. Each update decays every cell's density, so in rays at k reference
             batches a step the grid forgets k times faster per optimizer step (fox collapses at k = 4).
+        mlp_lr_scaling: the MLPs' learning-rate factor of k where it differs from the hash table's
+            (``lr_scaling``); None: the same. Adam moves a table row about once per step it is touched,
+            whatever the rays behind it, while the MLPs see every ray: k x suits the table, not them.
+        decay: ``(start, interval)`` of the learning-rate decay (fractions of the run, as
+            ``model.scheduler.decay_start`` / ``decay_interval``) at k > 1; None: the configured ones.
+            k x the batch takes k x fewer optimizer steps over the same rays, and the high rate needs
+            more of them before the decay than one GPU does.
     """
 
     name: str
@@ -90,6 +100,8 @@ class BatchRule:
     unit: str
     beta_scaling: str = "none"
     grid_unit: str = "steps"
+    mlp_lr_scaling: str | None = None
+    decay: tuple[float, float] | None = None
 
     @property
     def grid(self) -> str:
@@ -118,6 +130,9 @@ def scaled_lr(scaling: str, k: float) -> float:
     return {"none": 1.0, "sqrt": math.sqrt(k), "linear": float(k)}[scaling]
 
 
+#: ``large_batch``'s learning-rate decay: from 70 % of the run, every 10 % (the default: 50 %, every 15 %)
+LATE_DECAY = (0.7, 0.1)
+
 RULES: dict[str, BatchRule] = {
     r.name: r
     for r in (
@@ -127,12 +142,13 @@ RULES: dict[str, BatchRule] = {
         BatchRule("per_device_rays", "per_device", "none", "rays"),
         BatchRule("sqrt_lr", "per_device", "sqrt", "rays"),
         BatchRule("linear_lr", "per_device", "linear", "rays"),
+        BatchRule("large_batch", "per_device", "linear", "rays", mlp_lr_scaling="sqrt", decay=LATE_DECAY),
     )
 }
 
 
 #: ``data.batch_scaling=auto`` on several ranks up to a global batch of AUTO_MAX_K (else ``per_device``)
-AUTO_SEVERAL = "linear_lr"
+AUTO_SEVERAL = "large_batch"
 AUTO_MAX_K = 2.0
 #: every value of ``data.batch_scaling``
 CHOICES = ("auto", *RULES)
@@ -167,7 +183,8 @@ def resolve_rule(
     grid = grid_unit or rule.grid_unit
     suffix = "" if betas == "none" else f",betas={betas}"
     suffix += "" if grid == rule.grid_unit else f",grid={grid}"
-    return BatchRule(f"{name}[lr={lr},unit={unit}{suffix}]", rule.split, lr, unit, betas, grid)
+    name = f"{name}[lr={lr},unit={unit}{suffix}]"
+    return replace(rule, name=name, lr_scaling=lr, unit=unit, beta_scaling=betas, grid_unit=grid)
 
 
 @dataclass(frozen=True)
@@ -244,7 +261,7 @@ class TrainingClock:
             raise ValueError(
                 f"data.mlp_lr_scaling must be null or one of {LR_SCALINGS}, got {mlp_lr_scaling!r}"
             )
-        self.mlp_lr_scaling = mlp_lr_scaling
+        self._mlp_lr_scaling = mlp_lr_scaling
         self.world_size = 1
         self.accumulate = 1
         #: the run's length in reference steps (``trainer.max_steps``), None when it has none
@@ -285,6 +302,18 @@ class TrainingClock:
         return self.rule.unit
 
     @property
+    def mlp_lr_scaling(self) -> str | None:
+        """The MLPs' learning-rate factor of k (``data.mlp_lr_scaling``, else the rule's); None: the
+        rule's factor for every parameter."""
+        return self._mlp_lr_scaling or self.rule.mlp_lr_scaling
+
+    @property
+    def decay(self) -> tuple[float, float] | None:
+        """The rule's learning-rate decay ``(start, interval)`` at this clock's k; None: the configured
+        schedule (always on one GPU with the configured batch: k = 1 trains as ``per_device``)."""
+        return self.rule.decay if self.k > 1.0 + _EPS else None
+
+    @property
     def rank_scale(self) -> float:
         """This rank's batch (ray slots, sample budget) as a multiple of the configured batch."""
         return self.rule.rank_scale(self.world_size) * self.batch_multiple
@@ -310,6 +339,7 @@ class TrainingClock:
             and (self.mlp_lr_scaling is None or scaled_lr(self.mlp_lr_scaling, self.k) == 1.0)
             and (self.rule.beta_scaling == "none" or self.k == 1.0)
             and (self.rule.grid == self.unit or self.k == 1.0)
+            and self.decay is None
             and not self.shifted
         )
 
@@ -393,6 +423,7 @@ class TrainingClock:
             "batch/lr_factor": self.rule.lr_factor(self.k),
             "batch/lr_anneal": self.lr_anneal,
             "batch/mlp_lr_scaling": self.mlp_lr_scaling,
+            "batch/decay": None if self.decay is None else list(self.decay),
             "batch/unit": self.unit,
             "batch/beta_scaling": self.rule.beta_scaling,
             "batch/grid_unit": self.rule.grid,

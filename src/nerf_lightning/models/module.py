@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -512,6 +513,28 @@ class NeRFModule(L.LightningModule):
             groups.append(group)
         return [*groups, *views]
 
+    def _rule_decay(self) -> dict[str, float]:
+        """The batch rule's learning-rate decay (``TrainingClock.decay``) as the scheduler's keywords; none
+        when the rule keeps the configured one. A scheduler without ``decay_start`` / ``decay_interval``
+        keeps its own schedule, with a warning."""
+        decay = self.clock.decay
+        if decay is None:
+            return {}
+        factory = self.scheduler_factory
+        accepts = inspect.signature(getattr(factory, "func", factory)).parameters
+        if not {"decay_start", "decay_interval"} <= set(accepts):
+            log.warning(
+                "data.batch_scaling=%s moves the learning-rate decay to %g of the run (every %g), but "
+                "model.scheduler has no decay_start / decay_interval: it keeps its own schedule",
+                self.clock.rule.name, *decay,
+            )  # fmt: skip
+            return {}
+        log.info(
+            "data.batch_scaling=%s: the learning-rate decay from %g of the run, every %g",
+            self.clock.rule.name, *decay,
+        )  # fmt: skip
+        return {"decay_start": decay[0], "decay_interval": decay[1]}
+
     def configure_optimizers(self) -> dict[str, Any]:
         clock = self.clock
         # in reference steps: the length this clock's positions run to
@@ -530,7 +553,7 @@ class NeRFModule(L.LightningModule):
         own = {first + i: f for i, f in enumerate(factors) if f is not None}
         scheduler = None
         if self.scheduler_factory is not None:
-            scheduler = self.scheduler_factory(optimizer=optimizer, total_steps=total)
+            scheduler = self.scheduler_factory(optimizer=optimizer, total_steps=total, **self._rule_decay())
         if own:
             base = scheduler if scheduler is not None else torch.optim.lr_scheduler.LambdaLR(optimizer, _one)
             scheduler = with_group_lambdas(base, own)
