@@ -287,11 +287,12 @@ def lr_schedule(run_dir: Path) -> str | None:
         return None
     start, every, base = (ran.get(k) for k in keys)
     tail = "" if base == default.get("decay_base") else f" x {base:g}"
-    return f"decay from {start:g} every {every:g}{tail}"
+    return f"{_rule_decay([start, every])}{tail}"
 
 
 def _rule_decay(decay: list[float] | None) -> str | None:
-    """A batch rule's own learning-rate decay (``batch/decay``), spelled as :func:`lr_schedule`."""
+    """A learning-rate decay ``[start, interval]`` (a batch rule's ``batch/decay``) as
+    ``"decay from 0.7 every 0.1"``."""
     return None if not decay else f"decay from {decay[0]:g} every {decay[1]:g}"
 
 
