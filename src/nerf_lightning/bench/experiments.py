@@ -37,6 +37,7 @@ from nerf_lightning.bench.jobs import (
     train,
 )
 from nerf_lightning.bench.jobs import cost as jobs_cost
+from nerf_lightning.models.clock import LATE_DECAY as RULE_DECAY
 
 EXPERIMENTS: dict[str, Experiment] = {}
 
@@ -460,7 +461,11 @@ add("batch-rule-sized", "B with each run sized to end at the target: lego k = 1 
     *in_lanes([*sized(1, "per_device", (10000, 12000, 14000)), *sized(4, "linear_lr", (8000, 12000, 16000)),
                *sized(4, "linear_lr", (10000, 12000, 14000), "data.lr_anneal=0.5", tag="_anneal")]),
     data=("lego",))
-LATE_DECAY = ("model.scheduler.decay_start=0.7", "model.scheduler.decay_interval=0.1")
+#: large_batch's decay (models/clock.py) as overrides, for the rules that do not carry it
+LATE_DECAY = tuple(
+    f"model.scheduler.{key}={value:g}"
+    for key, value in zip(("decay_start", "decay_interval"), RULE_DECAY, strict=True)
+)
 add("batch-rule-late-decay", "B sized, the learning-rate decay later (from 70 % of the run, every 10 %): "
     "lego k = 1 in 12k reference steps, k = 4 under linear_lr in 12k and 16k (beside batch-rule-sized: does "
     "a step-limited k = 4 gain from more steps at the high rate?) (~3 min)",

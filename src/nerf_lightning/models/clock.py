@@ -339,7 +339,6 @@ class TrainingClock:
             and (self.mlp_lr_scaling is None or scaled_lr(self.mlp_lr_scaling, self.k) == 1.0)
             and (self.rule.beta_scaling == "none" or self.k == 1.0)
             and (self.rule.grid == self.unit or self.k == 1.0)
-            and self.decay is None
             and not self.shifted
         )
 
