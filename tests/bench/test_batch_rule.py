@@ -171,6 +171,18 @@ def test_val_curve_reads_the_csv_and_the_rule(tmp_path: Path) -> None:
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     (tmp_path / "metrics.json").write_text(json.dumps({**metrics, "batch/decay": [0.7, 0.1]}))
     assert readers.val_curve("lego")(tmp_path, tmp_path / "log")[0]["schedule"] == "decay from 0.7 every 0.1"
+    # Adam's betas from the rule, and gradients rounded by a callback of the run's config: rules of their own
+    (tmp_path / "metrics.json").write_text(json.dumps({**metrics, "batch/beta_scaling": "power_beta2"}))
+    (tmp_path / ".hydra" / "config.yaml").write_text(
+        "callbacks:\n  lr_monitor:\n    _target_: x.LearningRateMonitor\n  rounded_gradients:\n"
+        "    _target_: nerf_lightning.callbacks.grad_exchange.RoundedGradients\n"
+    )
+    (row,) = readers.val_curve("lego")(tmp_path, tmp_path / "log")
+    assert (row["beta_scaling"], row["gradients"]) == ("power_beta2", "bf16")
+    rule = "sqrt_lr, anneal 0.5, MLPs lr sqrt, betas power_beta2, bf16 gradients"  # no scheduler: no decay
+    assert batch_rule.curves([row])[0].rule == rule
+    (tmp_path / ".hydra" / "config.yaml").write_text("callbacks:\n  lr_monitor: null\n")
+    assert readers.val_curve("lego")(tmp_path, tmp_path / "log")[0]["gradients"] is None
     (tmp_path / "csv" / "metrics.csv").write_text("epoch,step,val/psnr\n")
     with pytest.raises(ValueError, match="no val/psnr"):
         readers.val_curve("lego")(tmp_path, tmp_path / "log")

@@ -257,6 +257,18 @@ def test_power_betas_forget_per_ray_as_the_reference_steps_do() -> None:
         resolve_rule("linear_lr", beta_scaling="cube")
 
 
+def test_power_beta2_scales_the_second_moment_alone() -> None:
+    """``data.beta_scaling=power_beta2`` at k = 4: beta2 0.99 -> 0.99^4 = 0.96059601, beta1 stays 0.9
+    (the momentum's horizon in optimizer steps); k = 1 keeps both."""
+    beta2 = (None, None, "power_beta2")
+    clock = _bound("large_batch", world=4, overrides=beta2)
+    assert clock.betas((0.9, 0.99)) == pytest.approx((0.9, 0.96059601), abs=1e-12)
+    assert clock.betas((0.9, 0.99))[0] == 0.9
+    assert clock.summary()["batch/beta_scaling"] == "power_beta2"
+    assert _bound("large_batch", world=2, overrides=beta2).betas((0.9, 0.99)) == pytest.approx((0.9, 0.9801))
+    assert _bound("per_device", overrides=beta2).betas((0.9, 0.99)) == (0.9, 0.99)
+
+
 def test_the_rules_in_rays_keep_the_grid_in_optimizer_steps() -> None:
     """``per_device_rays`` at k = 4: the grid updates every 16 optimizer steps (steps 16, 32, ...) and its
     warm-up ends at optimizer step 256, as under ``per_device``, while the other schedules count rays

@@ -119,6 +119,8 @@ class Curve:
     steps: int | None = None  # optimizer steps trained
     mlp_lr_scaling: str | None = None  # data.mlp_lr_scaling
     schedule: str | None = None  # the learning-rate decay where not the default (readers.lr_schedule)
+    gradients: str | None = None  # "bf16": rounded before each step (readers.rounded_gradients)
+    beta_scaling: str | None = None  # data.beta_scaling
 
     @property
     def rule(self) -> str:
@@ -127,7 +129,11 @@ class Curve:
             name += f", anneal {self.lr_anneal:g}"
         if self.mlp_lr_scaling is not None:
             name += f", MLPs lr {self.mlp_lr_scaling}"
-        return name if self.schedule is None else f"{name}, {self.schedule}"
+        if self.beta_scaling not in (None, "none"):
+            name += f", betas {self.beta_scaling}"
+        if self.schedule is not None:
+            name += f", {self.schedule}"
+        return name if self.gradients is None else f"{name}, {self.gradients} gradients"
 
     @property
     def length(self) -> float | None:
@@ -211,6 +217,8 @@ def curves(rows: Iterable[dict[str, Any]]) -> list[Curve]:
                 None if r.get("steps") is None else int(r["steps"]),
                 r.get("mlp_lr_scaling"),
                 r.get("schedule"),
+                r.get("gradients"),
+                r.get("beta_scaling"),
             )
         )
     return out

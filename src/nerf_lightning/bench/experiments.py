@@ -505,6 +505,38 @@ add("batch-rule-fox-2x", "fox at 2x the batch, large_batch against linear_lr, an
                for seed in (1, 2, 3) for k, rule in ((2, "large_batch"), (2, "linear_lr"), (1, "per_device"))
                if (k, seed) != (1, 1)]),
     data=("fox",))
+add("batch-rule-seeds-2x", "more seeds where one or two decided: lego k = 2 under large_batch at seeds 2 "
+    "and 3 (10k and 12k reference steps), k = 1 in 16k (beside k = 4's 16k runs: equal rays); fox at seed 3, "
+    "3000 reference steps: k = 1, k = 2 under linear_lr, k = 4 under large_batch (~5 min)",
+    *in_lanes([*[j for seed in (2, 3) for j in sized(2, "large_batch", (10000, 12000), seed=seed)],
+               *sized(1, "per_device", (16000,)),
+               *[rule_run("fox", k, rule, steps=3000, seed=3, tag="_s3")
+                 for k, rule in ((1, "per_device"), (2, "linear_lr"), (4, "large_batch"))]]),
+    data=("lego", "fox"))
+#: grad_exchange=bf16's rounding of the gradient, on one process (callbacks/grad_exchange.RoundedGradients)
+BF16_GRADS = (
+    "+callbacks.rounded_gradients._target_=nerf_lightning.callbacks.grad_exchange.RoundedGradients",
+)
+add("batch-rule-bf16", "does the bf16 gradient exchange keep the PSNR? large_batch with every gradient "
+    "rounded to bfloat16 before the step (RoundedGradients): lego k = 2 in 10k and 12k reference steps at "
+    "seeds 1-3, k = 4 in 16k, beside k = 1 in 10k and 12k at seed 1 (the same day's baseline) (~6 min)",
+    *in_lanes([*[j for seed in (1, 2, 3) for j in sized(2, "large_batch", (10000, 12000), *BF16_GRADS,
+                                                         tag="_bf16", seed=seed)],
+               *sized(4, "large_batch", (16000,), *BF16_GRADS, tag="_bf16"),
+               *sized(1, "per_device", (10000, 12000))]),
+    data=("lego",))
+BETA2 = ("data.beta_scaling=power_beta2",)
+add("batch-rule-beta2", "large_batch with Adam's beta2 to the k-th power (data.beta_scaling=power_beta2: "
+    "the second moment's horizon in rays, the momentum's in steps; +0.11 dB at k = 4 on a 2-core CPU): lego "
+    "k = 4 in 12k reference steps (seed 1), 14k and 16k (seeds 1-3), k = 2 in 10k and 12k (seed 1); fox "
+    "k = 4 at seeds 1 and 2 (3000 reference steps) (~7 min)",
+    *in_lanes([*sized(4, "large_batch", (12000, 14000, 16000), *BETA2, tag="_beta2"),
+               *[j for seed in (2, 3) for j in sized(4, "large_batch", (14000, 16000), *BETA2, tag="_beta2",
+                                                     seed=seed)],
+               *sized(2, "large_batch", (10000, 12000), *BETA2, tag="_beta2"),
+               *[rule_run("fox", 4, "large_batch", *BETA2, steps=3000, seed=seed, tag=f"_beta2_s{seed}")
+                 for seed in (1, 2)]]),
+    data=("lego", "fox"))
 add("batch-rule-seeds", "B at seeds 2 and 3 (seed 1: batch-rule-grid): lego 20k reference steps, k = 1, and "
     "k = 2 and 4 under linear_lr; bench.batch_rule averages the steps to each target and the final PSNR over "
     "the seeds of its rows (~7 min)",

@@ -283,11 +283,24 @@ def lr_schedule(run_dir: Path) -> str | None:
     ran = OmegaConf.load(path).get("model", {}).get("scheduler", {}) or {}
     default = OmegaConf.load(CONF_DIR / "model" / "ngp.yaml").get("scheduler", {})
     keys = ("decay_start", "decay_interval", "decay_base")
-    if all(ran.get(k) == default.get(k) for k in keys):
-        return None
+    if any(ran.get(k) is None for k in keys) or all(ran.get(k) == default.get(k) for k in keys):
+        return None  # a config without the schedule's keys says nothing about it
     start, every, base = (ran.get(k) for k in keys)
     tail = "" if base == default.get("decay_base") else f" x {base:g}"
     return f"{_rule_decay([start, every])}{tail}"
+
+
+def rounded_gradients(run_dir: Path) -> str | None:
+    """``"bf16"`` where the run rounded its gradients to bfloat16 before each step (a
+    ``callbacks/grad_exchange.RoundedGradients`` callback in ``.hydra/config.yaml``), else None."""
+    from omegaconf import OmegaConf
+
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        return None
+    callbacks = OmegaConf.load(path).get("callbacks") or {}
+    targets = {str((c or {}).get("_target_", "")) for c in callbacks.values()}
+    return "bf16" if any(t.endswith(".RoundedGradients") for t in targets) else None
 
 
 def _rule_decay(decay: list[float] | None) -> str | None:
@@ -299,9 +312,10 @@ def _rule_decay(decay: list[float] | None) -> str | None:
 def val_curve(scene: str, targets: tuple[float, ...] = ()) -> Callable[[Path, Path], list[Row]]:
     """A training run that validated during training: :func:`metrics_json` plus its held-out PSNR after
     each validation (``curve``: [optimizer step, PSNR] from ``csv/metrics.csv``), its batch rule (``k``,
-    ``lr_scaling``, ``unit``, ``lr_anneal``, ``mlp_lr_scaling`` from ``metrics.json``'s ``batch/*``), its
-    learning-rate decay where not the default (``schedule``: :func:`lr_schedule`) and the steps to each
-    target."""
+    ``lr_scaling``, ``unit``, ``lr_anneal``, ``mlp_lr_scaling``, ``beta_scaling`` from ``metrics.json``'s
+    ``batch/*``), its
+    learning-rate decay where not the default (``schedule``: :func:`lr_schedule`), ``gradients`` ("bf16"
+    where rounded: :func:`rounded_gradients`) and the steps to each target."""
     from nerf_lightning.bench.batch_rule import steps_to
 
     def read(run_dir: Path, log: Path) -> list[Row]:
@@ -314,6 +328,7 @@ def val_curve(scene: str, targets: tuple[float, ...] = ()) -> Callable[[Path, Pa
             scene=scene, curve=points, k=_num(m, "batch/k") or 1.0,
             lr_scaling=m.get("batch/lr_scaling", "none"), unit=m.get("batch/unit", "steps"),
             lr_anneal=m.get("batch/lr_anneal"), mlp_lr_scaling=m.get("batch/mlp_lr_scaling"),
+            beta_scaling=m.get("batch/beta_scaling"), gradients=rounded_gradients(run_dir),
             schedule=lr_schedule(run_dir) or _rule_decay(m.get("batch/decay")),
         )  # fmt: skip
         reach = []

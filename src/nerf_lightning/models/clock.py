@@ -25,8 +25,8 @@ is at most :data:`AUTO_MAX_K` reference batches, else ``per_device``. Predicted 
 (docs/batch_rule.md), ``large_batch`` reaches lego's 36.2 dB on 2 GPUs in 0.54x the 1-GPU time (runs
 sized to end there, against 1.00x for ``per_device``; ``linear_lr`` does not end there in the same rays)
 and trains fox at k = 2 at least as well as ``linear_lr``. At k = 4 it would take lego to 36.2 dB in
-~0.37x, but fox at 4x trains in one seed of two under it (23 dB held out in the other), so larger batches
-keep the schedules in steps. The rules in rays keep the occupancy grid in optimizer steps
+~0.37x, but fox at 4x collapses in one seed of three under it (23 dB held out), so larger batches keep
+the schedules in steps. The rules in rays keep the occupancy grid in optimizer steps
 (:meth:`TrainingClock.grid_tick`; ``data.grid_unit=rays`` overrides): in rays it updates (and decays) k
 times as often per optimizer step, and fox collapsed at k = 4. One GPU trains exactly as under
 ``per_device``.
@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 SPLITS = ("per_device", "global", "throughput")
 LR_SCALINGS = ("none", "sqrt", "linear")
 UNITS = ("steps", "rays")
-BETA_SCALINGS = ("none", "power")
+BETA_SCALINGS = ("none", "power", "power_beta2")
 _EPS = 1e-9  # positions are sums of float multiples of k; crossing tests allow this much rounding
 
 
@@ -81,7 +81,8 @@ class BatchRule:
         split: ``per_device`` | ``global`` | ``throughput`` (how a rank's batch follows the world size).
         lr_scaling: ``none`` | ``sqrt`` | ``linear`` (the learning rate's factor of the global batch k).
         unit: ``steps`` | ``rays`` (what a reference step of the schedules is).
-        beta_scaling: ``none`` | ``power`` (Adam's betas at global batch k: as configured, or ``beta^k``).
+        beta_scaling: ``none`` | ``power`` | ``power_beta2`` (Adam's betas at global batch k: as
+            configured, ``beta^k`` for both, or for the second moment's alone).
         grid_unit: ``steps`` (every rule's) | ``rays``: what the occupancy grid's ``update_every`` and
             ``warmup_steps`` count. Each update decays every cell's density, so in rays at k reference
             batches a step the grid forgets k times faster per optimizer step (fox collapses at k = 4).
@@ -121,8 +122,13 @@ class BatchRule:
         return scaled_lr(self.lr_scaling, k)
 
     def betas(self, betas: tuple[float, ...], k: float) -> tuple[float, ...]:
-        """Adam's ``betas`` at global batch ``k``."""
-        return tuple(b**k for b in betas) if self.beta_scaling == "power" else tuple(betas)
+        """Adam's ``betas`` at global batch ``k``: ``power`` keeps each moment's horizon in rays;
+        ``power_beta2`` only the second moment's (the gradient's scale), the momentum's stays in steps."""
+        if self.beta_scaling == "power":
+            return tuple(b**k for b in betas)
+        if self.beta_scaling == "power_beta2":
+            return (*betas[:1], *(b**k for b in betas[1:]))
+        return tuple(betas)
 
 
 def scaled_lr(scaling: str, k: float) -> float:
