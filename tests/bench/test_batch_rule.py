@@ -223,3 +223,51 @@ def test_step_scaling_runs_on_the_cpu_and_its_rows_feed_the_prediction(
     weighted = sum(f * n for f, n in zip(full["touched_per_level"], full["level_rows"], strict=True))
     assert full["touched_fraction"] == pytest.approx(weighted / full["table_rows"])
     assert step_scaling.main(["--device", "cpu", "--scales", "x"]) == 2
+
+
+def _timed(world: int, rule: str, exchange: str, length: int, psnr: float, train_s: float) -> dict:
+    return {"scene": "lego", "world": world, "rule": rule, "exchange": exchange, "length": length,
+            "psnr": psnr, "train_s": train_s, "status": "ok"}  # fmt: skip
+
+
+def test_measured_table_times_the_shortest_run_to_the_target_against_one_gpu() -> None:
+    rows = [
+        # one GPU, two seeds at 10k (mean 36.1 dB, 30 s) and one at 12k (36.3 dB, 36 s): 36.2 dB halfway,
+        # at 11k, in 33 s
+        _timed(1, "per_device", "fp32", 10000, 36.0, 29.0),
+        _timed(1, "per_device", "fp32", 10000, 36.2, 31.0),
+        _timed(1, "per_device", "fp32", 12000, 36.3, 36.0),
+        # 2 GPUs: 36.15 dB at 10k (16 s), 36.35 at 12k (20 s): 36.2 dB a quarter of the way, 10.5k, 17 s:
+        # 17 / 33 = 0.52x
+        _timed(2, "large_batch", "fp32", 10000, 36.15, 16.0),
+        _timed(2, "large_batch", "fp32", 12000, 36.35, 20.0),
+        # already above at its shortest run: an upper bound, 15 s / 33 s
+        _timed(2, "large_batch", "bf16", 10000, 36.25, 15.0),
+        {"scene": "lego", "world": 2, "rule": "large_batch", "length": 10000, "status": "failed"},
+        _curve(1, "none", "steps", 10000, 36.5),  # a curve row has no world: not a timed run
+    ]  # fmt: skip
+    table = batch_rule.measured_table(rows).splitlines()
+    one = "| lego | 1 | per_device | fp32 | 10k: 36.100 dB / 30.0 s, 12k: 36.300 dB / 36.0 s |"
+    two = "| lego | 2 | large_batch | fp32 | 10k: 36.150 dB / 16.0 s, 12k: 36.350 dB / 20.0 s |"
+    assert f"{one} 36.2 dB | 33.0 s | 1.00x |" in table
+    assert f"{two} 36.2 dB | 17.0 s | 0.52x |" in table
+    assert f"{two} 35.5 dB | <=16.0 s | ~0.53x |" in table  # both upper bounds (one GPU's: 30 s)
+    bf16 = "| lego | 2 | large_batch | bf16 | 10k: 36.250 dB / 15.0 s |"
+    assert f"{bf16} 36.2 dB | <=15.0 s | <=0.45x |" in table
+    assert batch_rule.measured_table(ROWS) == "(no runs timed on several GPUs)"
+
+
+def test_ddp_run_reads_the_ranks_rule_exchange_and_length(tmp_path: Path) -> None:
+    (tmp_path / "metrics.json").write_text(json.dumps({
+        "val/psnr": 36.25, "steps": 6000, "time/train_s": 19.5, "batch/world_size": 2,
+        "batch/rule": "large_batch",
+    }))  # fmt: skip
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("grad_exchange: bf16\ntrainer:\n  max_steps: 12000\n")
+    (row,) = readers.ddp_run("lego")(tmp_path, tmp_path / "log")
+    assert (row["world"], row["rule"], row["exchange"], row["length"]) == (2, "large_batch", "bf16", 12000)
+    assert (row["psnr"], row["train_s"], row["scene"]) == (36.25, 19.5, "lego")
+    assert row["note"].startswith("2 GPU, large_batch, bf16")
+    (tmp_path / "metrics.json").write_text(json.dumps({"val/psnr": 36.25, "steps": 6000}))
+    with pytest.raises(ValueError, match="batch/world_size"):
+        readers.ddp_run("lego")(tmp_path, tmp_path / "log")

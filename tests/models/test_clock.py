@@ -299,6 +299,8 @@ def test_large_batch_scales_the_table_by_k_the_mlps_by_sqrt_k_and_decays_later()
     assert (four.lr_factor(0), four.lr_factor(0, "mlp"), four.decay) == (4.0, 2.0, (0.7, 0.1))
     assert four.unit == "rays"
     assert four.summary()["batch/decay"] == [0.7, 0.1] and four.summary()["batch/mlp_lr_scaling"] == "sqrt"
+    assert four.summary()["batch/world_size"] == 4 and four.summary()["batch/k"] == 4.0
+    assert _bound("large_batch", multiple=2).summary()["batch/world_size"] == 1  # k = 2 on one process
     assert _bound("large_batch", world=4, lr_warmup=0, mlp_lr_scaling="none").lr_factor(0, "mlp") == 1.0
     one = _bound("large_batch", world=1)
     assert one.trivial and one.decay is None and one.lr_factor(0, "mlp") == 1.0

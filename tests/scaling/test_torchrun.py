@@ -194,6 +194,12 @@ def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path:
     # the default rule on two ranks (large_batch) counts rays: STEPS reference steps, STEPS / 2 optimizer
     # steps
     assert metrics["batch/rule"] == "large_batch" and metrics["batch/k"] == 2.0
+    assert metrics["batch/world_size"] == 2
+    # as the check of the batch rule on real GPUs reads a run (experiments batch-rule-ddp*)
+    from nerf_lightning.bench.readers import ddp_run
+
+    (row,) = ddp_run("default")(run, run / "log")
+    assert (row["world"], row["rule"], row["exchange"], row["length"]) == (2, "large_batch", "fp32", STEPS)
     steps = STEPS // 2
     assert metrics["steps"] == steps and metrics["train/rays_per_s"] > 0
     assert int(read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"]) == steps

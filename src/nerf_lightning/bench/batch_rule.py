@@ -470,6 +470,74 @@ def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
     return "\n".join(lines)
 
 
+def _interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
+    """y at ``x`` on the polyline through ``points`` (x, y), extended by the nearest segment (by
+    proportion through the origin for a single point)."""
+    ordered = sorted(points)
+    if len(ordered) == 1:
+        x0, y0 = ordered[0]
+        return y0 * x / x0
+    i = next((j for j in range(1, len(ordered) - 1) if x <= ordered[j][0]), len(ordered) - 1)
+    (x0, y0), (x1, y1) = ordered[i - 1], ordered[i]
+    return y0 + (x - x0) / (x1 - x0) * (y1 - y0)
+
+
+def measured_table(rows: list[dict[str, Any]]) -> str:
+    """The prediction checked on real GPUs (experiments ``batch-rule-ddp2`` and ``-ddp4``, read by
+    ``readers.ddp_run``): per capture, number of GPUs, rule and exchange, the mean final PSNR and training
+    time of each run length (over its seeds), the shortest length that ends at each target
+    (:func:`length_to`), the training time to it (interpolated between the lengths around it) and that time
+    against one GPU's."""
+    groups: dict[tuple[str, int, str, str], dict[int, list[tuple[float, float]]]] = {}
+    for r in rows:
+        if r.get("world") is None or r.get("status", "ok") != "ok":
+            continue
+        if r.get("psnr") is None or r.get("train_s") is None or r.get("length") is None:
+            continue
+        key = (str(r.get("scene") or "?"), int(r["world"]), str(r["rule"]), str(r.get("exchange") or "fp32"))
+        run = (float(r["psnr"]), float(r["train_s"]))
+        groups.setdefault(key, {}).setdefault(int(r["length"]), []).append(run)
+    if not groups:
+        return "(no runs timed on several GPUs)"
+    # each length: the mean final PSNR and training time of its seeds
+    means = {
+        key: {n: (sum(p for p, _ in v) / len(v), sum(t for _, t in v) / len(v)) for n, v in runs.items()}
+        for key, runs in groups.items()
+    }
+
+    def to_target(runs: dict[int, tuple[float, float]], target: float) -> tuple[float | None, str]:
+        length, how = length_to([(n, p) for n, (p, _) in runs.items()], target)
+        if length is None:
+            return None, how
+        return _interpolate([(n, t) for n, (_, t) in runs.items()], length), how
+
+    base = {
+        (scene, target): to_target(runs, target)
+        for (scene, world, _, _), runs in sorted(means.items(), key=lambda kv: kv[0][2] != "per_device")
+        if world == 1
+        for target in TARGETS.get(scene, ())
+    }
+    lines = [
+        "| capture | GPUs | rule | exchange | final PSNR / training time by length (reference steps) "
+        "| target | training time to it | against 1 GPU |",
+        "| --- | ---: | --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for (scene, world, rule, exchange), runs in sorted(means.items()):
+        finals = ", ".join(f"{n / 1000:g}k: {p:.3f} dB / {t:.1f} s" for n, (p, t) in sorted(runs.items()))
+        for target in TARGETS.get(scene, ()):
+            seconds, how = to_target(runs, target)
+            base_s, base_how = base.get((scene, target), (None, ""))
+            ratio = "-"
+            if seconds is not None and base_s:
+                mark = {("<=", ""): "<=", ("", "<="): ">=", ("<=", "<="): "~"}.get((how, base_how), "")
+                ratio = f"{mark}{seconds / base_s:.2f}x"
+            time = how if seconds is None else f"{how}{seconds:.1f} s"
+            lines.append(
+                f"| {scene} | {world} | {rule} | {exchange} | {finals} | {target:g} dB | {time} | {ratio} |"
+            )
+    return "\n".join(lines)
+
+
 def _mean_finals(runs: Iterable[Curve], key: Any) -> dict[Any, float]:
     """The mean final PSNR of the runs (seeds) under each ``key(run)``."""
     groups: dict[Any, list[float]] = {}
@@ -537,6 +605,7 @@ def report(rows: list[dict[str, Any]], gpus: Sequence[int], net: Network) -> tup
             "B, sized: the shortest run that ends at each target\n\n" + sized_table(rows, net),
             "C. the gradient exchange per step\n\n" + exchange_table(rows, gpus, net),
             "Predicted time to the targets\n\n" + prediction_tables(preds, rows, gpus),
+            "Measured on several GPUs\n\n" + measured_table(rows),
         ]
     )
     return text, preds
@@ -564,9 +633,10 @@ def main(argv: list[str] | None = None) -> int:
     net = Network(args.busbw_gbs, args.latency_us, args.buckets, args.hbm_gbs)
     text, preds = report(rows, gpus, net)
     print(text)
-    if not preds:
+    if not preds and not any(r.get("world") is not None for r in rows):
         print(
-            f"error: no step rows with a full-batch step and no curve rows of lego or fox in {args.rows}",
+            f"error: no step rows with a full-batch step, no curve rows of lego or fox and no runs timed on "
+            f"several GPUs in {args.rows}",
             file=sys.stderr,
         )
         return 1

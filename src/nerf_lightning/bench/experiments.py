@@ -398,6 +398,49 @@ add("ddp-scaling", "2 GPUs, lego and fox 3000 steps: 1 GPU against DDP (Lightnin
     train("fox_1gpu", "fox", steps=3000, seed=42, shared=False, env=GPU_0),
     train("fox_ddp2", "fox", "strategy=ddp", "devices=2", steps=3000, seed=42, baseline="fox_1gpu",
           ratio_of="rays_per_s", **_DDP2), data=("lego", "fox"))
+def timed_run(gpus: int, rule: str, exchange: str, length: int, seed: int) -> Job:
+    """Lego in ``length`` reference steps on ``gpus`` real GPUs (DDP above one) under ``rule`` and
+    ``exchange``, alone on them and validated once at the end, read by ``readers.ddp_run``: its training
+    time and final PSNR, for the prediction's check (``bench.batch_rule``'s "Measured" table)."""
+    expected, timeout = cost("lego", length // gpus if rule != "per_device" else length, shared=False)
+    if gpus == 1:
+        return train(
+            f"lego_1gpu_s{seed}_{length // 1000}k", "lego", f"data.batch_scaling={rule}", steps=length,
+            seed=seed, shared=False, env=GPU_0, read=readers.ddp_run("lego"), expected_s=expected,
+            timeout_s=timeout,
+        )  # fmt: skip
+    return train(
+        f"lego_ddp{gpus}_{rule}_{exchange}_s{seed}_{length // 1000}k", "lego", "strategy=ddp",
+        f"devices={gpus}", f"data.batch_scaling={rule}", f"grad_exchange={exchange}", steps=length, seed=seed,
+        shared=False, gpus=gpus, env=TWO_GPUS, read=readers.ddp_run("lego"), expected_s=expected + 20,
+        timeout_s=timeout + 60,
+    )  # fmt: skip
+
+
+def timed_runs(gpus: int, rule: str, lengths: tuple[int, ...]) -> list[Job]:
+    """One GPU in 10k, 12k and 14k reference steps (a seed may end below 36.2 dB at 12k) and ``gpus`` GPUs
+    under ``rule`` in ``lengths``, each exchange, seeds 1-3 seed by seed (``--only '*_s1_*'`` picks a
+    seed)."""
+    return [
+        job
+        for seed in (1, 2, 3)
+        for job in (
+            *[timed_run(1, "per_device", "fp32", n, seed) for n in (10000, 12000, 14000)],
+            *[timed_run(gpus, rule, x, n, seed) for x in ("fp32", "bf16") for n in lengths],
+        )
+    ]
+
+
+add("batch-rule-ddp2", "the batch rule's prediction checked on 2 real GPUs (nvidia-h200-x2): lego to 36.2 dB "
+    "under auto (large_batch) with either exchange against one GPU, runs sized to 10k and 12k reference "
+    "steps (one GPU: also 14k), seeds 1-3, each alone (~7 min a seed); bench.batch_rule's \"Measured\" "
+    "table reads them",
+    *timed_runs(2, "auto", (10000, 12000)), data=("lego",))
+add("batch-rule-ddp4", "the batch rule's prediction checked on 4 real GPUs (nvidia-h200-x4): lego to 36.2 dB "
+    "under large_batch (auto is per_device at 4 GPUs) with either exchange against one GPU, runs sized to "
+    "14k and 16k reference steps (one GPU: 10k, 12k, 14k), seeds 1-3, each alone (~7 min a seed)",
+    *timed_runs(4, "large_batch", (14000, 16000)), data=("lego",))
+
 add("fsdp", "2 GPUs: FSDP per precision (lego 3000 steps), peak memory per GPU with a 2^24 table",
     *[train(f"fsdp_{p}", "lego", "strategy=fsdp", "devices=2", f"precision={p}", steps=3000,
             baseline=None if p == "32" else "fsdp_32", **{**_DDP2, "expected_s": 90.0, "timeout_s": 240.0})

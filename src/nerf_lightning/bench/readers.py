@@ -342,6 +342,34 @@ def val_curve(scene: str, targets: tuple[float, ...] = ()) -> Callable[[Path, Pa
     return read
 
 
+def ddp_run(scene: str) -> Callable[[Path, Path], list[Row]]:
+    """A run timed against one GPU on one or several (experiments ``batch-rule-ddp*``):
+    :func:`metrics_json` plus ``scene``, ``world`` (its ranks, ``batch/world_size``), ``rule``
+    (``batch/rule``), ``exchange`` (``grad_exchange`` in ``.hydra/config.yaml``) and ``length`` (its
+    ``trainer.max_steps``: reference steps under a rule in rays, optimizer steps under one in steps)."""
+    from omegaconf import OmegaConf
+
+    def read(run_dir: Path, log: Path) -> list[Row]:
+        (row,) = metrics_json(run_dir, log)
+        m = _load(run_dir / "metrics.json")
+        path = run_dir / ".hydra" / "config.yaml"
+        if not path.is_file():
+            raise ValueError(f"no {path}: the run's length and exchange are unknown")
+        cfg = OmegaConf.load(path)
+        world = _num(m, "batch/world_size")
+        if world is None or m.get("batch/rule") is None:
+            raise ValueError(f"{run_dir / 'metrics.json'} has no batch/world_size or batch/rule")
+        row.update(
+            scene=scene, world=int(world), rule=str(m["batch/rule"]),
+            exchange=str(cfg.get("grad_exchange") or "fp32"), length=int(cfg.trainer.max_steps),
+        )  # fmt: skip
+        row["note"] = "; ".join(filter(None, [f"{row['world']} GPU, {row['rule']}, {row['exchange']}",
+                                              row.get("note")]))  # fmt: skip
+        return [row]
+
+    return read
+
+
 def csv_points(path: Path, key: str) -> list[tuple[int, float]]:
     """(step, value) of every row of a Lightning ``metrics.csv`` that logged ``key`` (the last per step)."""
     import csv

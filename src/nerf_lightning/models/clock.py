@@ -420,9 +420,11 @@ class TrainingClock:
             self._anchor = (int(state["step"]), float(state["position"]))
 
     def summary(self) -> dict[str, Any]:
-        """For ``metrics.json``: the rule, the global batch k, the learning-rate factor and the unit."""
+        """For ``metrics.json``: the rule, the ranks, the global batch k, the learning-rate factor and the
+        unit."""
         return {
             "batch/rule": self.rule.name,
+            "batch/world_size": self.world_size,
             "batch/k": self.k,
             "batch/lr_scaling": self.rule.lr_scaling,
             "batch/lr_factor": self.rule.lr_factor(self.k),
