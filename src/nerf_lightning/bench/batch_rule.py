@@ -415,6 +415,13 @@ def length_to(runs: Sequence[tuple[float, float]], target: float) -> tuple[float
     return None, "not reached"
 
 
+def _bound_mark(how: str, base_how: str) -> str:
+    """The mark of a ratio of two readings of :func:`length_to`: an upper bound over an exact reading is
+    one too (``<=``), an exact reading over an upper bound a lower bound (``>=``), two upper bounds
+    neither (``~``)."""
+    return {("<=", ""): "<=", ("", "<="): ">=", ("<=", "<="): "~"}.get((how, base_how), "")
+
+
 def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
     """B for runs sized to end at a target (experiment ``batch-rule-sized``): per capture, k and rule with
     runs of two or more lengths, the final PSNR of each (the mean over the seeds of a length) and the
@@ -459,8 +466,7 @@ def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
             ratio = time = "-"
             if length is not None and base_length:
                 steps_ratio = length / k / base_length
-                # an upper bound over an exact length is one too, over an upper bound a lower one
-                mark = {("<=", ""): "<=", ("", "<="): ">=", ("<=", "<="): "~"}.get((how, base_how), "")
+                mark = _bound_mark(how, base_how)
                 ratio = f"{mark}{steps_ratio:.2f}x"
                 time = "-" if slowdown is None else f"{mark}{steps_ratio * slowdown:.2f}x"
             reach = how if length is None else f"{how}{length:.0f}"
@@ -529,8 +535,7 @@ def measured_table(rows: list[dict[str, Any]]) -> str:
             base_s, base_how = base.get((scene, target), (None, ""))
             ratio = "-"
             if seconds is not None and base_s:
-                mark = {("<=", ""): "<=", ("", "<="): ">=", ("<=", "<="): "~"}.get((how, base_how), "")
-                ratio = f"{mark}{seconds / base_s:.2f}x"
+                ratio = f"{_bound_mark(how, base_how)}{seconds / base_s:.2f}x"
             time = how if seconds is None else f"{how}{seconds:.1f} s"
             lines.append(
                 f"| {scene} | {world} | {rule} | {exchange} | {finals} | {target:g} dB | {time} | {ratio} |"
