@@ -289,3 +289,36 @@ def test_alphas_are_the_colours_alpha_channel(scene: Path, tmp_path: Path) -> No
     val = dm.val_batch(0)
     assert val["alpha"].shape == val["rgb"].shape[:1]
     assert val["alpha"].min() == 0.0 and val["alpha"].max() == 1.0
+
+
+def test_draw_is_the_eager_batch_off_a_gpu(scene: Path, tmp_path: Path) -> None:
+    """On a CPU (or with ``data.cuda_graph=false``) ``draw`` is ``train_batch``: the same rays for the same
+    seed."""
+    dm, eager = _batch_with_seed(scene, tmp_path, 64)
+    torch.manual_seed(7)
+    drawn = dm.draw(64)
+    assert drawn.keys() == eager.keys()
+    for key, value in eager.items():
+        assert torch.equal(drawn[key], value), key
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_draw_replays_the_batch_graph_on_a_gpu(scene: Path, tmp_path: Path) -> None:
+    """On a GPU ``draw`` replays one captured graph per ray count: the same buffers every call (what the
+    step graph's inputs alias), new rays in them, and no host sync."""
+    dm = NeRFDataModule(path=str(scene), batch_size=256, cache_dir=str(tmp_path / "cache"))
+    dm.setup("fit")
+    dm._ensure_device(torch.device("cuda"))
+    first = dm.draw(256)
+    rays = first["rays_d"].clone()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        second = dm.draw(256)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert dm._batch_graphs.captured() == {(256, 1): True}
+    assert all(second[k].data_ptr() == first[k].data_ptr() for k in first)
+    assert not torch.equal(second["rays_d"], rays)
+    _assert_rays_land_in_their_pixels(scene, dm, "train", {k: v.cpu() for k, v in second.items()})

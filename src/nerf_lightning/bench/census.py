@@ -55,12 +55,12 @@ def census(path: str, precision: str, overrides: list[str], work: Path) -> dict[
     step = model.train_step_fn
     step.to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-15, betas=(0.9, 0.99), fused=True)
-    b = dm.train_batch(dm.batch_size)
+    b = dm.draw(dm.batch_size)  # the batch graph's buffers, the step graph's inputs (as in training)
     graph = capture(step, model.step_inputs(b), precision, share_inputs=True)
     scaler = torch.amp.GradScaler("cuda", enabled=precision == "16-mixed")
 
     def one(i: int, update: bool = True) -> torch.Tensor:
-        b = dm.train_batch(dm.batch_size)
+        b = dm.draw(dm.batch_size)
         with autocast_for(precision):
             loss, _, _, stats = graph(*model.step_inputs(b))
         scaler.scale(loss).backward()

@@ -8,7 +8,7 @@ budget and the ray slots times ``s`` (``FixedBudgetStep.set_capacity_scale``, th
 ``batch_size // N``); ``s = 1`` is every rank's step under the ``per_device`` rules. Each scale trains a
 model of its own from scratch for ``--warmup`` steps (past the occupancy warm-up: the grid has emptied as
 late in training), then the wall time of ``--steps`` steps is measured (host and GPU overlapped, as in
-training; the batch drawn, the step replayed from its CUDA graphs, fused Adam, an occupancy update every
+training; the batch and the step replayed from their CUDA graphs, fused Adam, an occupancy update every
 16 steps). Also measured, for the cost of exchanging gradients between GPUs (``bench/batch_rule.py``):
 the gradient's bytes, what DDP all-reduces every step, and the fraction of the hash table's rows that one
 step's gradient touches (per level: the rest of the table's gradient is exactly zero).
@@ -36,8 +36,9 @@ from nerf_lightning.bench.census import PRECISIONS, gpu_span, split_overrides
 class BudgetedStep:
     """The training step of ``cfg``'s model at ``scale`` x the configured batch, outside Lightning.
 
-    ``step(i)`` draws a batch, runs the budgeted step (replayed from CUDA graphs on a GPU), steps fused
-    Adam and updates the occupancy grid every 16 calls; returns the step's stats (``FixedBudgetStep``).
+    ``step(i)`` draws a batch and runs the budgeted step (each replayed from its CUDA graph on a GPU, as
+    training does), steps fused Adam and updates the occupancy grid every 16 calls; returns the step's
+    stats (``FixedBudgetStep``).
     """
 
     def __init__(self, cfg: Any, dm: Any, precision: str, scale: float = 1.0, device: str = "cuda") -> None:
@@ -58,8 +59,8 @@ class BudgetedStep:
             self.model.parameters(), lr=1e-2, eps=1e-15, betas=(0.9, 0.99), fused=fused
         )
         self.graphed = self.device.type == "cuda"
-        if self.graphed:
-            b = dm.train_batch(self.n_rays)
+        if self.graphed:  # the step's graph reads the batch graph's buffers, as in training
+            b = dm.draw(self.n_rays)
             args = self.model.step_inputs(b)
             self.fn = capture(self.fn, args, precision, share_inputs=True)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.graphed and precision == "16-mixed")
@@ -68,7 +69,7 @@ class BudgetedStep:
         """Draw a batch, run the step and its backward; the gradients are left in ``.grad``."""
         from nerf_lightning.models.train_step import autocast_for
 
-        b = self.dm.train_batch(self.n_rays)
+        b = self.dm.draw(self.n_rays)
         with autocast_for(self.precision) if self.graphed else nullcontext():
             loss, _, _, stats = self.fn(*self.model.step_inputs(b))
         self.scaler.scale(loss).backward()

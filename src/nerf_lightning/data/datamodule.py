@@ -426,9 +426,7 @@ class NeRFDataModule(L.LightningDataModule):
         if trainer is not None and trainer.training:
             n_rays = self.rays_per_step()
             factor = self.stage_factor(self.clock.position(trainer.global_step))
-            if device.type == "cuda" and self.cuda_graph is not False:
-                return self._batch_graphs.batch(n_rays, factor)
-            return self.train_batch(n_rays, factor)
+            return self.draw(n_rays, factor)
         if trainer is not None and trainer.testing:
             return self.test_batch(int(batch))
         return self.val_batch(int(batch))
@@ -516,6 +514,14 @@ class NeRFDataModule(L.LightningDataModule):
     def _block_images(self, factor: int) -> None:
         assert self.train_set is not None
         self.train_set.block_images(factor)
+
+    def draw(self, n_rays: int, factor: int = 1) -> dict[str, Any]:
+        """A training batch as the training loop gets it: on a GPU replayed from its batch graph (captured
+        on first use; ``data.cuda_graph=false``: drawn eagerly), whose tensors the next draw overwrites;
+        elsewhere :meth:`train_batch`. The data must be on their device (``_ensure_device``)."""
+        if self._device is not None and self._device.type == "cuda" and self.cuda_graph is not False:
+            return self._batch_graphs.batch(n_rays, factor)
+        return self.train_batch(n_rays, factor)
 
     def train_batch(self, n_rays: int, factor: int = 1) -> dict[str, Any]:
         """Draw ``n_rays`` training rays on the data's device (no host sync); ``factor > 1``: through
