@@ -232,28 +232,30 @@ def _timed(world: int, rule: str, exchange: str, length: int, psnr: float, train
 
 def test_measured_table_times_the_shortest_run_to_the_target_against_one_gpu() -> None:
     rows = [
-        # one GPU, two seeds at 10k (mean 36.1 dB, 30 s) and one at 12k (36.3 dB, 36 s): 36.2 dB halfway,
-        # at 11k, in 33 s
+        # one GPU, two seeds at 10k (mean 36.1 dB, 30 s) and one at 12k (36.3 dB, 34 s): 36.2 dB halfway,
+        # at 11k, in 32 s; the line through (10k, 30 s) and (12k, 34 s) starts at 10 s (the fixed cost)
         _timed(1, "per_device", "fp32", 10000, 36.0, 29.0),
         _timed(1, "per_device", "fp32", 10000, 36.2, 31.0),
-        _timed(1, "per_device", "fp32", 12000, 36.3, 36.0),
-        # 2 GPUs: 36.15 dB at 10k (16 s), 36.35 at 12k (20 s): 36.2 dB a quarter of the way, 10.5k, 17 s:
-        # 17 / 33 = 0.52x
+        _timed(1, "per_device", "fp32", 12000, 36.3, 34.0),
+        # another rule on one GPU is not the baseline
+        _timed(1, "large_batch", "fp32", 10000, 36.3, 100.0),
+        # 2 GPUs: 36.15 dB at 10k (16 s), 36.35 at 12k (18 s): 36.2 dB a quarter of the way, 10.5k, 16.5 s:
+        # 16.5 / 32 = 0.52x; fixed cost 6 s, without it (16.5 - 6) / (32 - 10) = 0.48x
         _timed(2, "large_batch", "fp32", 10000, 36.15, 16.0),
-        _timed(2, "large_batch", "fp32", 12000, 36.35, 20.0),
-        # already above at its shortest run: an upper bound, 15 s / 33 s
+        _timed(2, "large_batch", "fp32", 12000, 36.35, 18.0),
+        # already above at its shortest run: an upper bound, 15 s / 32 s; one length: no fixed cost
         _timed(2, "large_batch", "bf16", 10000, 36.25, 15.0),
         {"scene": "lego", "world": 2, "rule": "large_batch", "length": 10000, "status": "failed"},
         _curve(1, "none", "steps", 10000, 36.5),  # a curve row has no world: not a timed run
-    ]  # fmt: skip
+    ]
     table = batch_rule.measured_table(rows).splitlines()
-    one = "| lego | 1 | per_device | fp32 | 10k: 36.100 dB / 30.0 s, 12k: 36.300 dB / 36.0 s |"
-    two = "| lego | 2 | large_batch | fp32 | 10k: 36.150 dB / 16.0 s, 12k: 36.350 dB / 20.0 s |"
-    assert f"{one} 36.2 dB | 33.0 s | 1.00x |" in table
-    assert f"{two} 36.2 dB | 17.0 s | 0.52x |" in table
-    assert f"{two} 35.5 dB | <=16.0 s | ~0.53x |" in table  # both upper bounds (one GPU's: 30 s)
+    one = "| lego | 1 | per_device | fp32 | 10k: 36.100 dB / 30.0 s, 12k: 36.300 dB / 34.0 s |"
+    two = "| lego | 2 | large_batch | fp32 | 10k: 36.150 dB / 16.0 s, 12k: 36.350 dB / 18.0 s |"
+    assert f"{one} 36.2 dB | 32.0 s | 1.00x | 10.0 s | 1.00x |" in table
+    assert f"{two} 36.2 dB | 16.5 s | 0.52x | 6.0 s | 0.48x |" in table
+    assert f"{two} 35.5 dB | <=16.0 s | ~0.53x | 6.0 s | ~0.50x |" in table  # both upper bounds (1 GPU: 30 s)
     bf16 = "| lego | 2 | large_batch | bf16 | 10k: 36.250 dB / 15.0 s |"
-    assert f"{bf16} 36.2 dB | <=15.0 s | <=0.45x |" in table
+    assert f"{bf16} 36.2 dB | <=15.0 s | <=0.47x | - | - |" in table
     assert batch_rule.measured_table(ROWS) == "(no runs timed on several GPUs)"
 
 

@@ -493,7 +493,10 @@ def measured_table(rows: list[dict[str, Any]]) -> str:
     ``readers.ddp_run``): per capture, number of GPUs, rule and exchange, the mean final PSNR and training
     time of each run length (over its seeds), the shortest length that ends at each target
     (:func:`length_to`), the training time to it (interpolated between the lengths around it) and that time
-    against one GPU's."""
+    against one GPU's. With two lengths or more, also each group's fixed cost: the intercept of a line fitted
+    to its time against its length (the graphs' captures and the first steps, which do not shrink with the
+    number of GPUs), and the ratio to one GPU without the fixed costs (what the step-time prediction
+    models)."""
     groups: dict[tuple[str, int, str, str], dict[int, list[tuple[float, float]]]] = {}
     for r in rows:
         if r.get("world") is None or r.get("status", "ok") != "ok":
@@ -517,30 +520,48 @@ def measured_table(rows: list[dict[str, Any]]) -> str:
             return None, how
         return _interpolate([(n, t) for n, (_, t) in runs.items()], length), how
 
+    fixed = {key: _intercept([(n, t) for n, (_, t) in runs.items()]) for key, runs in means.items()}
+    # one GPU's reading per capture and target: per_device's where there are several (written last)
+    ones = sorted((key for key in means if key[1] == 1), key=lambda key: key[2] == "per_device")
     base = {
-        (scene, target): to_target(runs, target)
-        for (scene, world, _, _), runs in sorted(means.items(), key=lambda kv: kv[0][2] != "per_device")
-        if world == 1
-        for target in TARGETS.get(scene, ())
+        (key[0], target): (*to_target(means[key], target), fixed[key])
+        for key in ones
+        for target in TARGETS.get(key[0], ())
     }
     lines = [
         "| capture | GPUs | rule | exchange | final PSNR / training time by length (reference steps) "
-        "| target | training time to it | against 1 GPU |",
-        "| --- | ---: | --- | --- | --- | ---: | ---: | ---: |",
+        "| target | training time to it | against 1 GPU | fixed cost | against 1 GPU without it |",
+        "| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for (scene, world, rule, exchange), runs in sorted(means.items()):
+    for key, runs in sorted(means.items()):
+        scene, world, rule, exchange = key
         finals = ", ".join(f"{n / 1000:g}k: {p:.3f} dB / {t:.1f} s" for n, (p, t) in sorted(runs.items()))
         for target in TARGETS.get(scene, ()):
             seconds, how = to_target(runs, target)
-            base_s, base_how = base.get((scene, target), (None, ""))
-            ratio = "-"
+            base_s, base_how, base_fixed = base.get((scene, target), (None, "", None))
+            ratio = steady = "-"
             if seconds is not None and base_s:
-                ratio = f"{_bound_mark(how, base_how)}{seconds / base_s:.2f}x"
+                mark = _bound_mark(how, base_how)
+                ratio = f"{mark}{seconds / base_s:.2f}x"
+                if fixed[key] is not None and base_fixed is not None:
+                    steady = f"{mark}{(seconds - fixed[key]) / (base_s - base_fixed):.2f}x"
             time = how if seconds is None else f"{how}{seconds:.1f} s"
+            cost = "-" if fixed[key] is None else f"{fixed[key]:.1f} s"
             lines.append(
-                f"| {scene} | {world} | {rule} | {exchange} | {finals} | {target:g} dB | {time} | {ratio} |"
+                f"| {scene} | {world} | {rule} | {exchange} | {finals} | {target:g} dB | {time} | {ratio} "
+                f"| {cost} | {steady} |"
             )
     return "\n".join(lines)
+
+
+def _intercept(points: Sequence[tuple[float, float]]) -> float | None:
+    """The intercept of the least-squares line through ``points`` (x, y); None below two distinct x."""
+    xs = [x for x, _ in points]
+    if len(set(xs)) < 2:
+        return None
+    mx, my = sum(xs) / len(xs), sum(y for _, y in points) / len(points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx
 
 
 def _mean_finals(runs: Iterable[Curve], key: Any) -> dict[Any, float]:

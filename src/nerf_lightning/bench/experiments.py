@@ -398,6 +398,8 @@ add("ddp-scaling", "2 GPUs, lego and fox 3000 steps: 1 GPU against DDP (Lightnin
     train("fox_1gpu", "fox", steps=3000, seed=42, shared=False, env=GPU_0),
     train("fox_ddp2", "fox", "strategy=ddp", "devices=2", steps=3000, seed=42, baseline="fox_1gpu",
           ratio_of="rays_per_s", **_DDP2), data=("lego", "fox"))
+
+
 def timed_run(gpus: int, rule: str, exchange: str, length: int, seed: int) -> Job:
     """Lego in ``length`` reference steps on ``gpus`` real GPUs (DDP above one) under ``rule`` and
     ``exchange``, alone on them and validated once at the end, read by ``readers.ddp_run``: its training

@@ -313,9 +313,8 @@ def val_curve(scene: str, targets: tuple[float, ...] = ()) -> Callable[[Path, Pa
     """A training run that validated during training: :func:`metrics_json` plus its held-out PSNR after
     each validation (``curve``: [optimizer step, PSNR] from ``csv/metrics.csv``), its batch rule (``k``,
     ``lr_scaling``, ``unit``, ``lr_anneal``, ``mlp_lr_scaling``, ``beta_scaling`` from ``metrics.json``'s
-    ``batch/*``), its
-    learning-rate decay where not the default (``schedule``: :func:`lr_schedule`), ``gradients`` ("bf16"
-    where rounded: :func:`rounded_gradients`) and the steps to each target."""
+    ``batch/*``), its learning-rate decay where not the default (``schedule``: :func:`lr_schedule`),
+    ``gradients`` ("bf16" where rounded: :func:`rounded_gradients`) and the steps to each target."""
     from nerf_lightning.bench.batch_rule import steps_to
 
     def read(run_dir: Path, log: Path) -> list[Row]:
