@@ -225,25 +225,27 @@ def test_step_scaling_runs_on_the_cpu_and_its_rows_feed_the_prediction(
     assert step_scaling.main(["--device", "cpu", "--scales", "x"]) == 2
 
 
-def _timed(world: int, rule: str, exchange: str, length: int, psnr: float, train_s: float) -> dict:
+def _timed(
+    world: int, rule: str, exchange: str, length: int, psnr: float, train_s: float, fixed: float | None = None
+) -> dict:
     return {"scene": "lego", "world": world, "rule": rule, "exchange": exchange, "length": length,
-            "psnr": psnr, "train_s": train_s, "status": "ok"}  # fmt: skip
+            "psnr": psnr, "train_s": train_s, "fixed_s": fixed, "status": "ok"}  # fmt: skip
 
 
 def test_measured_table_times_the_shortest_run_to_the_target_against_one_gpu() -> None:
     rows = [
         # one GPU, two seeds at 10k (mean 36.1 dB, 30 s) and one at 12k (36.3 dB, 34 s): 36.2 dB halfway,
-        # at 11k, in 32 s; the line through (10k, 30 s) and (12k, 34 s) starts at 10 s (the fixed cost)
-        _timed(1, "per_device", "fp32", 10000, 36.0, 29.0),
-        _timed(1, "per_device", "fp32", 10000, 36.2, 31.0),
-        _timed(1, "per_device", "fp32", 12000, 36.3, 34.0),
+        # at 11k, in 32 s; fixed costs 9, 11, 10 s: 10 s
+        _timed(1, "per_device", "fp32", 10000, 36.0, 29.0, 9.0),
+        _timed(1, "per_device", "fp32", 10000, 36.2, 31.0, 11.0),
+        _timed(1, "per_device", "fp32", 12000, 36.3, 34.0, 10.0),
         # another rule on one GPU is not the baseline
-        _timed(1, "large_batch", "fp32", 10000, 36.3, 100.0),
+        _timed(1, "large_batch", "fp32", 10000, 36.3, 100.0, 1.0),
         # 2 GPUs: 36.15 dB at 10k (16 s), 36.35 at 12k (18 s): 36.2 dB a quarter of the way, 10.5k, 16.5 s:
-        # 16.5 / 32 = 0.52x; fixed cost 6 s, without it (16.5 - 6) / (32 - 10) = 0.48x
-        _timed(2, "large_batch", "fp32", 10000, 36.15, 16.0),
+        # 16.5 / 32 = 0.52x; fixed cost 6 s (one run's reading), without it (16.5 - 6) / (32 - 10) = 0.48x
+        _timed(2, "large_batch", "fp32", 10000, 36.15, 16.0, 6.0),
         _timed(2, "large_batch", "fp32", 12000, 36.35, 18.0),
-        # already above at its shortest run: an upper bound, 15 s / 32 s; one length: no fixed cost
+        # already above at its shortest run: an upper bound, 15 s / 32 s; no fixed cost read
         _timed(2, "large_batch", "bf16", 10000, 36.25, 15.0),
         {"scene": "lego", "world": 2, "rule": "large_batch", "length": 10000, "status": "failed"},
         _curve(1, "none", "steps", 10000, 36.5),  # a curve row has no world: not a timed run
@@ -259,6 +261,16 @@ def test_measured_table_times_the_shortest_run_to_the_target_against_one_gpu() -
     assert batch_rule.measured_table(ROWS) == "(no runs timed on several GPUs)"
 
 
+def test_fixed_cost_is_the_time_beyond_the_steady_rate() -> None:
+    # 1000 steps in 3 s; windows of 100 steps: slow at first, 2.5 ms/step in the second half (the median of
+    # 2.4, 2.5, 2.6, 2.5, 2.5): 3 - 1000 x 2.5 ms = 0.5 s
+    windows = [(100, 8.0), (200, 3.0), (300, 2.5), (400, 2.5), (500, 2.5), (600, 2.4), (700, 2.5), (800, 2.6),
+               (900, 2.5), (1000, 2.5)]  # fmt: skip
+    assert readers.fixed_cost(windows, 1000, 3.0) == pytest.approx(0.5)
+    assert readers.fixed_cost(windows[:3], 1000, 3.0) is None  # no window in the second half
+    assert readers.fixed_cost([], 1000, 3.0) is None
+
+
 def test_ddp_run_reads_the_ranks_rule_exchange_and_length(tmp_path: Path) -> None:
     (tmp_path / "metrics.json").write_text(json.dumps({
         "val/psnr": 36.25, "steps": 6000, "time/train_s": 19.5, "batch/world_size": 2,
@@ -268,6 +280,13 @@ def test_ddp_run_reads_the_ranks_rule_exchange_and_length(tmp_path: Path) -> Non
     (tmp_path / ".hydra" / "config.yaml").write_text("grad_exchange: bf16\ntrainer:\n  max_steps: 12000\n")
     (row,) = readers.ddp_run("lego")(tmp_path, tmp_path / "log")
     assert (row["world"], row["rule"], row["exchange"], row["length"]) == (2, "large_batch", "bf16", 12000)
+    assert row["fixed_s"] is None  # no csv/metrics.csv
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "metrics.csv").write_text(
+        "step,perf/step_time_ms,train/loss\n1000,6.0,\n3000,3.0,\n4000,3.0,0.1\n5000,3.5,\n6000,3.0,\n"
+    )
+    # steady 3.0 ms (the median of 3.0, 3.5, 3.0 after step 3000): 19.5 - 6000 x 3 ms = 1.5 s
+    assert readers.ddp_run("lego")(tmp_path, tmp_path / "log")[0]["fixed_s"] == pytest.approx(1.5)
     assert (row["psnr"], row["train_s"], row["scene"]) == (36.25, 19.5, "lego")
     assert row["note"].startswith("2 GPU, large_batch, bf16")
     (tmp_path / "metrics.json").write_text(json.dumps({"val/psnr": 36.25, "steps": 6000}))

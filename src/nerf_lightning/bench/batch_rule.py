@@ -493,11 +493,12 @@ def measured_table(rows: list[dict[str, Any]]) -> str:
     ``readers.ddp_run``): per capture, number of GPUs, rule and exchange, the mean final PSNR and training
     time of each run length (over its seeds), the shortest length that ends at each target
     (:func:`length_to`), the training time to it (interpolated between the lengths around it) and that time
-    against one GPU's. With two lengths or more, also each group's fixed cost: the intercept of a line fitted
-    to its time against its length (the graphs' captures and the first steps, which do not shrink with the
-    number of GPUs), and the ratio to one GPU without the fixed costs (what the step-time prediction
+    against one GPU's; also each group's fixed cost (the mean ``fixed_s`` of its runs,
+    ``readers.fixed_cost``: what the first steps cost beyond the steady rate, which does not shrink with
+    the number of GPUs) and the ratio to one GPU without the fixed costs (what the step-time prediction
     models)."""
     groups: dict[tuple[str, int, str, str], dict[int, list[tuple[float, float]]]] = {}
+    costs: dict[tuple[str, int, str, str], list[float]] = {}
     for r in rows:
         if r.get("world") is None or r.get("status", "ok") != "ok":
             continue
@@ -506,6 +507,8 @@ def measured_table(rows: list[dict[str, Any]]) -> str:
         key = (str(r.get("scene") or "?"), int(r["world"]), str(r["rule"]), str(r.get("exchange") or "fp32"))
         run = (float(r["psnr"]), float(r["train_s"]))
         groups.setdefault(key, {}).setdefault(int(r["length"]), []).append(run)
+        if r.get("fixed_s") is not None:
+            costs.setdefault(key, []).append(float(r["fixed_s"]))
     if not groups:
         return "(no runs timed on several GPUs)"
     # each length: the mean final PSNR and training time of its seeds
@@ -520,7 +523,7 @@ def measured_table(rows: list[dict[str, Any]]) -> str:
             return None, how
         return _interpolate([(n, t) for n, (_, t) in runs.items()], length), how
 
-    fixed = {key: _intercept([(n, t) for n, (_, t) in runs.items()]) for key, runs in means.items()}
+    fixed = {key: _mean(costs.get(key, [])) for key in means}
     # one GPU's reading per capture and target: per_device's where there are several (written last)
     ones = sorted((key for key in means if key[1] == 1), key=lambda key: key[2] == "per_device")
     base = {
@@ -552,16 +555,6 @@ def measured_table(rows: list[dict[str, Any]]) -> str:
                 f"| {cost} | {steady} |"
             )
     return "\n".join(lines)
-
-
-def _intercept(points: Sequence[tuple[float, float]]) -> float | None:
-    """The intercept of the least-squares line through ``points`` (x, y); None below two distinct x."""
-    xs = [x for x, _ in points]
-    if len(set(xs)) < 2:
-        return None
-    mx, my = sum(xs) / len(xs), sum(y for _, y in points) / len(points)
-    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
-    return my - slope * mx
 
 
 def _mean_finals(runs: Iterable[Curve], key: Any) -> dict[Any, float]:

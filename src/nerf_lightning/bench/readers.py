@@ -341,11 +341,23 @@ def val_curve(scene: str, targets: tuple[float, ...] = ()) -> Callable[[Path, Pa
     return read
 
 
+def fixed_cost(windows: list[tuple[int, float]], steps: int, train_s: float) -> float | None:
+    """Seconds of a run's training time beyond its steps at the steady rate: ``train_s`` less ``steps`` x
+    the median step time of the throughput monitor's windows in the second half of the run (``windows``:
+    (optimizer step at a window's end, ms per step in it), ``perf/step_time_ms``). What the first steps
+    cost (the CUDA graphs' captures, the occupancy warm-up) is in it; None without such windows."""
+    late = sorted(ms for step, ms in windows if step > steps / 2)
+    if not late or steps <= 0:
+        return None
+    return train_s - steps * late[len(late) // 2] / 1e3
+
+
 def ddp_run(scene: str) -> Callable[[Path, Path], list[Row]]:
     """A run timed against one GPU on one or several (experiments ``batch-rule-ddp*``):
     :func:`metrics_json` plus ``scene``, ``world`` (its ranks, ``batch/world_size``), ``rule``
-    (``batch/rule``), ``exchange`` (``grad_exchange`` in ``.hydra/config.yaml``) and ``length`` (its
-    ``trainer.max_steps``: reference steps under a rule in rays, optimizer steps under one in steps)."""
+    (``batch/rule``), ``exchange`` (``grad_exchange`` in ``.hydra/config.yaml``), ``length`` (its
+    ``trainer.max_steps``: reference steps under a rule in rays, optimizer steps under one in steps) and
+    ``fixed_s`` (:func:`fixed_cost`, from ``csv/metrics.csv``; None without it)."""
     from omegaconf import OmegaConf
 
     def read(run_dir: Path, log: Path) -> list[Row]:
@@ -358,9 +370,16 @@ def ddp_run(scene: str) -> Callable[[Path, Path], list[Row]]:
         world = _num(m, "batch/world_size")
         if world is None or m.get("batch/rule") is None:
             raise ValueError(f"{run_dir / 'metrics.json'} has no batch/world_size or batch/rule")
+        windows = []
+        if (run_dir / "csv" / "metrics.csv").is_file():
+            windows = csv_points(run_dir / "csv" / "metrics.csv", "perf/step_time_ms")
+        fixed = None
+        if row.get("steps") and row.get("train_s") is not None:
+            fixed = fixed_cost(windows, int(row["steps"]), float(row["train_s"]))
         row.update(
             scene=scene, world=int(world), rule=str(m["batch/rule"]),
             exchange=str(cfg.get("grad_exchange") or "fp32"), length=int(cfg.trainer.max_steps),
+            fixed_s=fixed,
         )  # fmt: skip
         row["note"] = "; ".join(filter(None, [f"{row['world']} GPU, {row['rule']}, {row['exchange']}",
                                               row.get("note")]))  # fmt: skip
