@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 #: held-out PSNR targets per capture [dB]
 TARGETS: dict[str, tuple[float, ...]] = {"lego": (35.5, 36.2), "fox": (29.0,)}
 #: (learning-rate factor, schedule unit) -> the per-device rule of ``models/clock.py`` that trains so
@@ -476,18 +478,6 @@ def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
     return "\n".join(lines)
 
 
-def _interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
-    """y at ``x`` on the polyline through ``points`` (x, y), extended by the nearest segment (by
-    proportion through the origin for a single point)."""
-    ordered = sorted(points)
-    if len(ordered) == 1:
-        x0, y0 = ordered[0]
-        return y0 * x / x0
-    i = next((j for j in range(1, len(ordered) - 1) if x <= ordered[j][0]), len(ordered) - 1)
-    (x0, y0), (x1, y1) = ordered[i - 1], ordered[i]
-    return y0 + (x - x0) / (x1 - x0) * (y1 - y0)
-
-
 def measured_table(rows: list[dict[str, Any]]) -> str:
     """The prediction checked on real GPUs (experiments ``batch-rule-ddp2`` and ``-ddp4``, read by
     ``readers.ddp_run``): per capture, number of GPUs, rule and exchange, the mean final PSNR and training
@@ -521,7 +511,8 @@ def measured_table(rows: list[dict[str, Any]]) -> str:
         length, how = length_to([(n, p) for n, (p, _) in runs.items()], target)
         if length is None:
             return None, how
-        return _interpolate([(n, t) for n, (_, t) in runs.items()], length), how
+        lengths = sorted(runs)  # length_to's length lies within them: interpolation, never extrapolation
+        return float(np.interp(length, lengths, [runs[n][1] for n in lengths])), how
 
     fixed = {key: _mean(costs.get(key, [])) for key in means}
     # one GPU's reading per capture and target: per_device's where there are several (written last)
