@@ -138,6 +138,21 @@ def gpu_span(step: Callable[[int], Any], n: int = 16, repeats: int = 8) -> tuple
     return sorted(spans)[len(spans) // 2], sorted(enqueue)[len(enqueue) // 2]
 
 
+def top_functions(
+    prof: Any, steps: int, top: int = 25, cumulative: bool = False
+) -> list[tuple[float, float, str]]:
+    """``(ms per step, calls per step, function)`` of the ``top`` functions of a ``cProfile.Profile`` run
+    over ``steps`` steps, by own time (or by cumulative time)."""
+    import pstats
+
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    rows = [
+        ((ct if cumulative else tt) / steps * 1e3, nc / steps, f"{Path(file).name}:{line} {name}")
+        for (file, line, name), (_cc, nc, tt, ct, _callers) in stats.items()
+    ]
+    return sorted(rows, reverse=True)[:top]
+
+
 def timeline_gaps(prof: Any, steps: int) -> dict[str, Any]:
     """The GPU timeline of the profiled steps: time between consecutive kernels, by size and by pair."""
     evs = sorted(

@@ -346,6 +346,19 @@ add("step-census", "the graphed lego step outside Lightning per precision: wall,
              "--json", "{run_dir}/census.json", read=readers.census_json, expected_s=45, timeout_s=180,
              baseline=None if p == "32-true" else "census_32-true")
       for p in ("32-true", "bf16-mixed", "16-mixed")], data=("lego",))
+#: bench/loop_profile.LoopProfile from optimizer step 1000: 500 steps timed, 500 under cProfile
+LOOP_PROFILE = ("+callbacks.loop_profile._target_=nerf_lightning.bench.loop_profile.LoopProfile",
+                "+callbacks.loop_profile.start=1000", "+callbacks.loop_profile.steps=500")
+#: the callbacks of conf/callbacks/default.yaml that QUIET keeps, off (the app's own stay: divergence, ...)
+NO_CALLBACKS = tuple(f"callbacks.{name}=null" for name in (
+    "throughput", "prometheus", "sampler_monitor", "lr_monitor", "load_balance"))
+add("loop-profile", "where the Lightning loop's host time goes (its step against the bare step of "
+    "batch-rule-step): lego 2500 steps alone with bench.loop_profile's window, with the default callbacks "
+    "and without those of the callbacks group",
+    train("loop_lego", "lego", *LOOP_PROFILE, steps=2500, shared=False, read=readers.loop_profile_json),
+    train("loop_lego_no_callbacks", "lego", *NO_CALLBACKS, *LOOP_PROFILE, steps=2500, shared=False,
+          read=readers.loop_profile_json, baseline="loop_lego", ratio_of="loop_ms"),
+    data=("lego",))
 add("ops", "each CUDA op against the PyTorch reference, measured in the same run (bench.ops)",
     module("ops", "nerf_lightning.bench.ops", "--profile", "--json", "{run_dir}/ops.json",
            read=readers.ops_json, expected_s=120, timeout_s=400))

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from nerf_lightning.bench.census import PRECISIONS, gpu_span, split_overrides
+from nerf_lightning.bench.census import PRECISIONS, gpu_span, split_overrides, top_functions
 
 
 class BudgetedStep:
@@ -119,7 +119,6 @@ def host_profile(harness: BudgetedStep, steps: int, top: int = 25) -> list[tuple
     """Where the host's time per step goes: ``(ms per step, calls per step, function)`` of the ``top``
     functions by own time over ``steps`` steps (cProfile; the GPU is synchronised once, at the end)."""
     import cProfile
-    import pstats
 
     prof = cProfile.Profile()
     prof.enable()
@@ -127,12 +126,7 @@ def host_profile(harness: BudgetedStep, steps: int, top: int = 25) -> list[tuple
         harness.step(i, update=False)
     prof.disable()
     harness.sync()
-    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-    rows = [
-        (tt / steps * 1e3, nc / steps, f"{Path(file).name}:{line} {name}")
-        for (file, line, name), (_cc, nc, tt, _ct, _callers) in stats.items()
-    ]
-    return sorted(rows, reverse=True)[:top]
+    return top_functions(prof, steps, top)
 
 
 def measure(
