@@ -46,6 +46,7 @@ def test_the_window_is_timed_then_profiled(tiny_scene: Path, tmp_path: Path) -> 
     # as the benchmark runner reads it (experiment loop-profile)
     (row,) = readers.loop_profile_json(tmp_path, tmp_path / "log")
     assert row["loop_ms"] == result["wall_ms_per_step"]
+    assert row["loop_steps_per_s"] == pytest.approx(1e3 / result["wall_ms_per_step"])
     assert row["profiled_ms"] == result["profiled_ms_per_step"]
     assert row["note"].startswith(f"{result['wall_ms_per_step']:.3f} ms/step in the loop")
     assert result["own"][0][2].split(" ", 1)[1] in row["note"]

@@ -357,7 +357,7 @@ add("loop-profile", "where the Lightning loop's host time goes (its step against
     "and without those of the callbacks group",
     train("loop_lego", "lego", *LOOP_PROFILE, steps=2500, shared=False, read=readers.loop_profile_json),
     train("loop_lego_no_callbacks", "lego", *NO_CALLBACKS, *LOOP_PROFILE, steps=2500, shared=False,
-          read=readers.loop_profile_json, baseline="loop_lego", ratio_of="loop_ms"),
+          read=readers.loop_profile_json, baseline="loop_lego", ratio_of="loop_steps_per_s"),
     data=("lego",))
 add("ops", "each CUDA op against the PyTorch reference, measured in the same run (bench.ops)",
     module("ops", "nerf_lightning.bench.ops", "--profile", "--json", "{run_dir}/ops.json",

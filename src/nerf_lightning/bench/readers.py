@@ -272,16 +272,17 @@ def step_scaling_json(scene: str) -> Callable[[Path, Path], list[Row]]:
 
 def loop_profile_json(run_dir: Path, log: Path) -> list[Row]:
     """A training run with ``bench.loop_profile.LoopProfile``: :func:`metrics_json` plus the window's
-    ``loop_ms`` (the loop's step, unprofiled), ``profiled_ms`` and the top functions (``own``,
-    ``cumulative``), the three largest by own time in the note."""
+    ``loop_ms`` (the loop's step, unprofiled; ``loop_steps_per_s``, its inverse, for speed ratios),
+    ``profiled_ms`` and the top functions (``own``, ``cumulative``), the three largest by own time in the
+    note."""
     from nerf_lightning.bench.loop_profile import FILE
 
     (row,) = metrics_json(run_dir, log)
     data = _load(run_dir / FILE)
     top = ", ".join(f"{name.split(' ', 1)[-1]} {ms:.3f}" for ms, _calls, name in data["own"][:3])
     row.update(
-        loop_ms=data["wall_ms_per_step"], profiled_ms=data["profiled_ms_per_step"], own=data["own"],
-        cumulative=data["cumulative"],
+        loop_ms=data["wall_ms_per_step"], loop_steps_per_s=1e3 / data["wall_ms_per_step"],
+        profiled_ms=data["profiled_ms_per_step"], own=data["own"], cumulative=data["cumulative"],
         note=f"{data['wall_ms_per_step']:.3f} ms/step in the loop ({data['profiled_ms_per_step']:.3f} "
              f"profiled); own ms/step: {top}",
     )  # fmt: skip
