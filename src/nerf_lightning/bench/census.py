@@ -40,8 +40,7 @@ def census(path: str, precision: str, overrides: list[str], work: Path) -> dict[
     """Measure the step of ``path``'s default model at ``precision`` (see the module docstring)."""
     import hydra
 
-    from nerf_lightning.apps.train import build_model
-    from nerf_lightning.models.train_step import autocast_for, capture
+    from nerf_lightning.bench.step_scaling import BudgetedStep
     from nerf_lightning.run.config import compose_train_config
 
     torch.set_float32_matmul_precision("high")  # as `python -m nerf_lightning.train`
@@ -49,27 +48,9 @@ def census(path: str, precision: str, overrides: list[str], work: Path) -> dict[
     dm = hydra.utils.instantiate(cfg.data)
     dm.prepare_data()
     dm.setup("fit")
-    model = build_model(cfg, dm)[0].cuda()  # as the train app: the capture's seams
-    dev = torch.device("cuda")
-    dm._ensure_device(dev)
-    step = model.train_step_fn
-    step.to(dev)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-15, betas=(0.9, 0.99), fused=True)
-    b = dm.draw(dm.batch_size)  # the batch graph's buffers, the step graph's inputs (as in training)
-    graph = capture(step, model.step_inputs(b), precision, share_inputs=True)
-    scaler = torch.amp.GradScaler("cuda", enabled=precision == "16-mixed")
-
-    def one(i: int, update: bool = True) -> torch.Tensor:
-        b = dm.draw(dm.batch_size)
-        with autocast_for(precision):
-            loss, _, _, stats = graph(*model.step_inputs(b))
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
-        if update and i % 16 == 0:
-            model.occupancy.update(i + 300, model.field.density, warmup_steps=256)
-        return stats
+    dm._ensure_device(torch.device("cuda"))
+    # the batch and the step replayed from their graphs, fused Adam, the grid updated every 16 steps
+    one = BudgetedStep(cfg, dm, precision).step
 
     for i in range(400):  # past the occupancy warm-up: the grid has emptied, as late in training
         one(i)

@@ -36,7 +36,6 @@ from nerf_lightning.bench.jobs import (
     pytest,
     train,
 )
-from nerf_lightning.bench.jobs import cost as jobs_cost
 from nerf_lightning.models.clock import LATE_DECAY as RULE_DECAY
 
 EXPERIMENTS: dict[str, Experiment] = {}
@@ -144,7 +143,7 @@ def rule_run(
     # a rule in steps trains trainer.max_steps optimizer steps of k x the batch: k x the GPU time
     unit = next((o.split("=", 1)[1] for o in overrides if o.startswith("data.schedule_unit=")), None)
     in_steps = resolve_rule(rule, schedule_unit=unit).unit == "steps"
-    expected, timeout = jobs_cost(scene, steps * (k if in_steps else 1))
+    expected, timeout = cost(scene, steps * (k if in_steps else 1))
     expected += steps / _VAL_EVERY * _VAL_S[scene]
     return train(
         f"{scene}_k{k}_{rule}{tag}", scene, f"data.batch_multiple={k}", f"data.batch_scaling={rule}",

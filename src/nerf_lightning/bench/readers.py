@@ -289,6 +289,14 @@ def loop_profile_json(run_dir: Path, log: Path) -> list[Row]:
     return [row]
 
 
+def _run_config(run_dir: Path) -> Any:
+    """The run's composed config (``.hydra/config.yaml``, an OmegaConf ``DictConfig``); None without it."""
+    from omegaconf import OmegaConf
+
+    path = run_dir / ".hydra" / "config.yaml"
+    return OmegaConf.load(path) if path.is_file() else None
+
+
 def lr_schedule(run_dir: Path) -> str | None:
     """The run's learning-rate decay (``model.scheduler`` in ``.hydra/config.yaml``) where it differs from
     the default config's, as ``"decay from 0.7 every 0.1"``; None where it is the default or unknown."""
@@ -296,10 +304,10 @@ def lr_schedule(run_dir: Path) -> str | None:
 
     from nerf_lightning.run.config import CONF_DIR
 
-    path = run_dir / ".hydra" / "config.yaml"
-    if not path.is_file():
+    cfg = _run_config(run_dir)
+    if cfg is None:
         return None
-    ran = OmegaConf.load(path).get("model", {}).get("scheduler", {}) or {}
+    ran = cfg.get("model", {}).get("scheduler", {}) or {}
     default = OmegaConf.load(CONF_DIR / "model" / "ngp.yaml").get("scheduler", {})
     keys = ("decay_start", "decay_interval", "decay_base")
     if any(ran.get(k) is None for k in keys) or all(ran.get(k) == default.get(k) for k in keys):
@@ -312,12 +320,8 @@ def lr_schedule(run_dir: Path) -> str | None:
 def rounded_gradients(run_dir: Path) -> str | None:
     """``"bf16"`` where the run rounded its gradients to bfloat16 before each step (a
     ``callbacks/grad_exchange.RoundedGradients`` callback in ``.hydra/config.yaml``), else None."""
-    from omegaconf import OmegaConf
-
-    path = run_dir / ".hydra" / "config.yaml"
-    if not path.is_file():
-        return None
-    callbacks = OmegaConf.load(path).get("callbacks") or {}
+    cfg = _run_config(run_dir)
+    callbacks = (cfg.get("callbacks") if cfg is not None else None) or {}
     targets = {str((c or {}).get("_target_", "")) for c in callbacks.values()}
     return "bf16" if any(t.endswith(".RoundedGradients") for t in targets) else None
 
@@ -377,15 +381,12 @@ def ddp_run(scene: str) -> Callable[[Path, Path], list[Row]]:
     (``batch/rule``), ``exchange`` (``grad_exchange`` in ``.hydra/config.yaml``), ``length`` (its
     ``trainer.max_steps``: reference steps under a rule in rays, optimizer steps under one in steps) and
     ``fixed_s`` (:func:`fixed_cost`, from ``csv/metrics.csv``; None without it)."""
-    from omegaconf import OmegaConf
-
     def read(run_dir: Path, log: Path) -> list[Row]:
         (row,) = metrics_json(run_dir, log)
         m = _load(run_dir / "metrics.json")
-        path = run_dir / ".hydra" / "config.yaml"
-        if not path.is_file():
-            raise ValueError(f"no {path}: the run's length and exchange are unknown")
-        cfg = OmegaConf.load(path)
+        cfg = _run_config(run_dir)
+        if cfg is None:
+            raise ValueError(f"no .hydra/config.yaml in {run_dir}: the run's length and exchange are unknown")
         world = _num(m, "batch/world_size")
         if world is None or m.get("batch/rule") is None:
             raise ValueError(f"{run_dir / 'metrics.json'} has no batch/world_size or batch/rule")
