@@ -35,6 +35,7 @@ from nerf_lightning.models.metrics import final_evaluation
 from nerf_lightning.run.checkpoint_callbacks import LastCheckpoint, RunState
 from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO
 from nerf_lightning.run.divergence import DivergenceGuard
+from nerf_lightning.run.loop import QuietProfiler, drop_inert_callbacks, progress_bar
 from nerf_lightning.run.resume import resolve_ckpt_path, select_run_dir
 from nerf_lightning.tracking.wandb_logger import finish_loggers
 from nerf_lightning.utils.distributed import unshard_fsdp_root
@@ -196,9 +197,19 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     loggers = instantiate_group(cfg.get("logger"))
     # cluster=slurm|torchelastic|...: the ClusterEnvironment plugin (none: Lightning detects it)
     cluster = [hydra.utils.instantiate(cfg.cluster)] if cfg.get("cluster") else []
+    # run/loop.py: what Lightning would do around every step for nothing (its own progress bar when the
+    # callbacks group has none, a generator context per hook call, callbacks inert in this run)
+    quiet = {} if cfg.trainer.get("profiler") else {"profiler": QuietProfiler()}
+    callbacks, bar = progress_bar(callbacks, bool(cfg.trainer.get("enable_progress_bar", True)))
     trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO(), *cluster]
+        cfg.trainer,
+        callbacks=callbacks,
+        logger=loggers or False,
+        plugins=[AtomicCheckpointIO(), *cluster],
+        enable_progress_bar=bar,
+        **quiet,
     )
+    drop_inert_callbacks(trainer)
     metrics: dict[str, float] = {}
     exit_code = 1
     try:  # a W&B run is closed even when training fails, so the next multirun job gets its own run

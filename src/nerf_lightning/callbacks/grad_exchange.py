@@ -67,6 +67,11 @@ class GradientExchange(L.Callback):
     def __init__(self, exchange: str = "fp32") -> None:
         self.exchange = check_exchange(exchange)
 
+    def inert(self, trainer: L.Trainer) -> bool:
+        """DDP's own float32 all-reduce, or one process: no hook to register (the train app then drops
+        it: run/loop.py)."""
+        return comm_hook(self.exchange) is None or trainer.world_size == 1
+
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         model = getattr(trainer.strategy, "model", None)
         if not isinstance(model, torch.nn.parallel.DistributedDataParallel):

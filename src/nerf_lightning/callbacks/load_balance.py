@@ -67,6 +67,10 @@ class LoadBalancer(L.Callback):
     def _active(self, trainer: L.Trainer) -> bool:
         return trainer.world_size > 1
 
+    def inert(self, trainer: L.Trainer) -> bool:
+        """One process has no ranks to compare (the train app then drops it: run/loop.py)."""
+        return not self._active(trainer)
+
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         if not self._active(trainer):
             return

@@ -13,6 +13,10 @@ class LearningRateMonitor(_LearningRateMonitor):
 
     _active = False
 
+    def inert(self, trainer: L.Trainer) -> bool:
+        """Nothing to log to (the train app then drops it: run/loop.py)."""
+        return not trainer.loggers
+
     def on_train_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
         self._active = bool(trainer.loggers)
         if self._active:

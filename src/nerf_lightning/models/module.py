@@ -185,6 +185,16 @@ class NeRFModule(L.LightningModule):
         self.register_buffer("rays_seen", torch.zeros((), dtype=torch.float64), persistent=False)
         self.register_buffer("samples_seen", torch.zeros((), dtype=torch.float64), persistent=False)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Lightning sets `_current_fx_name` before and after every hook it calls, about 36 times a training
+        # step, and nn.Module.__setattr__ first searches the parameters, buffers and submodules each time:
+        # host time on a loop that already takes longer than the GPU's step (run/loop.py). A hook's name
+        # is none of those.
+        if name == "_current_fx_name":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
     @property
     def occupancy(self) -> OccupancyGrid:
         """The renderer's occupancy grid (one instance; saved under ``renderer.occupancy.*``)."""

@@ -74,6 +74,10 @@ class PrometheusExporter(L.Callback):
     def enabled(self) -> bool:
         return self.port is not None
 
+    def inert(self, trainer: L.Trainer) -> bool:
+        """Without a port it serves nothing (the train app then drops it: run/loop.py)."""
+        return not self.enabled
+
     # ------------------------------------------------------------------------------ server
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if not self.enabled or stage != "fit" or self._server is not None:
