@@ -141,6 +141,25 @@ def test_sized_runs_give_the_shortest_length_that_ends_at_the_target() -> None:
     assert batch_rule.sized_table(ROWS, NET) == "(no runs sized to several lengths)"
 
 
+def test_a_global_batch_of_k_split_over_more_gpus_uses_the_step_at_k_over_n() -> None:
+    rows = [
+        _step(1.0, 2.0, 0.5), _step(0.75, 1.0, 0.5),
+        _sized(1, "none", "steps", 10000, 36.0), _sized(1, "none", "steps", 14000, 36.4),  # 36.2 dB: 12000
+        # k = 3 in rays: 3000 and 5000 optimizer steps are 9k and 15k reference steps; 36.2 dB at 3/4 of the
+        # way from 35.9 to 36.3: 13500 reference steps, 4500 optimizer steps
+        _sized(3, "linear", "rays", 3000, 35.9), _sized(3, "linear", "rays", 5000, 36.3),
+    ]  # fmt: skip
+    table = batch_rule.split_table(rows, [2, 4, 8], NET)
+    # N = 4, each rank 3/4 of the batch (1.0 ms): fp32 1.5 x 40 MB / 400 GB/s + 10 us = 0.16 ms,
+    # 4500 x 1.16 / (12000 x 2.0) = 0.2175 (over 3 GPUs' exchange it would be 0.2144);
+    # bf16 0.075 + 0.01 + 0.03 (casts) = 0.115 ms: 0.2091
+    assert "| lego | 3 | linear_lr | 4 | 36.2 dB | 13500 | 0.75 | 1.000 ms | fp32 | 0.22x |" in table
+    assert "| lego | 3 | linear_lr | 4 | 36.2 dB | 13500 | 0.75 | 1.000 ms | bf16 | 0.21x |" in table
+    # N = 2 is not more GPUs than k; N = 8 has no step row at 3/8; 35.5 dB: an upper bound only
+    assert "| 2 | 36.2" not in table and "| 8 |" not in table and "35.5 dB" not in table
+    assert batch_rule.split_table(rows[:1] + rows[2:], [4], NET).startswith("(no sized runs")
+
+
 def test_val_curve_reads_the_csv_and_the_rule(tmp_path: Path) -> None:
     (tmp_path / "metrics.json").write_text(json.dumps({
         "val/psnr": 36.3, "steps": 5000, "time/train_s": 50.0, "batch/k": 4.0, "batch/lr_scaling": "sqrt",

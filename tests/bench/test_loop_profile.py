@@ -52,6 +52,17 @@ def test_the_window_is_timed_then_profiled(tiny_scene: Path, tmp_path: Path) -> 
     assert result["own"][0][2].split(" ", 1)[1] in row["note"]
 
 
+def test_the_kernel_window_follows_under_torch_profiler(tiny_scene: Path, tmp_path: Path) -> None:
+    _train(tiny_scene, tmp_path, 16, "+callbacks.loop_profile.start=4", "+callbacks.loop_profile.steps=3",
+           "+callbacks.loop_profile.kernel_steps=4")  # fmt: skip
+    gpu = json.loads((tmp_path / FILE).read_text())["gpu"]
+    assert gpu["steps"] == 4 and gpu["wall_ms_per_step"] > 0
+    # on a CPU: no kernels, no idle GPU, no synchronizing CUDA calls
+    assert gpu["kernels_per_step"] == 0 and gpu["timeline"]["busy_ms"] == 0 and gpu["syncs"] == {}
+    (row,) = readers.loop_profile_json(tmp_path, tmp_path / "log")
+    assert row["gpu_busy_ms"] == 0 and "GPU per step: busy 0.000 ms" in row["note"]
+
+
 def test_a_run_shorter_than_the_window_writes_nothing(
     tiny_scene: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -59,6 +70,12 @@ def test_a_run_shorter_than_the_window_writes_nothing(
         _train(tiny_scene, tmp_path, 8, "+callbacks.loop_profile.start=4", "+callbacks.loop_profile.steps=5")
     assert not (tmp_path / FILE).exists()
     assert "ended before optimizer step 14" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # the kernel window counts too: 4 + 2 x 2 + 4 > 8
+        _train(tiny_scene, tmp_path, 8, "+callbacks.loop_profile.start=4", "+callbacks.loop_profile.steps=2",
+               "+callbacks.loop_profile.kernel_steps=4")  # fmt: skip
+    assert not (tmp_path / FILE).exists()
+    assert "ended before optimizer step 12" in caplog.text
 
 
 def test_bad_window_is_refused() -> None:

@@ -424,22 +424,27 @@ def _bound_mark(how: str, base_how: str) -> str:
     return {("<=", ""): "<=", ("", "<="): ">=", ("<=", "<="): "~"}.get((how, base_how), "")
 
 
+def sized_groups(rows: list[dict[str, Any]]) -> dict[tuple[str, float, str], list[tuple[float, float]]]:
+    """(capture, k, rule) -> ``[(run length in reference steps, mean final PSNR of its seeds)]`` for every
+    group of runs sized to two or more lengths."""
+    by_length: dict[tuple[str, float, str], dict[float, list[float]]] = {}
+    for c in curves(rows):
+        if c.length is not None and c.final_psnr is not None:
+            by_length.setdefault((c.scene, c.k, c.rule), {}).setdefault(c.length, []).append(c.final_psnr)
+    return {
+        key: [(length, sum(p) / len(p)) for length, p in runs.items()]
+        for key, runs in by_length.items()
+        if len(runs) > 1
+    }
+
+
 def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
     """B for runs sized to end at a target (experiment ``batch-rule-sized``): per capture, k and rule with
     runs of two or more lengths, the final PSNR of each (the mean over the seeds of a length) and the
     shortest length that ends at each target; at N = k the optimizer steps of that length against the
     k = 1 length, and, with a step row of the capture, the predicted time (steps x (t(B) + the float32
     exchange)) against the 1-GPU time."""
-    by_length: dict[tuple[str, float, str], dict[float, list[float]]] = {}
-    for c in curves(rows):
-        if c.length is not None and c.final_psnr is not None:
-            by_length.setdefault((c.scene, c.k, c.rule), {}).setdefault(c.length, []).append(c.final_psnr)
-    # the seeds of one length: their mean final PSNR
-    groups = {
-        key: [(length, sum(p) / len(p)) for length, p in runs.items()]
-        for key, runs in by_length.items()
-        if len(runs) > 1
-    }
+    groups = sized_groups(rows)
     if not groups:
         return "(no runs sized to several lengths)"
     times = step_times(rows)
@@ -476,6 +481,44 @@ def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
                 f"| {scene} | {k:g} | {rule} | {finals} | {target:g} dB | {reach} | {ratio} | {time} |"
             )
     return "\n".join(lines)
+
+
+def split_table(rows: list[dict[str, Any]], gpus: Sequence[int], net: Network) -> str:
+    """B, sized, on more GPUs than reference batches: a global batch of k reference batches split over
+    N > k GPUs, each rank drawing k / N of the batch (``data.batch_multiple=k/N`` under the k = N rule's
+    learning rate and schedules, e.g. k = 3 on 4 GPUs at 3/4 each). Per capture, target, sized group
+    (k, rule) and N: the k-run's optimizer steps to the target x (the step alone at k / N of the batch +
+    the exchange over N GPUs), against k = 1's steps x t(1)."""
+    groups = sized_groups(rows)
+    times = step_times(rows)
+    lines = [
+        "| capture | k | rule | N | target | shortest length to it | a rank's batch | step alone there "
+        "| exchange | predicted time / 1 GPU |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for (scene, k, rule), runs in sorted(groups.items()):
+        steps_rows = times.get(scene) or {}
+        base_runs = next((r for (sc, kk, _), r in groups.items() if sc == scene and kk == 1.0), None)
+        if k == 1.0 or base_runs is None or 1.0 not in steps_rows:
+            continue
+        t1 = float(steps_rows[1.0]["step_ms"])
+        grad = gradient_size(steps_rows)
+        for target in TARGETS.get(scene, ()):
+            length, how = length_to(runs, target)
+            base_length, base_how = length_to(base_runs, target)
+            for n in gpus:
+                rank = steps_rows.get(k / n)
+                if n <= k or rank is None or length is None or not base_length or how == "<=":
+                    continue  # (a run already above the target at its shortest length bounds nothing)
+                mark = _bound_mark(how, base_how)
+                for kind in ("fp32", "bf16"):
+                    t = float(rank["step_ms"])
+                    ratio = (length / k) * (t + net.exchange_ms(kind, grad, n)) / (base_length * t1)
+                    lines.append(
+                        f"| {scene} | {k:g} | {rule} | {n} | {target:g} dB | {how}{length:.0f} | {k / n:g} "
+                        f"| {t:.3f} ms | {kind} | {mark}{ratio:.2f}x |"
+                    )
+    return "\n".join(lines) if len(lines) > 2 else "(no sized runs with a step row at k / N of the batch)"
 
 
 def measured_table(rows: list[dict[str, Any]]) -> str:
@@ -613,6 +656,7 @@ def report(rows: list[dict[str, Any]], gpus: Sequence[int], net: Network) -> tup
             "A. time per step against rays per step\n\n" + step_table(rows),
             "B. steps to the targets on one GPU with k x the batch\n\n" + curve_table(rows),
             "B, sized: the shortest run that ends at each target\n\n" + sized_table(rows, net),
+            "B, sized, split over more GPUs than reference batches\n\n" + split_table(rows, gpus, net),
             "C. the gradient exchange per step\n\n" + exchange_table(rows, gpus, net),
             "Predicted time to the targets\n\n" + prediction_tables(preds, rows, gpus),
             "Measured on several GPUs\n\n" + measured_table(rows),

@@ -116,11 +116,14 @@ def lanes_ab(blocks: list[Block], **job: object) -> tuple[Job, ...]:
 
 # The batch rule for several GPUs, measured on one GPU: bench/batch_rule.py turns the rows of
 # A (step_scaling) and B (rule_run) into the predicted time to quality on 2, 4 and 8 GPUs.
-def step_scaling(scene: str) -> Job:
-    """A: the graphed step alone at B, B/2, B/4, B/8 (and the gradient's bytes and touched rows)."""
+def step_scaling(scene: str, scales: str = "") -> Job:
+    """A: the graphed step alone at B, B/2, B/4, B/8 (``scales``: other fractions of the batch, as
+    ``--scales``), and the gradient's bytes and touched rows."""
+    chosen = ("--scales", scales) if scales else ()
     return module(
-        f"step_{scene}", "nerf_lightning.bench.step_scaling", "--json", "{run_dir}/step_scaling.json", "--",
-        *SCENES[scene], read=readers.step_scaling_json(scene), expected_s=45, timeout_s=240,
+        f"step_{scene}", "nerf_lightning.bench.step_scaling", *chosen, "--json",
+        "{run_dir}/step_scaling.json", "--", *SCENES[scene], read=readers.step_scaling_json(scene),
+        expected_s=45, timeout_s=240,
     )  # fmt: skip
 
 
@@ -347,16 +350,28 @@ add("step-census", "the graphed lego step outside Lightning per precision: wall,
       for p in ("32-true", "bf16-mixed", "16-mixed")], data=("lego",))
 #: bench/loop_profile.LoopProfile from optimizer step 1000: 500 steps timed, 500 under cProfile
 LOOP_PROFILE = ("+callbacks.loop_profile._target_=nerf_lightning.bench.loop_profile.LoopProfile",
-                "+callbacks.loop_profile.start=1000", "+callbacks.loop_profile.steps=500")
+                "+callbacks.loop_profile.start=1000", "+callbacks.loop_profile.steps=500",
+                "+callbacks.loop_profile.kernel_steps=100")
 #: the callbacks of conf/callbacks/default.yaml that QUIET keeps, off (the app's own stay: divergence, ...)
 NO_CALLBACKS = tuple(f"callbacks.{name}=null" for name in (
     "throughput", "prometheus", "sampler_monitor", "lr_monitor", "load_balance"))
 add("loop-profile", "where the Lightning loop's host time goes (its step against the bare step of "
     "batch-rule-step): lego 2500 steps alone with bench.loop_profile's window, with the default callbacks "
-    "and without those of the callbacks group",
+    "and without those of the callbacks group (no progress bar), then as a user runs it (the progress bar "
+    "and the checkpoint callbacks on, no validation before the end); then 100 steps under torch.profiler "
+    "with the synchronizing calls located",
     train("loop_lego", "lego", *LOOP_PROFILE, steps=2500, shared=False, read=readers.loop_profile_json),
     train("loop_lego_no_callbacks", "lego", *NO_CALLBACKS, *LOOP_PROFILE, steps=2500, shared=False,
           read=readers.loop_profile_json, baseline="loop_lego", ratio_of="loop_steps_per_s"),
+    train("loop_lego_as_users", "lego", "logger=csv", "trainer.check_val_every_n_epoch=100000", *LOOP_PROFILE,
+          steps=2500, quiet=False, shared=False, read=readers.loop_profile_json, baseline="loop_lego",
+          ratio_of="loop_steps_per_s"),
+    data=("lego",))
+add("loop-profile-ranks", "the Lightning loop at a rank's batch under the rules that split the batch (3/4 "
+    "and 1/2 of it: data.batch_multiple), where the graphed step alone is shorter than the loop's host work; "
+    "against batch-rule-step's step alone at the same fractions",
+    *[train(f"loop_lego_x{m}", "lego", f"data.batch_multiple={m}", *LOOP_PROFILE[:3], steps=2500,
+            shared=False, read=readers.loop_profile_json) for m in ("0.75", "0.5")],
     data=("lego",))
 add("ops", "each CUDA op against the PyTorch reference, measured in the same run (bench.ops)",
     module("ops", "nerf_lightning.bench.ops", "--profile", "--json", "{run_dir}/ops.json",
@@ -593,6 +608,15 @@ add("batch-rule-beta2", "large_batch with Adam's beta2 to the k-th power (data.b
                *sized(2, "large_batch", (10000, 12000), *BETA2, tag="_beta2"),
                *[rule_run("fox", 4, "large_batch", *BETA2, steps=3000, seed=seed, tag=f"_beta2_s{seed}")
                  for seed in (1, 2)]]),
+    data=("lego", "fox"))
+add("batch-rule-3x", "3 reference batches a step (k = 3), what 4 GPUs train at 3/4 of the batch each "
+    "(data.batch_multiple=0.75): the step alone at B, 3/4 B and B/2, then in lanes lego k = 3 under "
+    "large_batch in 11k and 12k reference steps at seeds 1-3, fox k = 3 at seeds 1-3 (3000 reference steps) "
+    "(~6 min)",
+    step_scaling("lego", "1,0.75,0.5"),
+    *in_lanes([*[j for seed in (1, 2, 3) for j in sized(3, "large_batch", (11000, 12000), seed=seed)],
+               *[rule_run("fox", 3, "large_batch", steps=3000, seed=seed, tag=f"_s{seed}")
+                 for seed in (1, 2, 3)]]),
     data=("lego", "fox"))
 add("batch-rule-seeds", "B at seeds 2 and 3 (seed 1: batch-rule-grid): lego 20k reference steps, k = 1, and "
     "k = 2 and 4 under linear_lr; bench.batch_rule averages the steps to each target and the final PSNR over "

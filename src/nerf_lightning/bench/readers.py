@@ -286,6 +286,18 @@ def loop_profile_json(run_dir: Path, log: Path) -> list[Row]:
         note=f"{data['wall_ms_per_step']:.3f} ms/step in the loop ({data['profiled_ms_per_step']:.3f} "
              f"profiled); own ms/step: {top}",
     )  # fmt: skip
+    gpu = data.get("gpu")
+    if gpu:  # LoopProfile(kernel_steps > 0): the GPU timeline of a window of steps
+        line = gpu["timeline"]
+        eager = ", ".join(f"{name} {ms:.3f}" for ms, _calls, name in gpu["eager_ops"][:3])
+        row.update(
+            gpu_busy_ms=line["busy_ms"], gpu_gaps_ms=line["gaps_ms"], eager_ops=gpu["eager_ops"],
+            syncs=gpu["syncs"], largest_gaps=line["largest_us_per_step"],
+        )
+        row["note"] += (
+            f"; GPU per step: busy {line['busy_ms']:.3f} ms, idle {line['gaps_ms']:.3f} ms, "
+            f"{gpu['kernels_per_step']:.0f} kernels; eager: {eager}"
+        )
     return [row]
 
 
