@@ -60,7 +60,7 @@ def test_the_kernel_window_follows_under_torch_profiler(tiny_scene: Path, tmp_pa
     # on a CPU: no kernels, no idle GPU, no synchronizing CUDA calls
     assert gpu["kernels_per_step"] == 0 and gpu["timeline"]["busy_ms"] == 0 and gpu["syncs"] == {}
     (row,) = readers.loop_profile_json(tmp_path, tmp_path / "log")
-    assert row["gpu_busy_ms"] == 0 and "GPU per step: busy 0.000 ms" in row["note"]
+    assert row["gpu_kernel_ms"] == 0 and "0 kernels, 0.000 ms of kernel time" in row["note"]
 
 
 def test_a_run_shorter_than_the_window_writes_nothing(

@@ -18,7 +18,8 @@ device synchronized at each mark), and writes ``loop_profile.json`` into the run
 
 With ``kernel_steps`` > 0, the ``kernel_steps`` steps after those run under ``torch.profiler`` (CPU and CUDA)
 and ``loop_profile.json`` also holds ``gpu``: the GPU timeline of those steps (``bench.census.timeline_gaps``:
-span, busy and idle time per step, the largest gaps by the kernels around them), kernels per step, the
+span, the kernels' summed time (concurrent kernels each counted, so it can exceed the span) and the time
+between them per step, the largest gaps by the kernels around them), kernels per step, the
 operators launched outside the CUDA graphs by device time (``eager_ops``: ``[ms per step, calls per step,
 name]``), the synchronizing runtime calls per step (``syncs``) and, on a GPU, where the host waited for the
 device (``sync_sites``: ``[calls per step, "file:line function <- its callers", warning]`` from

@@ -291,12 +291,15 @@ def loop_profile_json(run_dir: Path, log: Path) -> list[Row]:
         line = gpu["timeline"]
         eager = ", ".join(f"{name} {ms:.3f}" for ms, _calls, name in gpu["eager_ops"][:3])
         row.update(
-            gpu_busy_ms=line["busy_ms"], gpu_gaps_ms=line["gaps_ms"], eager_ops=gpu["eager_ops"],
-            syncs=gpu["syncs"], largest_gaps=line["largest_us_per_step"],
+            gpu_kernel_ms=line["busy_ms"], gpu_gaps_ms=line["gaps_ms"], eager_ops=gpu["eager_ops"],
+            syncs=gpu["syncs"], sync_sites=gpu.get("sync_sites", []),
+            largest_gaps=line["largest_us_per_step"],
         )
+        # kernel time sums every kernel, concurrent ones each: it can exceed the wall
         row["note"] += (
-            f"; GPU per step: busy {line['busy_ms']:.3f} ms, idle {line['gaps_ms']:.3f} ms, "
-            f"{gpu['kernels_per_step']:.0f} kernels; eager: {eager}"
+            f"; per step under torch.profiler: {gpu['kernels_per_step']:.0f} kernels, "
+            f"{line['busy_ms']:.3f} ms of kernel time, {line['gaps_ms']:.3f} ms between kernels; "
+            f"eager: {eager}"
         )
     return [row]
 

@@ -188,8 +188,8 @@ class NeRFModule(L.LightningModule):
     def __setattr__(self, name: str, value: Any) -> None:
         # Lightning sets `_current_fx_name` before and after every hook it calls, about 36 times a training
         # step, and nn.Module.__setattr__ first searches the parameters, buffers and submodules each time:
-        # host time on a loop that already takes longer than the GPU's step (run/loop.py). A hook's name
-        # is none of those.
+        # host time, which sets the loop's pace below the full batch (run/loop.py). A hook's name is none
+        # of those.
         if name == "_current_fx_name":
             object.__setattr__(self, name, value)
         else:
