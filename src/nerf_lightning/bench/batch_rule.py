@@ -438,6 +438,19 @@ def sized_groups(rows: list[dict[str, Any]]) -> dict[tuple[str, float, str], lis
     }
 
 
+def base_lengths(
+    groups: dict[tuple[str, float, str], list[tuple[float, float]]],
+) -> dict[tuple[str, float], tuple[float | None, str]]:
+    """(capture, target) -> k = 1's shortest run length to the target and how it was read
+    (:func:`length_to`), from :func:`sized_groups`."""
+    return {
+        (sc, t): length_to(runs, t)
+        for (sc, k, _), runs in groups.items()
+        if k == 1.0
+        for t in TARGETS.get(sc, ())
+    }
+
+
 def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
     """B for runs sized to end at a target (experiment ``batch-rule-sized``): per capture, k and rule with
     runs of two or more lengths, the final PSNR of each (the mean over the seeds of a length) and the
@@ -448,13 +461,7 @@ def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
     if not groups:
         return "(no runs sized to several lengths)"
     times = step_times(rows)
-    # k = 1's shortest length to each target, per capture, and how it was read
-    base = {
-        (sc, t): length_to(runs, t)
-        for (sc, k, _), runs in groups.items()
-        if k == 1.0
-        for t in TARGETS.get(sc, ())
-    }
+    base = base_lengths(groups)
     lines = [
         "| capture | k | rule | final PSNR by length (reference steps) | target | shortest length to it "
         "| optimizer steps / k = 1's | predicted time / 1 GPU |",
@@ -490,6 +497,7 @@ def split_table(rows: list[dict[str, Any]], gpus: Sequence[int], net: Network) -
     (k, rule) and N: the k-run's optimizer steps to the target x (the step alone at k / N of the batch +
     the exchange over N GPUs), against k = 1's steps x t(1)."""
     groups = sized_groups(rows)
+    base = base_lengths(groups)
     times = step_times(rows)
     lines = [
         "| capture | k | rule | N | target | shortest length to it | a rank's batch | step alone there "
@@ -498,21 +506,20 @@ def split_table(rows: list[dict[str, Any]], gpus: Sequence[int], net: Network) -
     ]
     for (scene, k, rule), runs in sorted(groups.items()):
         steps_rows = times.get(scene) or {}
-        base_runs = next((r for (sc, kk, _), r in groups.items() if sc == scene and kk == 1.0), None)
-        if k == 1.0 or base_runs is None or 1.0 not in steps_rows:
+        if k == 1.0 or 1.0 not in steps_rows:
             continue
         t1 = float(steps_rows[1.0]["step_ms"])
         grad = gradient_size(steps_rows)
         for target in TARGETS.get(scene, ()):
             length, how = length_to(runs, target)
-            base_length, base_how = length_to(base_runs, target)
+            base_length, base_how = base.get((scene, target), (None, ""))
             for n in gpus:
                 rank = steps_rows.get(k / n)
                 if n <= k or rank is None or length is None or not base_length or how == "<=":
                     continue  # (a run already above the target at its shortest length bounds nothing)
                 mark = _bound_mark(how, base_how)
+                t = float(rank["step_ms"])
                 for kind in ("fp32", "bf16"):
-                    t = float(rank["step_ms"])
                     ratio = (length / k) * (t + net.exchange_ms(kind, grad, n)) / (base_length * t1)
                     lines.append(
                         f"| {scene} | {k:g} | {rule} | {n} | {target:g} dB | {how}{length:.0f} | {k / n:g} "

@@ -349,9 +349,10 @@ add("step-census", "the graphed lego step outside Lightning per precision: wall,
              baseline=None if p == "32-true" else "census_32-true")
       for p in ("32-true", "bf16-mixed", "16-mixed")], data=("lego",))
 #: bench/loop_profile.LoopProfile from optimizer step 1000: 500 steps timed, 500 under cProfile
-LOOP_PROFILE = ("+callbacks.loop_profile._target_=nerf_lightning.bench.loop_profile.LoopProfile",
-                "+callbacks.loop_profile.start=1000", "+callbacks.loop_profile.steps=500",
-                "+callbacks.loop_profile.kernel_steps=100")
+LOOP_WINDOW = ("+callbacks.loop_profile._target_=nerf_lightning.bench.loop_profile.LoopProfile",
+               "+callbacks.loop_profile.start=1000", "+callbacks.loop_profile.steps=500")
+#: and then 100 under torch.profiler, with the synchronizing calls located
+LOOP_PROFILE = (*LOOP_WINDOW, "+callbacks.loop_profile.kernel_steps=100")
 #: the callbacks of conf/callbacks/default.yaml that QUIET keeps, off (the app's own stay: divergence, ...)
 NO_CALLBACKS = tuple(f"callbacks.{name}=null" for name in (
     "throughput", "prometheus", "sampler_monitor", "lr_monitor", "load_balance"))
@@ -370,7 +371,7 @@ add("loop-profile", "where the Lightning loop's host time goes (its step against
 add("loop-profile-ranks", "the Lightning loop at a rank's batch under the rules that split the batch (3/4 "
     "and 1/2 of it: data.batch_multiple), where the graphed step alone is shorter than the loop's host work; "
     "against batch-rule-step's step alone at the same fractions",
-    *[train(f"loop_lego_x{m}", "lego", f"data.batch_multiple={m}", *LOOP_PROFILE[:3], steps=2500,
+    *[train(f"loop_lego_x{m}", "lego", f"data.batch_multiple={m}", *LOOP_WINDOW, steps=2500,
             shared=False, read=readers.loop_profile_json) for m in ("0.75", "0.5")],
     data=("lego",))
 add("ops", "each CUDA op against the PyTorch reference, measured in the same run (bench.ops)",
