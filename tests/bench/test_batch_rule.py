@@ -142,22 +142,28 @@ def test_sized_runs_give_the_shortest_length_that_ends_at_the_target() -> None:
 
 
 def test_a_global_batch_of_k_split_over_more_gpus_uses_the_step_at_k_over_n() -> None:
+    # the rank's step at 3/4 of the batch, with the occupancy update's GPU time at 1 and 1/4 of its cells
+    shared = {"grid_update_ms": {"1": 1.6, "2": 0.9, "4": 0.48}, "grid_update_every": 16, "grid_bytes": 16e6}
     rows = [
-        _step(1.0, 2.0, 0.5), _step(0.75, 1.0, 0.5),
+        _step(1.0, 2.0, 0.5), {**_step(0.75, 1.0, 0.5), **shared},
         _sized(1, "none", "steps", 10000, 36.0), _sized(1, "none", "steps", 14000, 36.4),  # 36.2 dB: 12000
         # k = 3 in rays: 3000 and 5000 optimizer steps are 9k and 15k reference steps; 36.2 dB at 3/4 of the
         # way from 35.9 to 36.3: 13500 reference steps, 4500 optimizer steps
         _sized(3, "linear", "rays", 3000, 35.9), _sized(3, "linear", "rays", 5000, 36.3),
     ]  # fmt: skip
     table = batch_rule.split_table(rows, [2, 4, 8], NET)
-    # N = 4, each rank 3/4 of the batch (1.0 ms): fp32 1.5 x 40 MB / 400 GB/s + 10 us = 0.16 ms,
-    # 4500 x 1.16 / (12000 x 2.0) = 0.2175 (over 3 GPUs' exchange it would be 0.2144);
-    # bf16 0.075 + 0.01 + 0.03 (casts) = 0.115 ms: 0.2091
-    assert "| lego | 3 | linear_lr | 4 | 36.2 dB | 13500 | 0.75 | 1.000 ms | fp32 | 0.22x |" in table
-    assert "| lego | 3 | linear_lr | 4 | 36.2 dB | 13500 | 0.75 | 1.000 ms | bf16 | 0.21x |" in table
+    # N = 4, each rank 3/4 of the batch: 1.0 ms less (1.6 - 0.48) / 16 = 0.07 ms of the shared update, plus
+    # the grid's all-reduce (1.5 x 16 MB / 400 GB/s + 10 us = 0.07 ms) / 16 = 0.004375 ms: 0.934375 ms.
+    # fp32 1.5 x 40 MB / 400 GB/s + 10 us = 0.16 ms: 4500 x 1.094375 / (12000 x 2.0) = 0.2052;
+    # bf16 0.075 + 0.01 + 0.03 (casts) = 0.115 ms: 4500 x 1.049375 / 24000 = 0.1968
+    assert "| lego | 3 | linear_lr | 4 | 36.2 dB | 13500 | 0.75 | 0.934 ms | fp32 | 0.205x |" in table
+    assert "| lego | 3 | linear_lr | 4 | 36.2 dB | 13500 | 0.75 | 0.934 ms | bf16 | 0.197x |" in table
     # N = 2 is not more GPUs than k; N = 8 has no step row at 3/8; 35.5 dB: an upper bound only
     assert "| 2 | 36.2" not in table and "| 8 |" not in table and "35.5 dB" not in table
     assert batch_rule.split_table(rows[:1] + rows[2:], [4], NET).startswith("(no sized runs")
+    # one rank, or a number of ranks whose share was not timed: the step alone
+    assert batch_rule.rank_step_ms(rows[1], 1, NET) == 1.0 and batch_rule.rank_step_ms(rows[1], 8, NET) == 1.0
+    assert batch_rule.rank_step_ms(rows[1], 2, NET) == pytest.approx(1.0 - 0.7 / 16 + (0.04 + 0.01) / 16)
 
 
 def test_val_curve_reads_the_csv_and_the_rule(tmp_path: Path) -> None:
@@ -241,6 +247,8 @@ def test_step_scaling_runs_on_the_cpu_and_its_rows_feed_the_prediction(
     assert 0 < full["touched_fraction"] <= 1 and len(full["touched_per_level"]) == 4
     weighted = sum(f * n for f, n in zip(full["touched_per_level"], full["level_rows"], strict=True))
     assert full["touched_fraction"] == pytest.approx(weighted / full["table_rows"])
+    # the occupancy grid that N ranks all-reduce: one cascade of 16^3 float32 cells, updated every 16 steps
+    assert (full["grid_bytes"], full["grid_update_every"]) == (16**3 * 4, 16)
     assert step_scaling.main(["--device", "cpu", "--scales", "x"]) == 2
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from runs import run_ranks
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from nerf_lightning.callbacks.grad_exchange import (
     GradientExchange,
@@ -19,6 +20,8 @@ from nerf_lightning.callbacks.grad_exchange import (
     comm_hook,
     register,
 )
+
+CONF = Path(__file__).resolve().parents[2] / "src" / "nerf_lightning" / "conf"
 
 
 def _free_port() -> int:
@@ -89,6 +92,69 @@ def test_bf16_exchange_equals_the_mean_of_the_ranks_gradients(tmp_path: Path) ->
         assert err <= 2.0**-8 * scale + 1e-30, f"{name}: {err} > 2^-8 x {scale}"
         if scale > 0:
             assert not torch.equal(bf16, fp32) or name.endswith("bias"), name  # it did round
+
+
+class _TableFirst(torch.nn.Module):
+    """A 2 MB "table" whose gradient is ready first, then a small "MLP": after its first pass DDP rebuilds
+    its buckets in that order, and its first bucket of 1 MB closes after the table, so by default the two
+    travel apart (as a graphed backward that hands the table's gradient over first makes them travel)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = torch.nn.Parameter(torch.ones(1000))
+        self.table = torch.nn.Parameter(torch.ones(2**19))
+
+    def forward(self, rank: int) -> torch.Tensor:
+        mlp = self.mlp.square().sum()
+        table = self.table.square().sum()  # made last, so autograd hands its gradient over first
+        return (table + mlp) * (1 + rank)
+
+
+def _bucket_worker(rank: int, port: int, out: str, config: str) -> None:
+    """Two backward passes under DDP built with the keyword arguments of the strategy group's ``ddp.yaml``
+    (``config="ours"``) or DDP's defaults; the buckets each pass all-reduced (DDP may rebuild its buckets
+    after the first)."""
+    from omegaconf import OmegaConf
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        strategy = OmegaConf.load(CONF / "strategy" / "ddp.yaml").strategy
+        keys = ("find_unused_parameters", "gradient_as_bucket_view", "broadcast_buffers", "static_graph",
+                "bucket_cap_mb")  # fmt: skip
+        kwargs = {k: strategy[k] for k in keys if k in strategy} if config == "ours" else {}
+        ddp = torch.nn.parallel.DistributedDataParallel(_TableFirst(), **kwargs)
+        buckets: list[int] = []
+
+        def counting(state, bucket):  # type: ignore[no-untyped-def]  # DDP reads the annotations as objects
+            buckets[-1] += 1
+            return default_hooks.allreduce_hook(state, bucket)
+
+        ddp.register_comm_hook(None, counting)
+        for _ in range(2):
+            buckets.append(0)
+            ddp(rank).backward()
+        torch.save(buckets, Path(out) / f"buckets_{config}_rank{rank}.pt")
+        dist.barrier()
+        del ddp
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_strategy_config_exchanges_the_whole_gradient_in_one_bucket(tmp_path: Path) -> None:
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for config in ("ours", "defaults"):
+            run_ranks(_bucket_worker, (_free_port(), str(tmp_path), config))
+    finally:
+        torch.set_num_threads(threads)
+    for rank in range(2):
+        assert torch.load(tmp_path / f"buckets_ours_rank{rank}.pt") == [1, 1]
+        assert torch.load(tmp_path / f"buckets_defaults_rank{rank}.pt")[1] == 2  # what bucket_cap_mb changes
 
 
 def test_exchange_names() -> None:

@@ -243,9 +243,11 @@ def test_the_occupancy_grid_updates_on_its_own_unit(grid_unit: str | None, steps
     module.clock = clock
     assert module.occupancy.update_every == 16
     updates: list[tuple[int, float]] = []
-    trainer = types.SimpleNamespace(accumulate_grad_batches=1, world_size=1, global_step=0, strategy=None)
+    trainer = types.SimpleNamespace(
+        accumulate_grad_batches=1, world_size=1, global_rank=0, global_step=0, strategy=None
+    )
     module._trainer = trainer
-    module.occupancy.update = lambda step, density_fn: updates.append((trainer.global_step, step))
+    module.occupancy.update = lambda step, density_fn, share: updates.append((trainer.global_step, step))
     for step in range(1, 33):
         trainer.global_step = step
         module.on_train_batch_end(None, None, step - 1)

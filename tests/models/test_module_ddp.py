@@ -1,6 +1,6 @@
 """Two-rank CPU DDP training (Lightning ``ddp_fork``, gloo): the state that decides which samples exist
 is identical on both ranks after training, as DESIGN.md requires, although each rank draws its own rays
-and its own grid-update jitter.
+and evaluates its own share of the grid's cells.
 
 The reduction itself (MAX, not SUM) is checked value by value in
 ``tests/render/test_occupancy.py::test_sync_all_reduces_the_max_over_two_gloo_ranks``; this test checks
@@ -31,16 +31,34 @@ from nerf_lightning.render.renderer import build_renderer
 
 
 class _SaveRankState(L.Callback):
-    """Each rank writes its module state and sampler weights at the end of training."""
+    """Each rank writes its module state, sampler weights and the positions each occupancy update
+    evaluated on it at the end of training."""
 
     def __init__(self, out_dir: Path) -> None:
         self.out_dir = out_dir
+        self.evaluated: list[int] = []
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        grid = pl_module.occupancy
+        update = grid.update
+
+        def counted(step: int, density_fn, **kwargs):  # noqa: ANN001, ANN202
+            seen: list[int] = []
+            update(step, lambda p: seen.append(p.shape[0]) or density_fn(p), **kwargs)
+            self.evaluated.append(sum(seen))
+
+        grid.update = counted
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         state = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
         sampler = trainer.datamodule.sampler
         torch.save(
-            {"state": state, "view_probs": sampler.view_probabilities().clone(), "step": trainer.global_step},
+            {
+                "state": state,
+                "view_probs": sampler.view_probabilities().clone(),
+                "step": trainer.global_step,
+                "evaluated": self.evaluated,
+            },
             self.out_dir / f"rank{trainer.global_rank}.pt",
         )
 
@@ -69,8 +87,8 @@ def test_two_rank_training_keeps_grid_sampler_and_weights_identical(tmp_path: Pa
         aabb_scale=dm.aabb_scale,
         renderer=functools.partial(
             build_renderer,
-            # updates at steps 0 (warm-up: all cells) and 2, 4 (sampled cells)
-            occupancy=functools.partial(OccupancyGrid, resolution=8, update_every=2, warmup_steps=2),
+            # updates after steps 2 (warm-up: all cells), 4 and 6 (sampled cells)
+            occupancy=functools.partial(OccupancyGrid, resolution=8, update_every=2, warmup_steps=3),
             step_size=0.05,
             max_samples_per_ray=32,
             ops_backend="torch",
@@ -110,6 +128,12 @@ def test_two_rank_training_keeps_grid_sampler_and_weights_identical(tmp_path: Pa
         assert torch.equal(r0["state"][key], r1["state"][key]), f"{key} differs between the ranks"
     grid = r0["state"]["renderer.occupancy.density_grid"]
     assert (grid > 0).any() and not r0["state"]["renderer.occupancy.binaries"].all()  # it was updated
+    # each rank evaluated its half of the cells: at warm-up every cell once over both ranks, then half of
+    # the G^3 / 4 uniform and G^3 / 4 occupied draws of each cascade
+    cells = grid.numel()
+    assert len(r0["evaluated"]) == len(r1["evaluated"]) == 3
+    assert r0["evaluated"][0] + r1["evaluated"][0] == cells
+    assert r0["evaluated"][1:] == r1["evaluated"][1:] == [cells // 4] * 2
 
     assert torch.equal(r0["view_probs"], r1["view_probs"])
     uniform = torch.full_like(r0["view_probs"], 1.0 / r0["view_probs"].numel())

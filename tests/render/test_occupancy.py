@@ -95,6 +95,44 @@ def test_post_warmup_sampling_and_decay() -> None:
     torch.testing.assert_close(grid.density_grid[1], expected)
 
 
+def test_shares_of_the_cells_merged_by_max_are_one_process_update() -> None:
+    """Three processes' shares of a warm-up update, merged by the element-wise max as ``sync_`` merges
+    them, give every cell the value one process gives it from all cells: max(decay x old, new) where the
+    cell was seen, and each share evaluates a third of the cells. After warm-up each share draws a third of
+    each draw, rounded up."""
+    g, count = 8, 3
+    start = OccupancyGrid(aabb_scale=2, resolution=g, ops="torch")  # 2 cascades, 1024 cells
+    old = torch.rand(2, g**3, generator=torch.Generator().manual_seed(4)) * 4.0  # below the new 5.0 / 0.95
+    old[:, :40] = -1.0  # unseen by any camera
+    start.density_grid.copy_(old)
+    merged, counts = None, []
+    for index in range(count):
+        grid = OccupancyGrid(aabb_scale=2, resolution=g, ops="torch")
+        grid.load_state_dict(start.state_dict())
+        seen: list[int] = []
+
+        def density(p: torch.Tensor, seen: list[int] = seen) -> torch.Tensor:
+            seen.append(p.shape[0])
+            return torch.full((p.shape[0],), 5.0)
+
+        gen = torch.Generator().manual_seed(index)
+        grid.update(0, density, decay=0.95, share=(index, count), generator=gen)
+        counts.append(sum(seen))
+        merged = grid.density_grid if merged is None else torch.maximum(merged, grid.density_grid)
+    assert counts == [342, 341, 341]  # 1024 cells: every third from 0, 1, 2
+    expected = torch.where(old < 0, old, torch.full_like(old, 5.0))  # max(0.95 x old, 5) = 5 where seen
+    torch.testing.assert_close(merged, expected, rtol=0, atol=0)
+
+    after: list[int] = []
+    start.update(
+        300, lambda p: after.append(p.shape[0]) or torch.zeros(p.shape[0]), warmup_steps=256, share=(2, count)
+    )
+    # per cascade: ceil((G^3 / 4) / 3) = 43 uniform cells + 43 among the occupied ones
+    assert sum(after) == 2 * 2 * 43
+    with pytest.raises(ValueError, match="share"):
+        start.update(300, lambda p: torch.zeros(p.shape[0]), share=(3, 3))
+
+
 def _camera_looking_at_centre(z: float = -2.0) -> torch.Tensor:
     """NGP-space c2w of an OpenCV camera at (0.5, 0.5, z) looking along +z."""
     c2w = torch.eye(4)

@@ -1,7 +1,7 @@
 """Which batch rule reaches a held-out PSNR first on N GPUs, predicted from measurements on one GPU.
 
     python -m nerf_lightning.bench.batch_rule --from OUT/rows.jsonl [--gpus 2,4,8] [--busbw-gbs 350]
-        [--latency-us 20] [--buckets 2] [--hbm-gbs 4000] [--json PATH]
+        [--latency-us 20] [--buckets 1] [--hbm-gbs 4000] [--json PATH]
 
 Reads the benchmark runner's rows (experiments ``batch-rule-*``, ``bench/experiments.py``):
 
@@ -14,13 +14,20 @@ B, sized (experiment ``batch-rule-sized``): runs of one k and rule sized to seve
    length whose final PSNR reaches each target, interpolated between two lengths (:func:`sized_table`);
 C. **synchronisation**, which one GPU cannot measure, from the gradient's bytes: a ring all-reduce moves
    ``2 (N - 1) / N`` x the bytes through each GPU's link, at NCCL's bus bandwidth ``--busbw-gbs``, plus
-   ``--buckets`` x ``--latency-us`` (DDP all-reduces the table and the MLPs as two buckets). ``bf16``
+   ``--buckets`` x ``--latency-us`` (the strategy's ``bucket_cap_mb`` makes the whole gradient one DDP
+   bucket: one collective). ``bf16``
    halves the bytes and adds the casts there and back (``3 x`` the float32 bytes through HBM at
    ``--hbm-gbs``); ``rows`` sends only the touched rows (an int32 index and the features each) with an
    all-gather, ``(N - 1)`` x one rank's message. Not overlapped with compute: the graphed backward ends
    before DDP's reducer sees the gradients.
+D. **the occupancy update that N ranks share**: each rank evaluates ``1/N`` of the update's cells
+   (``OccupancyGrid.update(share=...)``) and the grid is all-reduced (MAX) after it, every
+   ``grid_update_every`` steps. A rank's step on N GPUs (:func:`rank_step_ms`) is the step alone less
+   ``(u(1) - u(1/N)) / every`` (``u``: the update's GPU time at a share, measured by ``bench.step_scaling``)
+   plus the grid's all-reduce over the same cadence (one collective of the grid's float32 bytes).
 
-Predicted time to each target on N GPUs (the 1-GPU time: the k = 1 run's steps x t(1)):
+Predicted time to each target on N GPUs (the 1-GPU time: the k = 1 run's steps x t(1); t at N ranks is
+:func:`rank_step_ms`):
 
 - ``global`` (one GPU's batch split over the ranks, the same steps): k = 1's steps x (t(1/N) + sync);
 - every per-device rule (each rank the whole batch: ``per_device``, ``per_device_rays``, ``sqrt_lr``,
@@ -65,7 +72,7 @@ class Network:
 
     busbw_gbs: float = 350.0
     latency_us: float = 20.0
-    buckets: int = 2
+    buckets: int = 1
     hbm_gbs: float = 4000.0
 
     def allreduce_ms(self, nbytes: float, n: int) -> float:
@@ -79,6 +86,12 @@ class Network:
         if n <= 1:
             return 0.0
         return (n - 1) * nbytes_per_rank / (self.busbw_gbs * 1e9) * 1e3 + self.buckets * self.latency_us / 1e3
+
+    def grid_sync_ms(self, nbytes: float, n: int) -> float:
+        """The occupancy grid's MAX all-reduce over ``n`` GPUs after an update (one collective), in ms."""
+        if n <= 1:
+            return 0.0
+        return 2 * (n - 1) / n * nbytes / (self.busbw_gbs * 1e9) * 1e3 + self.latency_us / 1e3
 
     def exchange_ms(self, kind: str, grad: GradientSize, n: int) -> float:
         """One step's gradient exchange over ``n`` GPUs, in ms."""
@@ -239,6 +252,18 @@ def gradient_size(step_rows: dict[float, dict[str, Any]]) -> GradientSize:
     )
 
 
+def rank_step_ms(row: dict[str, Any], n: int, net: Network) -> float:
+    """One rank's step on ``n`` GPUs from a step row of one GPU (module docstring, D): the step alone, less
+    what the ranks' shares of the occupancy update save, plus the grid's all-reduce; the step alone for a
+    row without the update's times at ``n`` (or for one GPU)."""
+    t = float(row["step_ms"])
+    shares = row.get("grid_update_ms") or {}
+    if n <= 1 or "1" not in shares or str(n) not in shares:
+        return t
+    every = float(row["grid_update_every"])
+    return t - (shares["1"] - shares[str(n)]) / every + net.grid_sync_ms(float(row["grid_bytes"]), n) / every
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -307,7 +332,7 @@ def _prediction(
             source,
             [*notes, f"no step time at 1/{n} of the batch"],
         )
-    t_step = float(step_row["step_ms"])
+    t_step = rank_step_ms(step_row, n, net)
     sync = net.exchange_ms(kind, gradient_size({1.0: step_row}), n)
     p = Prediction(scene, target, n, rule, kind, steps, t_step, sync, None, None, source, list(notes))
     if steps is None:
@@ -369,18 +394,25 @@ def exchange_table(rows: list[dict[str, Any]], gpus: Sequence[int], net: Network
 
 
 def step_table(rows: list[dict[str, Any]]) -> str:
-    """A: time per step against rays per step."""
+    """A: time per step against rays per step, and the GPU time of a rank's share (N = 1, 2, 4, 8) of the
+    occupancy update and of Adam."""
     lines = [
-        "| capture | batch | rays per step | samples per step | ms per step | ms per 1M samples |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| capture | batch | rays per step | samples per step | ms per step | ms per 1M samples "
+        "| occupancy update, 1/N of it (N = 1 / 2 / 4 / 8) | Adam over 1/N |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for scene, steps_rows in step_times(rows).items():
         for scale in sorted(steps_rows, reverse=True):
             r = steps_rows[scale]
             per = r["step_ms"] / max(r.get("samples_per_step") or 1.0, 1.0) * 1e6
+            shared = [
+                " / ".join(f"{ms:.3f}" for ms in (r.get(key) or {}).values()) or "-"
+                for key in ("grid_update_ms", "adam_ms")
+            ]
             lines.append(
                 f"| {scene} | B x {scale:g} | {r.get('rays_per_step', 0):.0f} | "
-                f"{r.get('samples_per_step', 0):.0f} | {r['step_ms']:.3f} | {per:.3f} |"
+                f"{r.get('samples_per_step', 0):.0f} | {r['step_ms']:.3f} | {per:.3f} | "
+                + " | ".join(f"{cell} ms" if cell != "-" else cell for cell in shared) + " |"
             )
     return "\n".join(lines)
 
@@ -472,8 +504,8 @@ def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
         # a rank's step at the full batch plus its exchange over k GPUs, against the 1-GPU step
         step_row, slowdown = (times.get(scene) or {}).get(1.0), None
         if step_row is not None:
-            t1 = float(step_row["step_ms"])
-            slowdown = (t1 + net.exchange_ms("fp32", gradient_size({1.0: step_row}), int(k))) / t1
+            t1, rank = float(step_row["step_ms"]), rank_step_ms(step_row, int(k), net)
+            slowdown = (rank + net.exchange_ms("fp32", gradient_size({1.0: step_row}), int(k))) / t1
         for target in TARGETS.get(scene, ()):
             length, how = length_to(runs, target)
             base_length, base_how = base.get((scene, target), (None, ""))
@@ -494,13 +526,13 @@ def split_table(rows: list[dict[str, Any]], gpus: Sequence[int], net: Network) -
     """B, sized, on more GPUs than reference batches: a global batch of k reference batches split over
     N > k GPUs, each rank drawing k / N of the batch (``data.batch_multiple=k/N`` under the k = N rule's
     learning rate and schedules, e.g. k = 3 on 4 GPUs at 3/4 each). Per capture, target, sized group
-    (k, rule) and N: the k-run's optimizer steps to the target x (the step alone at k / N of the batch +
-    the exchange over N GPUs), against k = 1's steps x t(1)."""
+    (k, rule) and N: the k-run's optimizer steps to the target x (a rank's step at k / N of the batch,
+    :func:`rank_step_ms`, + the exchange over N GPUs), against k = 1's steps x t(1)."""
     groups = sized_groups(rows)
     base = base_lengths(groups)
     times = step_times(rows)
     lines = [
-        "| capture | k | rule | N | target | shortest length to it | a rank's batch | step alone there "
+        "| capture | k | rule | N | target | shortest length to it | a rank's batch | a rank's step "
         "| exchange | predicted time / 1 GPU |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
@@ -518,12 +550,12 @@ def split_table(rows: list[dict[str, Any]], gpus: Sequence[int], net: Network) -
                 if n <= k or rank is None or length is None or not base_length or how == "<=":
                     continue  # (a run already above the target at its shortest length bounds nothing)
                 mark = _bound_mark(how, base_how)
-                t = float(rank["step_ms"])
+                t = rank_step_ms(rank, n, net)
                 for kind in ("fp32", "bf16"):
                     ratio = (length / k) * (t + net.exchange_ms(kind, grad, n)) / (base_length * t1)
                     lines.append(
                         f"| {scene} | {k:g} | {rule} | {n} | {target:g} dB | {how}{length:.0f} | {k / n:g} "
-                        f"| {t:.3f} ms | {kind} | {mark}{ratio:.2f}x |"
+                        f"| {t:.3f} ms | {kind} | {mark}{ratio:.3f}x |"
                     )
     return "\n".join(lines) if len(lines) > 2 else "(no sized runs with a step row at k / N of the batch)"
 

@@ -118,7 +118,8 @@ def lanes_ab(blocks: list[Block], **job: object) -> tuple[Job, ...]:
 # A (step_scaling) and B (rule_run) into the predicted time to quality on 2, 4 and 8 GPUs.
 def step_scaling(scene: str, scales: str = "") -> Job:
     """A: the graphed step alone at B, B/2, B/4, B/8 (``scales``: other fractions of the batch, as
-    ``--scales``), and the gradient's bytes and touched rows."""
+    ``--scales``), the gradient's bytes and touched rows, and the GPU time of a rank's share of the
+    occupancy update and of Adam."""
     chosen = ("--scales", scales) if scales else ()
     return module(
         f"step_{scene}", "nerf_lightning.bench.step_scaling", *chosen, "--json",
@@ -483,6 +484,10 @@ add("fsdp", "2 GPUs: FSDP per precision (lego 3000 steps), peak memory per GPU w
 add("batch-rule-step", "A: the graphed step alone at B, B/2, B/4, B/8 of lego's and fox's batch, the "
     "gradient's bytes and the table rows one step touches (bench.step_scaling)",
     step_scaling("lego"), step_scaling("fox"), data=("lego", "fox"))
+add("batch-rule-shared-work", "the work N ranks share instead of repeating: the GPU time of a rank's 1/N "
+    "(N = 1, 2, 4, 8) of the occupancy update and of Adam, beside the step alone at B, 3/4 B and B/2 on lego "
+    "and at B on fox (~2 min)",
+    step_scaling("lego", "1,0.75,0.5"), step_scaling("fox", "1"), data=("lego", "fox"))
 add("batch-rule-lego", "B: lego, 20k reference steps in lanes, validated every 1000: one GPU's batch "
     "against 2x and 4x it under sqrt_lr (schedules in rays, lr x sqrt(k))",
     *in_lanes([rule_run("lego", 1, "per_device"), rule_run("lego", 2, "sqrt_lr"),
@@ -619,6 +624,19 @@ add("batch-rule-3x", "3 reference batches a step (k = 3), what 4 GPUs train at 3
                *[rule_run("fox", 3, "large_batch", steps=3000, seed=seed, tag=f"_s{seed}")
                  for seed in (1, 2, 3)]]),
     data=("lego", "fox"))
+add("batch-rule-3x-13k", "where k = 3 crosses lego's 36.2 dB (batch-rule-3x's 12k runs end at 36.197): lego "
+    "k = 3 under large_batch in 13k reference steps, and in 12k with every gradient rounded to bfloat16 "
+    "(RoundedGradients, what grad_exchange=bf16 sends), seeds 1-3, in lanes (~4 min)",
+    *in_lanes([*[j for seed in (1, 2, 3) for j in sized(3, "large_batch", (13000,), seed=seed)],
+               *[j for seed in (1, 2, 3) for j in sized(3, "large_batch", (12000,), *BF16_GRADS, tag="_bf16",
+                                                      seed=seed)]]),
+    data=("lego",))
+add("batch-rule-fox-3x-10k", "fox at 3 reference batches a step (4 GPUs at 3/4 each) over a longer run: k = 3"
+    " under large_batch against k = 1, 10k reference steps validated every 1000, seeds 1-3, lanes (~5 min)",
+    *in_lanes([j for seed in (1, 2, 3) for j in (
+        rule_run("fox", 1, "per_device", steps=10000, seed=seed, tag=f"_10k_s{seed}"),
+        rule_run("fox", 3, "large_batch", steps=10000, seed=seed, tag=f"_10k_s{seed}"))]),
+    data=("fox",))
 add("batch-rule-seeds", "B at seeds 2 and 3 (seed 1: batch-rule-grid): lego 20k reference steps, k = 1, and "
     "k = 2 and 4 under linear_lr; bench.batch_rule averages the steps to each target and the final PSNR over "
     "the seeds of its rows (~7 min)",

@@ -11,7 +11,11 @@ late in training), then the wall time of ``--steps`` steps is measured (host and
 training; the batch and the step replayed from their CUDA graphs, fused Adam, an occupancy update every
 16 steps). Also measured, for the cost of exchanging gradients between GPUs (``bench/batch_rule.py``):
 the gradient's bytes, what DDP all-reduces every step, and the fraction of the hash table's rows that one
-step's gradient touches (per level: the rest of the table's gradient is exactly zero).
+step's gradient touches (per level: the rest of the table's gradient is exactly zero). And for the work
+that N ranks share instead of repeating, each alone on the GPU at shares 1, 1/2, 1/4, 1/8: the occupancy
+update's time when a rank evaluates ``1/N`` of its cells (``OccupancyGrid.update(share=...)``, as training
+does on N ranks), and fused Adam's time over ``1/N`` of the parameters (what a rank would step if the
+optimizer were sharded).
 
 ``--device cpu`` runs the same code eagerly on a CPU-sized config (a check of the tool, not a timing).
 Writes ``--json`` (``readers.step_scaling_json`` reads it) and prints one line per scale.
@@ -31,6 +35,11 @@ from typing import Any
 import torch
 
 from nerf_lightning.bench.census import PRECISIONS, gpu_span, split_overrides, top_functions
+
+#: steps between two occupancy updates (instant-ngp's, the grid's default)
+GRID_EVERY = 16
+#: numbers of ranks whose share of the occupancy update and of Adam is timed
+SHARED_RANKS = [1, 2, 4, 8]
 
 
 class BudgetedStep:
@@ -80,9 +89,13 @@ class BudgetedStep:
         self.scaler.step(self.opt)
         self.scaler.update()
         self.opt.zero_grad(set_to_none=True)
-        if update and i % 16 == 0:
-            self.model.occupancy.update(i + 300, self.model.field.density, warmup_steps=256)
+        if update and i % GRID_EVERY == 0:
+            self.update_grid(i + 300)
         return stats
+
+    def update_grid(self, step: int, ranks: int = 1) -> None:
+        """The occupancy update after warm-up, with rank 0's share of the cells of ``ranks`` ranks."""
+        self.model.occupancy.update(step, self.model.field.density, warmup_steps=256, share=(0, ranks))
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -113,6 +126,30 @@ class BudgetedStep:
         }
         self.opt.zero_grad(set_to_none=True)
         return out
+
+
+def shared_work_ms(harness: BudgetedStep, ranks: list[int]) -> dict[str, dict[str, float]]:
+    """GPU span (``census.gpu_span``: the host out of the way) of the work that N ranks can share: the
+    occupancy update with one rank's ``1/N`` of the cells, and fused Adam over ``1/N`` of every parameter
+    (flat slices that share the parameters' storage, with one step's gradients)."""
+    if harness.device.type != "cuda":
+        return {}
+    harness.forward_backward()  # gradients for Adam's slices (scaled, as the step leaves them)
+    params = [p for p in harness.model.parameters() if p.grad is not None]
+    grid, adam = {}, {}
+    for n in ranks:
+        grid[str(n)] = gpu_span(lambda i, n=n: harness.update_grid(10_000 + i, n))[0]
+        slices = []
+        for p in params:
+            m = -(-p.numel() // n)
+            view = p.detach().view(-1)[:m]
+            view.grad = p.grad.detach().view(-1)[:m].clone()
+            slices.append(view)
+        opt = torch.optim.Adam(slices, lr=1e-9, eps=1e-15, betas=(0.9, 0.99), fused=True)
+        adam[str(n)] = gpu_span(lambda i, opt=opt: opt.step())[0]
+        del opt, slices
+    harness.opt.zero_grad(set_to_none=True)
+    return {"grid_update_ms": grid, "adam_ms": adam}
 
 
 def host_profile(harness: BudgetedStep, steps: int, top: int = 25) -> list[tuple[float, float, str]]:
@@ -176,6 +213,9 @@ def measure(
             "sample_budget": harness.model.train_step_fn.sample_budget,
             "ray_slots": harness.n_rays,
             **harness.gradient_census(),
+            "grid_update_every": GRID_EVERY,
+            "grid_bytes": harness.model.occupancy.density_grid.numel() * 4,
+            **shared_work_ms(harness, SHARED_RANKS),
             **host,
         }
         rows.append(row)
@@ -183,7 +223,11 @@ def measure(
             f"step_scaling x{scale:g}: {row['step_ms']:.3f} ms/step, {row['rays_per_step']:.0f} rays, "
             f"{row['samples_per_step']:.0f} samples per step; GPU span {row.get('gpu_span_ms', 0):.3f} ms, "
             f"host {row.get('host_enqueue_ms', 0):.3f} ms; gradient {row['grad_bytes'] / 1e6:.1f} MB, "
-            f"table rows touched {row['touched_fraction'] * 100:.1f} %",
+            f"table rows touched {row['touched_fraction'] * 100:.1f} %; grid update of 1/N of the cells "
+            + ", ".join(f"N={n} {ms:.3f}" for n, ms in row.get("grid_update_ms", {}).items())
+            + " ms; Adam over 1/N "
+            + ", ".join(f"N={n} {ms:.3f}" for n, ms in row.get("adam_ms", {}).items())
+            + " ms",
             flush=True,
         )
         del harness

@@ -22,11 +22,13 @@ large_batch     ``batch_size``        k = N                     x k (MLPs:     r
 ``auto`` (the default) is :data:`AUTO_SEVERAL` (``large_batch``: ``linear_lr`` with the MLPs' rate at
 x sqrt(k) and the learning-rate decay from 70 % of the run, every 10 %) on several ranks whose global batch
 is at most :data:`AUTO_MAX_K` reference batches, else ``per_device``. Predicted from one GPU
-(docs/batch_rule.md), ``large_batch`` reaches lego's 36.2 dB on 2 GPUs in 0.54x the 1-GPU time (runs
+(docs/batch_rule.md), ``large_batch`` reaches lego's 36.2 dB on 2 GPUs in 0.53x the 1-GPU time (runs
 sized to end there, against 1.00x for ``per_device``; ``linear_lr`` does not end there in the same rays)
-and trains fox at k = 2 at least as well as ``linear_lr``. At k = 4 it would take lego to 36.2 dB in
-~0.37x, but fox at 4x collapses in one seed of three under it (23 dB held out), so larger batches keep
-the schedules in steps. The rules in rays keep the occupancy grid in optimizer steps
+and trains fox at k = 2 at least as well as ``linear_lr``. On 4 GPUs it is fastest at k = 3, each rank
+drawing 3/4 of the batch (``data.batch_multiple=0.75``): 0.32x with ``grad_exchange=bf16`` (0.35x at
+k = 4); but fox at k = 3 ends 0.23 dB below k = 1 after 10k reference steps (seeds 1-3) and at k = 4
+collapses in one seed of three (23 dB held out), so larger batches keep the schedules in steps. The
+rules in rays keep the occupancy grid in optimizer steps
 (:meth:`TrainingClock.grid_tick`; ``data.grid_unit=rays`` overrides): in rays it updates (and decays) k
 times as often per optimizer step, and fox collapsed at k = 4. One GPU trains exactly as under
 ``per_device``.

@@ -361,9 +361,12 @@ class NeRFModule(L.LightningModule):
         self.feedback.step(tick)
         grid_tick = self.clock.grid_tick(self.global_step)
         if grid_tick.crossed(self.occupancy.update_every):
+            # Each rank evaluates its share of the cells and the maximum over the ranks merges them:
+            # N ranks sample the grid as one process does, in 1/N of its time each.
+            world = self.trainer.world_size
             with self._full_parameters():
-                self.occupancy.update(grid_tick.end, self.field.density)
-            if self.trainer.world_size > 1:
+                self.occupancy.update(grid_tick.end, self.field.density, share=(self.global_rank, world))
+            if world > 1:
                 self.occupancy.sync_(_all_reduce_max)
 
     def _full_parameters(self) -> Any:

@@ -118,6 +118,7 @@ class OccupancyGrid(nn.Module):
         n_samples_fraction: float = 0.25,
         chunk_size: int = 2**18,
         generator: torch.Generator | None = None,
+        share: tuple[int, int] = (0, 1),
     ) -> None:
         """Re-estimate cell densities and recompute occupancy (instant-ngp's schedule).
 
@@ -142,16 +143,26 @@ class OccupancyGrid(nn.Module):
             n_samples_fraction: fraction of G^3 sampled uniformly (and again among occupied cells).
             chunk_size: positions per ``density_fn`` call.
             generator: optional torch.Generator (on the grid's device) for reproducibility.
+            share: ``(index, count)``: evaluate this process's share of the cells, one of ``count``
+                (the ranks of data parallelism). During warmup, every ``count``-th cell from ``index``;
+                afterwards ``1 / count`` of each draw (rounded up), drawn by this process's own
+                generator. Every process decays every cell, so :meth:`sync_`'s maximum over the
+                processes is the grid that one process makes from all their cells: ``count`` processes
+                together evaluate as many cells as one (not ``count`` times as many), each a
+                ``count``-th of them.
         """
+        index, count = share
+        if not (count >= 1 and 0 <= index < count):
+            raise ValueError(f"OccupancyGrid: share must be (index, count), 0 <= index < count; got {share}")
         warmup_steps = self.warmup_steps if warmup_steps is None else warmup_steps
         decay = self.decay if decay is None else decay
         threshold = self.density_threshold if threshold is None else threshold
         device = self.density_grid.device
         c_count, g3 = self.density_grid.shape
         if step < warmup_steps:
-            indices = torch.arange(c_count * g3, device=device)
+            indices = torch.arange(index, c_count * g3, count, device=device)
         else:
-            n = max(1, int(g3 * n_samples_fraction))
+            n = max(1, -(-int(g3 * n_samples_fraction) // count))
             base = torch.arange(c_count, device=device)[:, None] * g3
             uniform = torch.randint(0, g3, (c_count, n), device=device, generator=generator)
             # Occupied cells by inverse CDF over the occupancy (no torch.nonzero: no host sync). A
