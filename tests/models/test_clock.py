@@ -56,6 +56,17 @@ def test_batch_multiple_and_accumulation_multiply_k() -> None:
     assert _bound("global", world=4, multiple=2).rank_scale == 0.5
 
 
+def test_four_ranks_at_three_quarters_of_the_batch_train_three_reference_batches() -> None:
+    """The 4-GPU recipe (``data.batch_scaling=large_batch data.batch_multiple=0.75``): each rank 3/4 of the
+    batch, k = 3, the table's rate x 3 and the MLPs' x sqrt(3) after the warm-up, a 12k-reference-step run in
+    4000 optimizer steps; ``auto`` at the same batch keeps ``per_device`` (k > 2)."""
+    clock = _bound("large_batch", world=4, multiple=0.75, max_steps=12000)
+    assert (clock.rank_scale, clock.k, clock.steps_for(12000)) == (0.75, 3.0, 4000)
+    assert clock.lr_factor(10_000) == pytest.approx(3.0)
+    assert clock.lr_factor(10_000, "mlp") == pytest.approx(3.0**0.5)
+    assert _bound("auto", world=4, multiple=0.75).rule.name == "per_device"
+
+
 def test_steps_tick_keeps_the_modulo_cadence_of_optimizer_steps() -> None:
     """Counting steps, a tick crosses ``every`` exactly at the steps ``step % every == 0`` (how the occupancy
     grid was scheduled before the clock), and each point is reached once."""

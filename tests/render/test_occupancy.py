@@ -133,6 +133,19 @@ def test_shares_of_the_cells_merged_by_max_are_one_process_update() -> None:
         start.update(300, lambda p: torch.zeros(p.shape[0]), share=(3, 3))
 
 
+def test_the_cascades_running_counts_are_each_rows_own() -> None:
+    """The occupied cells' running count along each cascade, from one scan over all of them: each row
+    counted from its own start, as a scan of each row alone counts it."""
+    from nerf_lightning.render.occupancy import _cascade_cdf
+
+    binaries = torch.rand(3, 4096, generator=torch.Generator().manual_seed(5)) < 0.3
+    binaries[1] = False  # a cascade without occupied cells
+    expected = torch.stack([torch.cumsum(row.long(), 0) for row in binaries]).float()
+    cdf = _cascade_cdf(binaries)
+    assert cdf.dtype == torch.float32 and torch.equal(cdf, expected)
+    assert cdf[1].max() == 0 and cdf[2, -1] == binaries[2].sum()
+
+
 def _camera_looking_at_centre(z: float = -2.0) -> torch.Tensor:
     """NGP-space c2w of an OpenCV camera at (0.5, 0.5, z) looking along +z."""
     c2w = torch.eye(4)

@@ -168,7 +168,7 @@ class OccupancyGrid(nn.Module):
             # Occupied cells by inverse CDF over the occupancy (no torch.nonzero: no host sync). A
             # cascade without occupied cells draws cell 0, whose sample is then zeroed (no effect on
             # a max-EMA of non-negative densities).
-            cdf = torch.cumsum(self.binaries.view(c_count, g3), dim=1, dtype=torch.float32)
+            cdf = _cascade_cdf(self.binaries.view(c_count, g3))
             u = torch.rand(c_count, n, device=device, generator=generator) * cdf[:, -1:]
             occupied = torch.searchsorted(cdf, u, right=True).clamp_(max=g3 - 1)
             indices = torch.cat([(uniform + base).reshape(-1), (occupied + base).reshape(-1)])
@@ -276,3 +276,14 @@ class OccupancyGrid(nn.Module):
         reduce_fn(self.density_grid)
         if self.threshold is not None:
             self.binaries.copy_(self.ops.grid_occupancy(self.density_grid, self.threshold))
+
+
+def _cascade_cdf(binaries: Tensor) -> Tensor:
+    """The running count of occupied cells along each cascade's row of ``binaries`` bool [C, G^3], as
+    float32 [C, G^3] (exact up to 2^24 cells a row). One scan of all cascades as one row, less each row's
+    start: on a GPU PyTorch scans several rows of millions of cells one row per thread block, about 1 ms a
+    cascade on an H200 (docs/benchmarks/2026-12-04.md), against a small fraction of that for one row."""
+    counts = torch.cumsum(binaries.reshape(-1), dim=0, dtype=torch.int64).view(binaries.shape)
+    before = torch.cat([counts.new_zeros(1), counts[:-1, -1]])
+    return (counts - before[:, None]).float()
+
