@@ -429,10 +429,13 @@ add("ddp-scaling", "2 GPUs, lego and fox 3000 steps: 1 GPU against DDP (Lightnin
           ratio_of="rays_per_s", **_DDP2), data=("lego", "fox"))
 
 
-def timed_run(gpus: int, rule: str, exchange: str, length: int, seed: int) -> Job:
-    """Lego in ``length`` reference steps on ``gpus`` real GPUs (DDP above one) under ``rule`` and
-    ``exchange``, alone on them and validated once at the end, read by ``readers.ddp_run``: its training
-    time and final PSNR, for the prediction's check (``bench.batch_rule``'s "Measured" table)."""
+def timed_run(
+    gpus: int, rule: str, exchange: str, length: int, seed: int, *overrides: str, tag: str = ""
+) -> Job:
+    """Lego in ``length`` reference steps on ``gpus`` real GPUs (DDP above one) under ``rule``, ``exchange``
+    and ``overrides`` (named with ``tag``), alone on them and validated once at the end, read by
+    ``readers.ddp_run``: its training time and final PSNR, for the prediction's check (``bench.batch_rule``'s
+    "Measured" table)."""
     expected, timeout = cost("lego", length // gpus if rule != "per_device" else length, shared=False)
     if gpus == 1:
         return train(
@@ -441,23 +444,24 @@ def timed_run(gpus: int, rule: str, exchange: str, length: int, seed: int) -> Jo
             timeout_s=timeout,
         )  # fmt: skip
     return train(
-        f"lego_ddp{gpus}_{rule}_{exchange}_s{seed}_{length // 1000}k", "lego", "strategy=ddp",
-        f"devices={gpus}", f"data.batch_scaling={rule}", f"grad_exchange={exchange}", steps=length, seed=seed,
-        shared=False, gpus=gpus, env=TWO_GPUS, read=readers.ddp_run("lego"), expected_s=expected + 20,
-        timeout_s=timeout + 60,
+        f"lego_ddp{gpus}_{rule}{tag}_{exchange}_s{seed}_{length // 1000}k", "lego", "strategy=ddp",
+        f"devices={gpus}", f"data.batch_scaling={rule}", f"grad_exchange={exchange}", *overrides,
+        steps=length, seed=seed, shared=False, gpus=gpus, env=TWO_GPUS, read=readers.ddp_run("lego"),
+        expected_s=expected + 20, timeout_s=timeout + 60,
     )  # fmt: skip
 
 
-def timed_runs(gpus: int, rule: str, lengths: tuple[int, ...]) -> list[Job]:
+def timed_runs(gpus: int, rule: str, lengths: tuple[int, ...], *overrides: str, tag: str = "") -> list[Job]:
     """One GPU in 10k, 12k and 14k reference steps (a seed may end below 36.2 dB at 12k) and ``gpus`` GPUs
-    under ``rule`` in ``lengths``, each exchange, seeds 1-3 seed by seed (``--only '*_s1_*'`` picks a
-    seed)."""
+    under ``rule`` and ``overrides`` in ``lengths``, each exchange, seeds 1-3 seed by seed (``--only
+    '*_s1_*'`` picks a seed)."""
     return [
         job
         for seed in (1, 2, 3)
         for job in (
             *[timed_run(1, "per_device", "fp32", n, seed) for n in (10000, 12000, 14000)],
-            *[timed_run(gpus, rule, x, n, seed) for x in ("fp32", "bf16") for n in lengths],
+            *[timed_run(gpus, rule, x, n, seed, *overrides, tag=tag)
+              for x in ("fp32", "bf16") for n in lengths],
         )
     ]
 
@@ -468,9 +472,10 @@ add("batch-rule-ddp2", "the batch rule's prediction checked on 2 real GPUs (nvid
     "table reads them",
     *timed_runs(2, "auto", (10000, 12000)), data=("lego",))
 add("batch-rule-ddp4", "the batch rule's prediction checked on 4 real GPUs (nvidia-h200-x4): lego to 36.2 dB "
-    "under large_batch (auto is per_device at 4 GPUs) with either exchange against one GPU, runs sized to "
-    "14k and 16k reference steps (one GPU: 10k, 12k, 14k), seeds 1-3, each alone (~7 min a seed)",
-    *timed_runs(4, "large_batch", (14000, 16000)), data=("lego",))
+    "under the 4-GPU recipe (large_batch, each rank 3/4 of the batch: k = 3; auto is per_device at 4 GPUs) "
+    "with either exchange against one GPU, runs sized to 12k and 13k reference steps (one GPU: 10k, 12k, "
+    "14k), seeds 1-3, each alone (~6 min a seed)",
+    *timed_runs(4, "large_batch", (12000, 13000), "data.batch_multiple=0.75", tag="_x0.75"), data=("lego",))
 
 add("fsdp", "2 GPUs: FSDP per precision (lego 3000 steps), peak memory per GPU with a 2^24 table",
     *[train(f"fsdp_{p}", "lego", "strategy=fsdp", "devices=2", f"precision={p}", steps=3000,

@@ -4,9 +4,9 @@ Under DDP every rank all-reduces the whole gradient after each backward pass: th
 ``4 * rows * features`` bytes (48.8 MB for lego's 2^19 x 16-level table) and the MLPs' (~50 KB). With
 ``grad_exchange=bf16`` each gradient bucket travels as bfloat16, half the bytes, and is cast back to
 float32 before the optimizer step (PyTorch's ``bf16_compress_hook`` in two passes through memory:
-:func:`bf16_gradients`). The rounding error is that of one bfloat16 rounding of each rank's share of the
-mean, 2^-9 of its magnitude; Adam divides by the running root mean square of the gradient, so a
-relative error of that size changes an update by about as much.
+:func:`bf16_gradients`). The rounding error is that of one bfloat16 rounding of each rank's gradient
+and of their sum, 2^-9 of its magnitude each; Adam divides by the running root mean square of the
+gradient, so a relative error of that size changes an update by about as much.
 
 - DDP: :class:`GradientExchange` registers the hook on the wrapped model when fitting starts (on every
   device: Lightning's own ``ddp_comm_hook`` argument is only registered on GPUs);
@@ -35,10 +35,10 @@ Hook = Callable[[Any, dist.GradBucket], "torch.futures.Future[torch.Tensor]"]
 def bf16_gradients(process_group: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """PyTorch's ``bf16_compress_hook`` with one pass through memory each way: the bucket is cast to
     bfloat16 (4 bytes read, 2 written per element), all-reduced, and the sum times ``1 / world`` written
-    back into the float32 bucket (2 read, 4 written). PyTorch's divides in a pass of its own before the
-    all-reduce; dividing by a power of two is exact either way. A function of its own also because DDP
-    refuses the built-in hook by name without NCCL, although gloo all-reduces bfloat16 tensors too (the CPU
-    tests run it there)."""
+    back into the float32 bucket (2 read, 4 written). PyTorch's divides in bfloat16 in a pass of its own
+    before the all-reduce: by a power of two both divisions are exact, by another number both round the
+    quotient to bfloat16 once. A function of its own also because DDP refuses the built-in hook by name
+    without NCCL, although gloo all-reduces bfloat16 tensors too (the CPU tests run it there)."""
     group = process_group if process_group is not None else dist.group.WORLD
     scale = 1.0 / dist.get_world_size(group)
     buffer = bucket.buffer()

@@ -286,4 +286,3 @@ def _cascade_cdf(binaries: Tensor) -> Tensor:
     counts = torch.cumsum(binaries.reshape(-1), dim=0, dtype=torch.int64).view(binaries.shape)
     before = torch.cat([counts.new_zeros(1), counts[:-1, -1]])
     return (counts - before[:, None]).float()
-
