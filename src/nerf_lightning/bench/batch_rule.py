@@ -487,8 +487,8 @@ def sized_table(rows: list[dict[str, Any]], net: Network) -> str:
     """B for runs sized to end at a target (experiment ``batch-rule-sized``): per capture, k and rule with
     runs of two or more lengths, the final PSNR of each (the mean over the seeds of a length) and the
     shortest length that ends at each target; at N = k the optimizer steps of that length against the
-    k = 1 length, and, with a step row of the capture, the predicted time (steps x (t(B) + the float32
-    exchange)) against the 1-GPU time."""
+    k = 1 length, and, with a step row of the capture, the predicted time (steps x (a rank's step at B,
+    :func:`rank_step_ms`, + the float32 exchange)) against the 1-GPU time."""
     groups = sized_groups(rows)
     if not groups:
         return "(no runs sized to several lengths)"
