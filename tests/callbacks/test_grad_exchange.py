@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -46,11 +48,20 @@ def _rank_loss(field: torch.nn.Module, rank: int) -> torch.Tensor:
     return (sigma.square().mean() + rgb.square().mean()) * (1 + rank)
 
 
-def _worker(rank: int, port: int, out: str, exchange: str) -> None:
+@contextmanager
+def _gloo_rank(rank: int, port: int) -> Iterator[None]:
+    """One of two gloo processes on this machine, its group torn down on the way out."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _worker(rank: int, port: int, out: str, exchange: str) -> None:
+    with _gloo_rank(rank, port):
         ddp = torch.nn.parallel.DistributedDataParallel(_field())
         register(ddp, exchange)
         _rank_loss(ddp, rank).backward()
@@ -60,8 +71,6 @@ def _worker(rank: int, port: int, out: str, exchange: str) -> None:
         # is still there (a gloo group destroyed after its peer left can wait forever for its threads)
         dist.barrier()
         del ddp
-    finally:
-        dist.destroy_process_group()
 
 
 def test_bf16_exchange_equals_the_mean_of_the_ranks_gradients(tmp_path: Path) -> None:
@@ -116,10 +125,7 @@ def _bucket_worker(rank: int, port: int, out: str, config: str) -> None:
     after the first)."""
     from omegaconf import OmegaConf
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    try:
+    with _gloo_rank(rank, port):
         strategy = OmegaConf.load(CONF / "strategy" / "ddp.yaml").strategy
         keys = ("find_unused_parameters", "gradient_as_bucket_view", "broadcast_buffers", "static_graph",
                 "bucket_cap_mb")  # fmt: skip
@@ -138,8 +144,6 @@ def _bucket_worker(rank: int, port: int, out: str, config: str) -> None:
         torch.save(buckets, Path(out) / f"buckets_{config}_rank{rank}.pt")
         dist.barrier()
         del ddp
-    finally:
-        dist.destroy_process_group()
 
 
 def test_the_strategy_config_exchanges_the_whole_gradient_in_one_bucket(tmp_path: Path) -> None:

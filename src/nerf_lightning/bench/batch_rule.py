@@ -75,11 +75,13 @@ class Network:
     buckets: int = 1
     hbm_gbs: float = 4000.0
 
-    def allreduce_ms(self, nbytes: float, n: int) -> float:
-        """A ring all-reduce of ``nbytes`` over ``n`` GPUs, in ms (0 for one GPU)."""
+    def allreduce_ms(self, nbytes: float, n: int, collectives: int | None = None) -> float:
+        """A ring all-reduce of ``nbytes`` over ``n`` GPUs in ``collectives`` calls (None: the gradient's
+        ``buckets``), in ms (0 for one GPU)."""
         if n <= 1:
             return 0.0
-        return 2 * (n - 1) / n * nbytes / (self.busbw_gbs * 1e9) * 1e3 + self.buckets * self.latency_us / 1e3
+        calls = self.buckets if collectives is None else collectives
+        return 2 * (n - 1) / n * nbytes / (self.busbw_gbs * 1e9) * 1e3 + calls * self.latency_us / 1e3
 
     def allgather_ms(self, nbytes_per_rank: float, n: int) -> float:
         """An all-gather of ``nbytes_per_rank`` from each of ``n`` GPUs, in ms."""
@@ -89,9 +91,7 @@ class Network:
 
     def grid_sync_ms(self, nbytes: float, n: int) -> float:
         """The occupancy grid's MAX all-reduce over ``n`` GPUs after an update (one collective), in ms."""
-        if n <= 1:
-            return 0.0
-        return 2 * (n - 1) / n * nbytes / (self.busbw_gbs * 1e9) * 1e3 + self.latency_us / 1e3
+        return self.allreduce_ms(nbytes, n, collectives=1)
 
     def exchange_ms(self, kind: str, grad: GradientSize, n: int) -> float:
         """One step's gradient exchange over ``n`` GPUs, in ms."""
