@@ -53,18 +53,18 @@ bench: setup
 bench-ops: setup
 	$(PY) -m nerf_lightning.bench.ops
 
-## The benchmark runner: named experiments (every number of BENCHMARKS.md), time-boxed, one results table.
+## The benchmark runner (benchmarks/, not installed): named experiments, time-boxed, one results table.
 ## make bench-suite EXPERIMENTS="cuda-tests lego-curve" SUITE_ARGS="--limit 540"; no EXPERIMENTS: the list
 bench-suite: setup
-	$(PY) -m nerf_lightning.bench.suite $(if $(EXPERIMENTS),$(EXPERIMENTS),--list) $(SUITE_ARGS)
+	$(PY) -m benchmarks.suite $(if $(EXPERIMENTS),$(EXPERIMENTS),--list) $(SUITE_ARGS)
 
 ## Generate the default scene (outputs/scenes) and print its folder.
 scene: setup
 	$(PY) -c 'from nerf_lightning.data.synthetic import ensure_default_scene as e; print(e())'
 
-## ruff over src and tests.
+## ruff over src, tests and benchmarks.
 lint: setup
-	$(PY) -m ruff check src tests
+	$(PY) -m ruff check src tests benchmarks
 
 ## Remove outputs/ and pytest's cache.
 clean:

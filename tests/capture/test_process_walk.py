@@ -197,7 +197,7 @@ def test_training_on_the_recovered_poses_matches_training_on_the_true_ones(
 ) -> None:
     import torch
 
-    from nerf_lightning.bench.capture_ab import run_variant
+    from benchmarks.capture_ab import run_variant
 
     torch.set_num_threads(2)
     _, true = walk

@@ -64,7 +64,7 @@ from pathlib import Path
 import pytest
 from runs import child_env
 
-from nerf_lightning.bench.capture_ab import CPU_REPRO
+from benchmarks.capture_ab import CPU_REPRO
 from nerf_lightning.data.synthetic import FRUIT_FAILURE, generate_scene
 
 pytestmark = [pytest.mark.slow, pytest.mark.repro, pytest.mark.timeout(3600)]
@@ -101,7 +101,7 @@ _CHILD = """
 import json, sys
 import torch
 torch.set_num_threads(1)
-from nerf_lightning.bench.capture_ab import run_variant
+from benchmarks.capture_ab import run_variant
 capture, out, steps, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 result = run_variant(capture, sys.argv[5:], steps, seed, __import__("pathlib").Path(out))
 result["capability"] = torch.backends.cpu.get_cpu_capability()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nerf_lightning.bench.capture_ab import run_variant
+from benchmarks.capture_ab import run_variant
 from nerf_lightning.data.synthetic import generate_scene
 
 _ENC = "model.field.encoding"

@@ -196,7 +196,7 @@ def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path:
     assert metrics["batch/rule"] == "large_batch" and metrics["batch/k"] == 2.0
     assert metrics["batch/world_size"] == 2
     # as the check of the batch rule on real GPUs reads a run (experiments batch-rule-ddp*)
-    from nerf_lightning.bench.readers import ddp_run
+    from benchmarks.readers import ddp_run
 
     (row,) = ddp_run("default")(run, run / "log")
     assert (row["world"], row["rule"], row["exchange"], row["length"]) == (2, "large_batch", "fp32", STEPS)

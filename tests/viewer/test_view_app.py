@@ -171,7 +171,7 @@ def test_scene_widgets_and_jumping_to_a_training_camera(viewer, scene) -> None:
 
 def test_the_benchmark_client_measures_frames_per_second(viewer) -> None:
     """bench.viewer's frames/s loop against the real app (its numbers come from the GPU machine)."""
-    from nerf_lightning.bench.viewer import measure_fps
+    from benchmarks.viewer import measure_fps
 
     rows = measure_fps(viewer["url"], [32], frames=2)
     assert rows[0]["frame"] == "32x32" and rows[0]["fps"] > 0 and rows[0]["render_ms"] > 0

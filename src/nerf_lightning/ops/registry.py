@@ -54,7 +54,7 @@ BACKENDS = ("auto", "cuda", "torch")
 #: the backend names of the hash encoding
 HASH_BACKENDS = ("auto", "cuda", "tcnn", "torch")
 #: GPUs (``torch.cuda.get_device_name``) on which tiny-cuda-nn's hash grid passed our GPU tests AND was
-#: measured faster than our kernels (``python -m nerf_lightning.bench.tcnn``); ``auto`` picks tcnn only there.
+#: measured faster than our kernels (``python -m benchmarks.tcnn``); ``auto`` picks tcnn only there.
 TCNN_FASTER_ON: dict[str, str] = {}
 
 _lock = threading.Lock()

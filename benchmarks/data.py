@@ -1,6 +1,6 @@
 """Data-path benchmark: image decode cold vs cached, and per-step data time vs training-step time.
 
-    python -m nerf_lightning.bench.data --path ../shared/data/fox [--downscale 1] [--steps 100]
+    python -m benchmarks.data --path ../shared/data/fox [--downscale 1] [--steps 100]
 
 Data time = ``NeRFDataModule.train_batch`` (sample views/pixels, gather uint8 colours, build rays on
 the device). Step time = render + loss + backward + Adam step of the configured model on that batch.

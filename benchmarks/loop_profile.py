@@ -1,7 +1,7 @@
 """Where the host's time goes in the Lightning training loop: cProfile over a window of optimizer steps.
 
     python -m nerf_lightning.train ... \
-        +callbacks.loop_profile._target_=nerf_lightning.bench.loop_profile.LoopProfile \
+        +callbacks.loop_profile._target_=benchmarks.loop_profile.LoopProfile \
         [+callbacks.loop_profile.start=1000] [+callbacks.loop_profile.steps=500] \
         [+callbacks.loop_profile.kernel_steps=100]
 
@@ -43,7 +43,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from nerf_lightning.bench.census import timeline_gaps, top_functions
+from benchmarks.census import timeline_gaps, top_functions
 
 log = logging.getLogger(__name__)
 

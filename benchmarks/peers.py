@@ -1,6 +1,6 @@
 """Side by side with instant-ngp: the same GPU, the same views, both metrics, one table.
 
-    python -m nerf_lightning.bench.peers --scene fox --times 15,60 [--programs ngp,ours]
+    python -m benchmarks.peers --scene fox --times 15,60 [--programs ngp,ours]
         [--layout auto|blender] [--ngp-train-extrinsics] [--label NAME] [--out DIR] [--dry-run]
         [--] [nerf_lightning train overrides ...]
 

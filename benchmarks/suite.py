@@ -1,10 +1,10 @@
 """The benchmark runner: named experiments, run time-boxed, one results table (every number in BENCHMARKS.md).
 
-    python -m nerf_lightning.bench.suite --list
-    python -m nerf_lightning.bench.suite NAME [NAME ...] [--dry-run] [--out DIR] [--work DIR] [--data DIR]
+    python -m benchmarks.suite --list
+    python -m benchmarks.suite NAME [NAME ...] [--dry-run] [--out DIR] [--work DIR] [--data DIR]
         [--limit SECONDS] [--only GLOB] [--ext-cache TGZ] [--rebuild-extension] [--pack-extension]
 
-Each NAME is an experiment of :data:`nerf_lightning.bench.experiments.EXPERIMENTS`: a list of jobs (training
+Each NAME is an experiment of :data:`benchmarks.experiments.EXPERIMENTS`: a list of jobs (training
 runs, ``bench.curve``, pytest, any command), each with an expected duration and a hard time box. Jobs run
 alone on the machine, or in lanes that share the GPU for fixed-step quality A/Bs (``bench.jobs``). A job
 is skipped when less than its expected time is left of ``--limit`` (so the whole call ends in time), when a
@@ -42,9 +42,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nerf_lightning.bench.jobs import Experiment, Job, module, phases
-from nerf_lightning.bench.readers import Row
+from benchmarks.jobs import Experiment, Job, module, phases
+from benchmarks.readers import Row
 from nerf_lightning.utils.io import atomic_write_bytes
+
+#: the repository root, which holds this package (not installed with the wheel)
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 #: The table's columns: (header, row key, format). Speeds of lane jobs are not shown (shared GPU).
 COLUMNS = (
@@ -243,6 +246,9 @@ class Suite:
     def execute(self, argv: list[str], env: dict[str, str], log: Path, box: float) -> tuple[int, bool]:
         """Run ``argv`` in its own process group with its output in ``log``; SIGTERM the group after
         ``box`` seconds and SIGKILL it 10 s later. Returns (exit status, timed out)."""
+        # `python -m benchmarks.<tool>` from any working directory: the repository root on the path
+        path = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
+        env = {**env, "PYTHONPATH": path}
         with open(log, "wb") as f:
             try:
                 proc = subprocess.Popen(
@@ -456,10 +462,10 @@ def default_data() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from nerf_lightning.bench.experiments import EXPERIMENTS
+    from benchmarks.experiments import EXPERIMENTS
 
     p = argparse.ArgumentParser(
-        prog="python -m nerf_lightning.bench.suite", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.suite", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("names", nargs="*", metavar="NAME", help="experiments to run, in this order (--list)")
     p.add_argument("--list", action="store_true", help="list the experiments and exit")

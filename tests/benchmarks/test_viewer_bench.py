@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from nerf_lightning.bench import readers
-from nerf_lightning.bench.experiments import EXPERIMENTS
-from nerf_lightning.bench.viewer import compare_windows, print_report
+from benchmarks import readers
+from benchmarks.experiments import EXPERIMENTS
+from benchmarks.viewer import compare_windows, print_report
 
 REPORT = {
     "date": "2026-12-01",
@@ -62,4 +62,4 @@ def test_runner_rows(tmp_path: Path) -> None:
     assert rows[1]["ratio"] == pytest.approx(0.93) and rows[2]["frames_per_s"] == 12.5
     assert "steps 1050-20000: 330.0 -> 306.9 steps/s, 7.0 % lost" in rows[1]["note"]
     job = EXPERIMENTS["viewer"].jobs[0]
-    assert job.read is readers.viewer_json and "nerf_lightning.bench.viewer" in job.argv
+    assert job.read is readers.viewer_json and "benchmarks.viewer" in job.argv

@@ -1,6 +1,6 @@
 """Where the wall time of a training step goes: the graphed step outside Lightning, one precision per run.
 
-    python -m nerf_lightning.bench.census [--precision 32-true|bf16-mixed|16-mixed] [--path CAPTURE]
+    python -m benchmarks.census [--precision 32-true|bf16-mixed|16-mixed] [--path CAPTURE]
         [--json PATH] [-- train overrides ...]
 
 The step is what training replays on a GPU: the training batch drawn by its CUDA graph, the budgeted step
@@ -40,7 +40,7 @@ def census(path: str, precision: str, overrides: list[str], work: Path) -> dict[
     """Measure the step of ``path``'s default model at ``precision`` (see the module docstring)."""
     import hydra
 
-    from nerf_lightning.bench.step_scaling import BudgetedStep
+    from benchmarks.step_scaling import BudgetedStep
     from nerf_lightning.run.config import compose_train_config
 
     torch.set_float32_matmul_precision("high")  # as `python -m nerf_lightning.train`

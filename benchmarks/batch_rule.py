@@ -1,6 +1,6 @@
 """Which batch rule reaches a held-out PSNR first on N GPUs, predicted from measurements on one GPU.
 
-    python -m nerf_lightning.bench.batch_rule --from OUT/rows.jsonl [--gpus 2,4,8] [--busbw-gbs 350]
+    python -m benchmarks.batch_rule --from OUT/rows.jsonl [--gpus 2,4,8] [--busbw-gbs 350]
         [--latency-us 20] [--buckets 1] [--hbm-gbs 4000] [--json PATH]
 
 Reads the benchmark runner's rows (experiments ``batch-rule-*``, ``bench/experiments.py``):

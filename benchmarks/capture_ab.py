@@ -5,10 +5,10 @@ held-out PSNR at the level of a constant image while the training PSNR climbs is
 model that memorizes the views instead of forming geometry. Each variant is the default training
 (``NeRFModule.training_step``, whatever the current recipe) plus a few config overrides::
 
-    python -m nerf_lightning.bench.capture_ab --path ../shared/data/fruit --steps 2000
-    python -m nerf_lightning.bench.capture_ab --path ../shared/data/fruit --variants baseline,near_0.2
-    python -m nerf_lightning.bench.capture_ab --path CAPTURE --variant mse="model.loss=mse"
-    python -m nerf_lightning.bench.capture_ab --path ../shared/data/fruit --cpu-repro --steps 400
+    python -m benchmarks.capture_ab --path ../shared/data/fruit --steps 2000
+    python -m benchmarks.capture_ab --path ../shared/data/fruit --variants baseline,near_0.2
+    python -m benchmarks.capture_ab --path CAPTURE --variant mse="model.loss=mse"
+    python -m benchmarks.capture_ab --path ../shared/data/fruit --cpu-repro --steps 400
 
 ``--cpu-repro`` adds :data:`CPU_REPRO` to every variant: the fruit failure's reproduction on a CPU at 1/16
 resolution (a few minutes per variant on 2 cores; the table is in ``docs/fruit.md``).

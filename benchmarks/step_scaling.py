@@ -1,6 +1,6 @@
 """Time per training step against rays per step: the graphed step alone, at fractions of the batch.
 
-    python -m nerf_lightning.bench.step_scaling [--scales 1,0.5,0.25,0.125] [--precision bf16-mixed]
+    python -m benchmarks.step_scaling [--scales 1,0.5,0.25,0.125] [--precision bf16-mixed]
         [--warmup 400] [--steps 300] [--json PATH] [--device cuda|cpu] -- TRAIN OVERRIDES (the capture)
 
 Scale ``s`` is the step one rank runs under ``data.batch_scaling=global`` on ``N = 1/s`` GPUs: the sample
@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from nerf_lightning.bench.census import PRECISIONS, gpu_span, split_overrides, top_functions
+from benchmarks.census import PRECISIONS, gpu_span, split_overrides, top_functions
 
 #: steps between two occupancy updates (instant-ngp's, the grid's default)
 GRID_EVERY = 16

@@ -1,6 +1,6 @@
 """tiny-cuda-nn's hash grid side by side with our CUDA kernels, measured in the same run.
 
-    python -m nerf_lightning.bench.tcnn [--quick] [--json PATH] [--markdown PATH] [--lego PATH]
+    python -m benchmarks.tcnn [--quick] [--json PATH] [--markdown PATH] [--lego PATH]
         [--lego-seconds 60] [--dry-run]
 
 Rows, each for ``model.field.encoding.backend`` cuda (ours) and tcnn, fp32 and fp16 tables:
@@ -199,7 +199,7 @@ def table(rows: list[dict[str, Any]], ours: str) -> list[str]:
 def graphed_step_in_child(backend: str, precision: str, budget: int, iters: int, dry: bool) -> float | str:
     """Steps/s of the graphed training step, measured by ``--graphed-step`` in a fresh interpreter, or
     ``failed: ...`` with the child's exit status and last line (a crash in native code included)."""
-    argv = [sys.executable, "-m", "nerf_lightning.bench.tcnn", "--graphed-step", backend, precision,
+    argv = [sys.executable, "-m", "benchmarks.tcnn", "--graphed-step", backend, precision,
             "--budget", str(budget), "--iters", str(iters), *(["--dry-run"] if dry else [])]  # fmt: skip
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += bench_lego(args.lego, args.lego_seconds, args.out, graph_ok)
     ours = next(iter(avail))
     gpu = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (dry run)"
-    command = "python -m nerf_lightning.bench.tcnn " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.tcnn " + " ".join(sys.argv[1:] if argv is None else argv)
     lines = [f"{dt.date.today()} on {gpu}, torch {torch.__version__}: `{command}`", "", *table(rows, ours)]
     steps = [r for r in rows if r["name"].startswith("train step") and "graphs" in r["name"]]
     faster = bool(steps) and all(isinstance(r.get("tcnn"), float) and r["tcnn"] > r[ours] for r in steps)

@@ -1,7 +1,7 @@
 """A/B of the training ray samplers: uniform vs loss-weighted view sampling, several seeds.
 
-    python -m nerf_lightning.bench.sampler_ab --scene hard --seeds 0 1 2 --steps 2000
-    python -m nerf_lightning.bench.sampler_ab --scene PATH/fox --steps 2000 -- data.downscale=2
+    python -m benchmarks.sampler_ab --scene hard --seeds 0 1 2 --steps 2000
+    python -m benchmarks.sampler_ab --scene PATH/fox --steps 2000 -- data.downscale=2
 
 ``--scene hard`` generates the default synthetic scene plus ``--hard-views`` close-ups of its most
 detailed texture (views that a uniform sampler under-trains). Every run trains for the same number of

@@ -1,7 +1,7 @@
 """How the benchmark runner reads a finished job's results: (run folder, log) -> rows.
 
 A row is a flat dict with any of the keys of the results table (:data:`COLUMNS` of
-:mod:`nerf_lightning.bench.suite`): ``psnr`` [dB], ``psnr_ngp`` [dB] (instant-ngp's run.py metric), ``ssim``,
+:mod:`benchmarks.suite`): ``psnr`` [dB], ``psnr_ngp`` [dB] (instant-ngp's run.py metric), ``ssim``,
 ``steps``, ``train_s``, ``steps_per_s``,
 ``rays_per_s``, ``samples_per_s``, ``gpu_util`` [%], ``mem_gb``, ``note``, plus ``part`` (a suffix of the
 job's name when one job gives several rows: a curve's checkpoints, an op benchmark's cases) and anything
@@ -275,7 +275,7 @@ def loop_profile_json(run_dir: Path, log: Path) -> list[Row]:
     ``loop_ms`` (the loop's step, unprofiled; ``loop_steps_per_s``, its inverse, for speed ratios),
     ``profiled_ms`` and the top functions (``own``, ``cumulative``), the three largest by own time in the
     note."""
-    from nerf_lightning.bench.loop_profile import FILE
+    from benchmarks.loop_profile import FILE
 
     (row,) = metrics_json(run_dir, log)
     data = _load(run_dir / FILE)
@@ -353,7 +353,7 @@ def val_curve(scene: str, targets: tuple[float, ...] = ()) -> Callable[[Path, Pa
     ``lr_scaling``, ``unit``, ``lr_anneal``, ``mlp_lr_scaling``, ``beta_scaling`` from ``metrics.json``'s
     ``batch/*``), its learning-rate decay where not the default (``schedule``: :func:`lr_schedule`),
     ``gradients`` ("bf16" where rounded: :func:`rounded_gradients`) and the steps to each target."""
-    from nerf_lightning.bench.batch_rule import steps_to
+    from benchmarks.batch_rule import steps_to
 
     def read(run_dir: Path, log: Path) -> list[Row]:
         (row,) = metrics_json(run_dir, log)

@@ -1,4 +1,4 @@
-"""``python -m nerf_lightning.bench.tcnn --dry-run`` on a CPU: every row runs at toy sizes, tcnn's cells
+"""``python -m benchmarks.tcnn --dry-run`` on a CPU: every row runs at toy sizes, tcnn's cells
 say why tcnn cannot run here, and the markdown for BENCHMARKS.md carries the command and the auto
 verdict. (The numbers are measured on the GPU: docs/tcnn.md.)"""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from nerf_lightning.bench import readers
-from nerf_lightning.bench import tcnn as bench
+from benchmarks import readers
+from benchmarks import tcnn as bench
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run on a CPU")
@@ -30,7 +30,7 @@ def test_dry_run_measures_ours_and_says_why_tcnn_is_absent(tmp_path: Path) -> No
     assert all(isinstance(r["torch"], float) and r["torch"] > 0 for r in rows)
     assert all(r["tcnn"] == "no CUDA GPU" for r in rows)
     text = md.read_text().splitlines()
-    assert "`python -m nerf_lightning.bench.tcnn --dry-run --markdown" in text[0]
+    assert "`python -m benchmarks.tcnn --dry-run --markdown" in text[0]
     assert text[2] == "| benchmark | unit | torch (ours) | tcnn | tcnn / ours |"
     assert text[-1].startswith("auto keeps our kernels here")
     # the benchmark runner's reader of that file: one row per benchmark, no ratio without tcnn

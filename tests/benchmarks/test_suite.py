@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from runs import child_env
 
-from nerf_lightning.bench import readers
-from nerf_lightning.bench.experiments import EXPERIMENTS
-from nerf_lightning.bench.jobs import Experiment, Job, ab, command, in_lanes, phases
-from nerf_lightning.bench.suite import Suite, format_table, main, with_baselines
+from benchmarks import readers
+from benchmarks.experiments import EXPERIMENTS
+from benchmarks.jobs import Experiment, Job, ab, command, in_lanes, phases
+from benchmarks.suite import Suite, format_table, main, with_baselines
 
 PLACEHOLDER = re.compile(r"\{(python|data|work|exp_dir|run_dir)\}")
 
@@ -122,7 +122,7 @@ def test_the_gpu_tests_leave_the_viewer_out_where_viser_is_missing(monkeypatch: 
     import importlib
     import importlib.util
 
-    import nerf_lightning.bench.experiments as experiments
+    import benchmarks.experiments as experiments
 
     real = importlib.util.find_spec
     no_viser = lambda name, *a: None if name == "viser" else real(name, *a)  # noqa: E731
@@ -286,7 +286,7 @@ def test_readers_take_their_numbers_from_the_tools_files(tmp_path: Path) -> None
 def test_census_says_it_needs_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     import torch
 
-    from nerf_lightning.bench import census
+    from benchmarks import census
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: bench.census measures instead")

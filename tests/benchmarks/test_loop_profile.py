@@ -11,11 +11,11 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 from runs import TINY
 
-from nerf_lightning.bench import readers
-from nerf_lightning.bench.loop_profile import FILE, LoopProfile
+from benchmarks import readers
+from benchmarks.loop_profile import FILE, LoopProfile
 from nerf_lightning.run.config import compose_train_config
 
-PROFILE = "+callbacks.loop_profile._target_=nerf_lightning.bench.loop_profile.LoopProfile"
+PROFILE = "+callbacks.loop_profile._target_=benchmarks.loop_profile.LoopProfile"
 
 
 def _train(scene: Path, run_dir: Path, steps: int, *extra: str) -> None:

@@ -10,7 +10,7 @@ Command lines hold placeholders that the runner fills in: ``{python}`` (the inte
 suite), ``{data}`` (the folder holding ``lego``, ``fox``, ``fruit``), ``{work}`` (the runs' folder),
 ``{exp_dir}`` (this experiment's folder under it) and ``{run_dir}`` (this job's folder).
 
-The builders below write the common jobs; :mod:`nerf_lightning.bench.experiments` composes them into the
+The builders below write the common jobs; :mod:`benchmarks.experiments` composes them into the
 named experiments.
 """
 
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nerf_lightning.bench import readers
+from benchmarks import readers
 
-#: reads a finished job's results: (its run folder, its log) -> rows (:mod:`nerf_lightning.bench.readers`)
+#: reads a finished job's results: (its run folder, its log) -> rows (:mod:`benchmarks.readers`)
 Reader = Callable[[Path, Path], list[dict[str, Any]]]
 
 
@@ -193,12 +193,12 @@ def curve(
 
 
 def peers(name: str, scene: str, programs: str, times: Sequence[float], *args: str, **job: Any) -> Job:
-    """``python -m nerf_lightning.bench.peers`` (instant-ngp and/or this project at ``times`` seconds of
+    """``python -m benchmarks.peers`` (instant-ngp and/or this project at ``times`` seconds of
     training, alone on the GPU, the same views), results under ``{exp_dir}`` so the experiment's jobs
     share its split files and each other's results; one row per program and time point. ``args``: more
     of its options, then ``--`` and training overrides."""
     argv = (
-        "{python}", "-m", "nerf_lightning.bench.peers", "--scene", scene, "--data", "{data}",
+        "{python}", "-m", "benchmarks.peers", "--scene", scene, "--data", "{data}",
         "--out", "{exp_dir}", "--times", ",".join(f"{t:g}" for t in times), "--programs", programs,
         "--json", "{run_dir}/peers.json", *args,
     )  # fmt: skip

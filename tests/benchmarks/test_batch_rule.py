@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nerf_lightning.bench import batch_rule, readers
-from nerf_lightning.bench.batch_rule import GradientSize, Network, predict, steps_to
+from benchmarks import batch_rule, readers
+from benchmarks.batch_rule import GradientSize, Network, predict, steps_to
 
 NET = Network(busbw_gbs=400.0, latency_us=10.0, buckets=1, hbm_gbs=4000.0)
 GRAD = {"grad_bytes": 40e6, "table_bytes": 39.9e6, "table_rows": 5_000_000, "table_features": 2}
@@ -218,7 +218,7 @@ def test_step_scaling_runs_on_the_cpu_and_its_rows_feed_the_prediction(
 ) -> None:
     import torch
 
-    from nerf_lightning.bench import step_scaling
+    from benchmarks import step_scaling
 
     tiny = [
         f"data.path={tiny_scene}", "data.batch_size=128", "model.step.sample_budget=2048",

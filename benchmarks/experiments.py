@@ -1,17 +1,17 @@
 """The named experiments of the benchmark runner: every number in BENCHMARKS.md names one of these.
 
-    python -m nerf_lightning.bench.suite --list          # names, jobs, expected seconds, data
-    python -m nerf_lightning.bench.suite NAME --dry-run  # the exact command lines
+    python -m benchmarks.suite --list          # names, jobs, expected seconds, data
+    python -m benchmarks.suite NAME --dry-run  # the exact command lines
 
 Times are sized for one H200: an experiment fits a 10-minute machine slot unless its summary says
 otherwise, and ``--limit`` skips what would not end in time. Captures come from ``--data``: ``lego``
 (NeRF-synthetic, Blender format), ``fox`` (instant-ngp's) and ``fruit`` (a phone capture).
 
-**Adding an experiment** is one :func:`add` below, built from :mod:`nerf_lightning.bench.jobs`:
+**Adding an experiment** is one :func:`add` below, built from :mod:`benchmarks.jobs`:
 ``ab(scene, {variant: overrides}, seeds, steps)`` for a quality A/B at fixed steps (each variant paired
 with ``default`` at its seed; wrap it in ``in_lanes`` when the jobs may share the GPU), ``train`` for one
 run, ``curve`` for held-out PSNR after fixed seconds of training, and ``pytest``, ``module`` or ``command``
-for anything else, with a reader from :mod:`nerf_lightning.bench.readers` (``jsonl(...)`` reads a
+for anything else, with a reader from :mod:`benchmarks.readers` (``jsonl(...)`` reads a
 JSON-lines results file, e.g. another implementation's driver run side by side). Give a job a
 ``baseline`` of the same experiment whenever a ratio is the number to report.
 """
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 
-from nerf_lightning.bench import readers
-from nerf_lightning.bench.jobs import (
+from benchmarks import readers
+from benchmarks.jobs import (
     QUIET,
     SCENES,
     Experiment,
@@ -110,7 +110,7 @@ Block = tuple[str, dict[str, tuple[str, ...]], tuple[int, ...], int]  # scene, v
 
 
 def lanes_ab(blocks: list[Block], **job: object) -> tuple[Job, ...]:
-    """Several :func:`~nerf_lightning.bench.jobs.ab` blocks, spread over three lanes."""
+    """Several :func:`~benchmarks.jobs.ab` blocks, spread over three lanes."""
     return in_lanes([j for scene, var, seeds, steps in blocks for j in ab(scene, var, seeds, steps, **job)])
 
 
@@ -122,7 +122,7 @@ def step_scaling(scene: str, scales: str = "") -> Job:
     occupancy update and of Adam."""
     chosen = ("--scales", scales) if scales else ()
     return module(
-        f"step_{scene}", "nerf_lightning.bench.step_scaling", *chosen, "--json",
+        f"step_{scene}", "benchmarks.step_scaling", *chosen, "--json",
         "{run_dir}/step_scaling.json", "--", *SCENES[scene], read=readers.step_scaling_json(scene),
         expected_s=45, timeout_s=240,
     )  # fmt: skip
@@ -140,7 +140,7 @@ def rule_run(
     """B: one GPU drawing k x the batch under ``rule`` (``data.batch_multiple=k``): trainer.max_steps
     reference steps (k x fewer optimizer steps under the rules in rays; ``steps``, default
     ``RULE_STEPS[scene]``), validated every 1000 of them; ``tag`` ends the job's name."""
-    from nerf_lightning.bench.batch_rule import TARGETS
+    from benchmarks.batch_rule import TARGETS
     from nerf_lightning.models.clock import resolve_rule
 
     steps = RULE_STEPS[scene] if steps is None else steps
@@ -171,7 +171,7 @@ def sized(
 
 
 def peer_points(scene: str, times: tuple[float, ...]) -> tuple[Job, ...]:
-    """:func:`~nerf_lightning.bench.jobs.peers` once per program and time point, named ``ours_60``,
+    """:func:`~benchmarks.jobs.peers` once per program and time point, named ``ours_60``,
     ``ngp_300``, ...: a 300 s pair of runs fills most of one call, so ``--only`` picks the points."""
     return tuple(peers(f"{p}_{t:g}", scene, p, (t,)) for p in ("ours", "ngp") for t in times)
 
@@ -345,12 +345,12 @@ add("precision", "lego and fox 5k steps alone: 32 (the baseline), bf16-mixed, 16
         (1,), 5000, baseline="p32", shared=False),
     *ab("fox", PRECISIONS, (1,), 5000, baseline="p32", shared=False), data=("lego", "fox"))
 add("step-census", "the graphed lego step outside Lightning per precision: wall, GPU span, kernels",
-    *[module(f"census_{p}", "nerf_lightning.bench.census", "--precision", p, "--path", "{data}/lego",
+    *[module(f"census_{p}", "benchmarks.census", "--precision", p, "--path", "{data}/lego",
              "--json", "{run_dir}/census.json", read=readers.census_json, expected_s=45, timeout_s=180,
              baseline=None if p == "32-true" else "census_32-true")
       for p in ("32-true", "bf16-mixed", "16-mixed")], data=("lego",))
 #: bench/loop_profile.LoopProfile from optimizer step 1000: 500 steps timed, 500 under cProfile
-LOOP_WINDOW = ("+callbacks.loop_profile._target_=nerf_lightning.bench.loop_profile.LoopProfile",
+LOOP_WINDOW = ("+callbacks.loop_profile._target_=benchmarks.loop_profile.LoopProfile",
                "+callbacks.loop_profile.start=1000", "+callbacks.loop_profile.steps=500")
 #: and then 100 under torch.profiler, with the synchronizing calls located
 LOOP_PROFILE = (*LOOP_WINDOW, "+callbacks.loop_profile.kernel_steps=100")
@@ -383,11 +383,11 @@ add("tcnn", "tiny-cuda-nn's hash grid against our kernels: its GPU tests against
     "the tinycudann wheel of scripts/tcnn/build_wheel.sh in .whl/",
     pytest("tcnn_tests", "-m", "cuda", "-s", "tests/models/test_encoding_tcnn.py", expected_s=40,
            timeout_s=180),
-    module("bench", "nerf_lightning.bench.tcnn", "--lego", "{data}/lego", "--out", "{run_dir}/runs",
+    module("bench", "benchmarks.tcnn", "--lego", "{data}/lego", "--out", "{run_dir}/runs",
            "--json", "{run_dir}/tcnn.json", "--markdown", "{run_dir}/tcnn_table.txt", read=readers.tcnn_json,
            expected_s=330, timeout_s=560), data=("lego",))
 add("data-path", "fox at full resolution: data time per step against the training step (bench.data)",
-    module("fox", "nerf_lightning.bench.data", "--path", "{data}/fox", "--downscale", "1",
+    module("fox", "benchmarks.data", "--path", "{data}/fox", "--downscale", "1",
            "--steps", "100", read=readers.log_lines(r"decode|data ms|train step ms|data /"),
            expected_s=60, timeout_s=240), data=("fox",))
 add("apps", "lego 3000 steps with checkpoints, then eval (the same PSNR), an 800x800 orbit video, a "
@@ -405,7 +405,7 @@ add("apps", "lego 3000 steps with checkpoints, then eval (the same PSNR), an 800
 add("viewer", "the browser viewer, lego 20k steps (~60 s) twice: viewer=off against viewer=on with a client "
     "orbiting an 800x800 canvas (steps/s), then frames/s of its checkpoint at 800x800 and 256x256 (the "
     "preview); the GPU machine needs viser's wheels",
-    module("viewer", "nerf_lightning.bench.viewer", "--sizes", "800,256", "--frames", "30", "--out",
+    module("viewer", "benchmarks.viewer", "--sizes", "800,256", "--frames", "30", "--out",
            "{run_dir}", "--", "experiment=blender", "data.path={data}/lego", "logger=csv",
            "callbacks.progress_bar=null", "trainer.max_steps=20000", read=readers.viewer_json,
            expected_s=240, timeout_s=540), data=("lego",))
@@ -666,7 +666,7 @@ add("cpu-resume", "a run killed with SIGKILL and resumed ends bit-identical to t
     pytest("kill_9_resume", "tests/run/test_resume.py::test_kill_9_then_same_command_resumes_exactly",
            gpus=0, expected_s=60, timeout_s=600))
 add("fruit-cpu-grid", "fruit at 1/16 resolution on the CPU: which part of the hash grid decides (~25 min)",
-    module("capture_ab", "nerf_lightning.bench.capture_ab", "--path", "{data}/fruit", "--cpu-repro",
+    module("capture_ab", "benchmarks.capture_ab", "--path", "{data}/fruit", "--cpu-repro",
            "--steps", "400", "--variants", "baseline,small_hash,table_15,levels_8,res_512,res_64,base_512",
            "--out", "{run_dir}/capture_ab.json", read=readers.capture_ab_json, gpus=0,
            expected_s=1500, timeout_s=3600), data=("fruit",))
@@ -675,7 +675,7 @@ add("fruit-generated", "the generated fruit-like capture on the CPU: neither fix
     module("capture", "nerf_lightning.data.synthetic", "{run_dir}", "--rig", "phone", "--scene",
            "fruit_bed", "--views", "40", "--width", "37", "--height", "50", "--overwrite", gpus=0,
            expected_s=20, timeout_s=300),
-    module("capture_ab", "nerf_lightning.bench.capture_ab", "--path", "{exp_dir}/capture", "--steps", "400",
+    module("capture_ab", "benchmarks.capture_ab", "--path", "{exp_dir}/capture", "--steps", "400",
            "--variants", "baseline,table_15",
            "--variant", "neither=model.renderer.near_plane=0.0 model.renderer.gradient_scaling_distance=null",
            "--variant", "near_plane_only=model.renderer.gradient_scaling_distance=null",

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from nerf_lightning.bench import peers, readers
+from benchmarks import peers, readers
 from nerf_lightning.data.synthetic import orbit_poses
 
 DRIVER = Path(peers.__file__).with_name("ngp_driver.py")

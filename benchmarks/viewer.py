@@ -1,7 +1,7 @@
 """The viewer's speed: frames/s it serves, and what it costs a training run, without a browser.
 
-    python -m nerf_lightning.bench.viewer [--sizes 800,256] [--frames 20] [--out DIR] -- TRAIN OVERRIDES
-    python -m nerf_lightning.bench.viewer --ckpt RUN [--sizes 800,256] [--frames 20]
+    python -m benchmarks.viewer [--sizes 800,256] [--frames 20] [--out DIR] -- TRAIN OVERRIDES
+    python -m benchmarks.viewer --ckpt RUN [--sizes 800,256] [--frames 20]
 
 With training overrides (e.g. ``experiment=blender data.path=.devdata/lego``), in one script:
 
@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from websockets.exceptions import ConnectionClosed
 
-from nerf_lightning.bench.readers import csv_points
+from benchmarks.readers import csv_points
 from nerf_lightning.render.camera_path import look_at
 from nerf_lightning.viewer.client import HeadlessClient
 from nerf_lightning.viewer.ports import next_free_port
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         i = argv.index("--")
         argv, overrides = argv[:i], argv[i + 1 :]
     p = argparse.ArgumentParser(
-        prog="python -m nerf_lightning.bench.viewer", description=__doc__.split("\n")[0]
+        prog="python -m benchmarks.viewer", description=__doc__.split("\n")[0]
     )
     p.add_argument("--ckpt", help="measure the view app on this run folder or .ckpt only (no training)")
     p.add_argument("--sizes", default="800,256", help="canvas sizes (px, square) for frames/s")
