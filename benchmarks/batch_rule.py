@@ -3,9 +3,9 @@
     python -m benchmarks.batch_rule --from OUT/rows.jsonl [--gpus 2,4,8] [--busbw-gbs 350]
         [--latency-us 20] [--buckets 1] [--hbm-gbs 4000] [--json PATH]
 
-Reads the benchmark runner's rows (experiments ``batch-rule-*``, ``bench/experiments.py``):
+Reads the benchmark runner's rows (experiments ``batch-rule-*``, ``benchmarks/experiments.py``):
 
-A. **step rows** (``bench.step_scaling``): the graphed step alone at ``s`` x the batch (s = 1, 1/2, 1/4,
+A. **step rows** (``benchmarks.step_scaling``): the graphed step alone at ``s`` x the batch (s = 1, 1/2, 1/4,
    1/8), its gradient's bytes and the fraction of hash-table rows one step's gradient touches;
 B. **curve rows** (one GPU, ``data.batch_multiple=k`` with a rule's learning rate and schedule unit): the
    held-out PSNR every 1000 reference steps; the optimizer steps to each target are read off by linear
@@ -23,8 +23,9 @@ C. **synchronisation**, which one GPU cannot measure, from the gradient's bytes:
 D. **the occupancy update that N ranks share**: each rank evaluates ``1/N`` of the update's cells
    (``OccupancyGrid.update(share=...)``) and the grid is all-reduced (MAX) after it, every
    ``grid_update_every`` steps. A rank's step on N GPUs (:func:`rank_step_ms`) is the step alone less
-   ``(u(1) - u(1/N)) / every`` (``u``: the update's GPU time at a share, measured by ``bench.step_scaling``)
-   plus the grid's all-reduce over the same cadence (one collective of the grid's float32 bytes).
+   ``(u(1) - u(1/N)) / every`` (``u``: the update's GPU time at a share, measured by
+   ``benchmarks.step_scaling``) plus the grid's all-reduce over the same cadence (one collective of the
+   grid's float32 bytes).
 
 Predicted time to each target on N GPUs (the 1-GPU time: the k = 1 run's steps x t(1); t at N ranks is
 :func:`rank_step_ms`):
@@ -56,7 +57,7 @@ import numpy as np
 
 #: held-out PSNR targets per capture [dB]
 TARGETS: dict[str, tuple[float, ...]] = {"lego": (35.5, 36.2), "fox": (29.0,)}
-#: (learning-rate factor, schedule unit) -> the per-device rule of ``models/clock.py`` that trains so
+#: (learning-rate factor, schedule unit) -> the per-device rule of ``training/clock.py`` that trains so
 RULE_OF = {
     ("none", "steps"): "per_device",
     ("none", "rays"): "per_device_rays",
@@ -204,7 +205,7 @@ def load_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def step_times(rows: Iterable[dict[str, Any]]) -> dict[str, dict[float, dict[str, Any]]]:
-    """Scene -> scale -> the step row (``bench.step_scaling``; the last row of a scale wins)."""
+    """Scene -> scale -> the step row (``benchmarks.step_scaling``; the last row of a scale wins)."""
     out: dict[str, dict[float, dict[str, Any]]] = {}
     for r in rows:
         if r.get("step_ms") is not None and r.get("scale") is not None and r.get("status", "ok") == "ok":

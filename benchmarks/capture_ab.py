@@ -100,21 +100,20 @@ def constant_colour_psnr(datamodule: Any) -> float:
 
 def run_variant(path: str, overrides: list[str], steps: int, seed: int, out_dir: Path) -> dict[str, float]:
     """Train one variant for ``steps`` steps with Lightning (no logger, no checkpoints); evaluate it."""
-    import hydra
     import lightning as L
     import torch
 
-    from nerf_lightning.apps.train import build_model
+    from nerf_lightning.apps.train import build_datamodule, build_model
     from nerf_lightning.run.config import compose_train_config
 
     cfg = compose_train_config(
         [f"data.path={path}", "logger=none", "callbacks=none", f"seed={seed}", *overrides], out_dir
     )
     L.seed_everything(seed, workers=True)
-    dm = hydra.utils.instantiate(cfg.data)
+    dm = build_datamodule(cfg)
     dm.prepare_data()
     dm.setup("fit")
-    model, _ = build_model(cfg, dm)  # as the train app builds it: the capture's box, views, clock
+    model, _ = build_model(cfg, dm)  # as the train app builds it: the capture's box, views, batch rule
     trainer = L.Trainer(
         accelerator=cfg.accelerator,
         devices=1,

@@ -38,14 +38,14 @@ PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 
 def census(path: str, precision: str, overrides: list[str], work: Path) -> dict[str, Any]:
     """Measure the step of ``path``'s default model at ``precision`` (see the module docstring)."""
-    import hydra
 
     from benchmarks.step_scaling import BudgetedStep
+    from nerf_lightning.apps.train import build_datamodule
     from nerf_lightning.run.config import compose_train_config
 
     torch.set_float32_matmul_precision("high")  # as `python -m nerf_lightning.train`
     cfg = compose_train_config(["experiment=blender", f"data.path={path}", "logger=csv", *overrides], work)
-    dm = hydra.utils.instantiate(cfg.data)
+    dm = build_datamodule(cfg)
     dm.prepare_data()
     dm.setup("fit")
     dm._ensure_device(torch.device("cuda"))

@@ -14,12 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import hydra
 import torch
 from rich.console import Console
 from rich.table import Table
 
-from nerf_lightning.apps.train import build_model
+from nerf_lightning.apps.train import build_datamodule, build_model
 from nerf_lightning.data.formats import load_capture
 from nerf_lightning.data.images import load_images
 from nerf_lightning.run.config import compose_train_config
@@ -65,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
         if device.type == "cpu":
             overrides.append("experiment=cpu")
         cfg = compose_train_config(overrides, out, cwd=Path.cwd())
-        dm = hydra.utils.instantiate(cfg.data)
+        dm = build_datamodule(cfg)
         dm.setup("fit")
         dm._ensure_device(device)
         model = build_model(cfg, dm)[0].to(device)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from importlib.util import find_spec
 
 from benchmarks import readers
+from benchmarks.batch_rules import overrides as imitate
 from benchmarks.jobs import (
     QUIET,
     SCENES,
@@ -36,7 +37,6 @@ from benchmarks.jobs import (
     pytest,
     train,
 )
-from nerf_lightning.models.clock import LATE_DECAY as RULE_DECAY
 
 EXPERIMENTS: dict[str, Experiment] = {}
 
@@ -58,10 +58,9 @@ NO_GS = ("model.renderer.gradient_scaling_distance=null",)
 NO_NEAR = ("model.renderer.near_plane=0.0",)
 _LW = "data.samplers.loss_weighted"
 LW = ("data.sampler=loss_weighted",)
-ERROR_MAP = (*LW, f"{_LW}.error_map_resolution=16")
 LW_STRONG = (*LW, f"{_LW}.alpha=2.0", f"{_LW}.uniform_floor=0.1")
 LW_WEAK = (*LW, f"{_LW}.alpha=0.5", f"{_LW}.uniform_floor=0.5")
-SAMPLERS = {**DEFAULT, "lw": LW, "error_map": ERROR_MAP}
+SAMPLERS = {**DEFAULT, "lw": LW}
 _ENC = "model.field.encoding"
 TABLE = {f"t{n}": (f"{_ENC}.log2_hashmap_size={n}",) for n in (19, 20, 21, 24)}
 LEVELS_8 = (f"{_ENC}.n_levels=8",)
@@ -70,9 +69,6 @@ LAYOUTS = {
     "8x4": (f"{_ENC}.n_levels=8", f"{_ENC}.n_features_per_level=4"),
     "6x8": (f"{_ENC}.n_levels=6", f"{_ENC}.n_features_per_level=8"),
 }
-RES_SCHEDULE = ("data.resolution_schedule=[[0.0,4],[0.1,2],[0.25,1]]",)
-WARMUP = ("+model.scheduler.warmup_steps=100",)
-MLP_L2 = ("model.mlp_weight_decay=1e-6",)
 #: candidates for the background of real captures (fruit's garbled wall, blurred bed, floaters)
 PHOTO_BACKGROUND = {**DEFAULT, "t21": TABLE["t21"], "dist_0.001": ("model.distortion_weight=0.001",)}
 # 1/512: 2x far samples
@@ -80,7 +76,6 @@ FAR_CONE = {**DEFAULT, "cone_512": ("model.renderer.large_scene_cone_angle=0.001
 #: this project's recipe before it followed the images: a Blender-layout capture got the render recipe
 RENDER_RECIPE = ("--", "data.pixel_jitter=false", "data.train_background=eval")
 POSES = ("model.camera_opt.enabled=true",)
-POWER_BETAS = ("data.beta_scaling=power",)
 EXPOSURE = ("model.appearance.enabled=true",)
 VIEWS = {**DEFAULT, "poses": POSES, "exposure": EXPOSURE, "both": (*POSES, *EXPOSURE)}
 VIEW_SEEDS = {"fox": SEEDS, "fruit": (42, 5, 6)}
@@ -97,7 +92,7 @@ TINY = (
     f"{_ENC}.max_resolution=64", "model.renderer.max_samples_per_ray=32", "model.renderer.step_size=0.054",
     "model.save_val_images=false",
 )  # fmt: skip
-#: ``make test-repro``'s recipe on the generated fruit-like capture: ``bench.capture_ab.CPU_REPRO``
+#: ``make test-repro``'s recipe on the generated fruit-like capture: ``benchmarks.capture_ab.CPU_REPRO``
 #: without the downscale (the generated views have the real capture's 1/16 size).
 GENERATED_RECIPE = (
     "accelerator=cpu data.batch_size=512 model.step.sample_budget=null model.renderer.ops_backend=torch "
@@ -114,7 +109,7 @@ def lanes_ab(blocks: list[Block], **job: object) -> tuple[Job, ...]:
     return in_lanes([j for scene, var, seeds, steps in blocks for j in ab(scene, var, seeds, steps, **job)])
 
 
-# The batch rule for several GPUs, measured on one GPU: bench/batch_rule.py turns the rows of
+# The batch rule for several GPUs, measured on one GPU: benchmarks/batch_rule.py turns the rows of
 # A (step_scaling) and B (rule_run) into the predicted time to quality on 2, 4 and 8 GPUs.
 def step_scaling(scene: str, scales: str = "") -> Job:
     """A: the graphed step alone at B, B/2, B/4, B/8 (``scales``: other fractions of the batch, as
@@ -137,20 +132,18 @@ _VAL_S = {"lego": 1.5, "fox": 2.5}  # one validation in a lane
 def rule_run(
     scene: str, k: int, rule: str, *overrides: str, seed: int = 1, steps: int | None = None, tag: str = ""
 ) -> Job:
-    """B: one GPU drawing k x the batch under ``rule`` (``data.batch_multiple=k``): trainer.max_steps
-    reference steps (k x fewer optimizer steps under the rules in rays; ``steps``, default
-    ``RULE_STEPS[scene]``), validated every 1000 of them; ``tag`` ends the job's name."""
+    """B: one GPU drawing k x the batch under ``rule`` (:func:`benchmarks.batch_rules.imitated`):
+    trainer.max_steps reference steps (k x fewer optimizer steps under the rules in rays; ``steps``,
+    default ``RULE_STEPS[scene]``), validated every 1000 of them; ``tag`` ends the job's name."""
     from benchmarks.batch_rule import TARGETS
-    from nerf_lightning.models.clock import resolve_rule
 
     steps = RULE_STEPS[scene] if steps is None else steps
-    # a rule in steps trains trainer.max_steps optimizer steps of k x the batch: k x the GPU time
-    unit = next((o.split("=", 1)[1] for o in overrides if o.startswith("data.schedule_unit=")), None)
-    in_steps = resolve_rule(rule, schedule_unit=unit).unit == "steps"
+    # per_device counts optimizer steps of k x the batch: k x the GPU time
+    in_steps = rule == "per_device"
     expected, timeout = cost(scene, steps * (k if in_steps else 1))
     expected += steps / _VAL_EVERY * _VAL_S[scene]
     return train(
-        f"{scene}_k{k}_{rule}{tag}", scene, f"data.batch_multiple={k}", f"data.batch_scaling={rule}",
+        f"{scene}_k{k}_{rule}{tag}", scene, *imitate(rule, k),
         f"data.steps_per_epoch={_VAL_EVERY}", "trainer.check_val_every_n_epoch=1",
         "model.save_val_images=false", *overrides,
         steps=steps, seed=seed, read=readers.val_curve(scene, TARGETS[scene]), expected_s=expected,
@@ -163,7 +156,7 @@ def sized(
 ) -> list[Job]:
     """:func:`rule_run` on lego once per run length (reference steps), named ``..._{tag}_12k`` (seeds
     other than 1: ``..._{tag}_s2_12k``): runs sized to end at the target, whose shortest length reaching
-    it ``bench.batch_rule`` reads."""
+    it ``benchmarks.batch_rule`` reads."""
     tag += "" if seed == 1 else f"_s{seed}"
     return [
         rule_run("lego", k, rule, *overrides, steps=n, seed=seed, tag=f"{tag}_{n // 1000}k") for n in lengths
@@ -190,7 +183,7 @@ add("cpu-smoke", "two tiny CPU runs in lanes on a generated 24x24 scene (seconds
 #: the viewer's tests import viser and websockets (core dependencies, which a GPU machine given only the
 #: carried wheels may lack): there they are left out by name instead of failing the collection
 VIEWER_TESTS = () if find_spec("viser") and find_spec("websockets") else (
-    "--ignore=tests/viewer", "--ignore=tests/bench/test_viewer_bench.py")
+    "--ignore=tests/viewer", "--ignore=tests/benchmarks/test_viewer_bench.py")
 add("cuda-tests", "the GPU tests: every CUDA kernel against the PyTorch reference (the viewer's only where "
     "viser is installed)",
     pytest("cuda_tests", "-m", "cuda", "tests", *VIEWER_TESTS, expected_s=45, timeout_s=300))
@@ -281,16 +274,12 @@ add("photo-background", "fox and fruit 5k steps, seeds 1-3: a 2^21 table and the
 add("photo-far-cone", "fox and fruit 5k steps, seeds 1-3: a cone angle of 1/512 (twice the far-field "
     "samples) against the default",
     *lanes_ab([("fox", FAR_CONE, SEEDS, 5000), ("fruit", FAR_CONE, SEEDS, 5000)]), data=("fox", "fruit"))
-add("sampler-ab", "lego and fox 5k steps, seeds 1-3: uniform (default), loss-weighted, its error map",
+add("sampler-ab", "lego and fox 5k steps, seeds 1-3: uniform (default) against loss-weighted",
     *lanes_ab([("lego", SAMPLERS, SEEDS, 5000), ("fox", SAMPLERS, SEEDS, 5000)]), data=("lego", "fox"))
 add("sampler-strength", "lego and fox 5k steps, seeds 1-3: loss-weighted alpha 2 / floor 0.1 (fox 0.5 / 0.5)",
     *lanes_ab([("lego", {**DEFAULT, "lw_2_0.1": LW_STRONG}, SEEDS, 5000),
                ("fox", {**DEFAULT, "lw_2_0.1": LW_STRONG, "lw_0.5_0.5": LW_WEAK}, SEEDS, 5000)]),
     data=("lego", "fox"))
-add("sampler-fox-20k", "fox 20k steps, seeds 1-3: uniform against the per-view error map",
-    *lanes_ab([("fox", {**DEFAULT, "error_map": ERROR_MAP}, SEEDS, 20000)]), data=("fox",))
-add("sampler-fruit", "fruit 2000 steps, 7 seeds: uniform against the per-view error map",
-    *lanes_ab([("fruit", {**DEFAULT, "error_map": ERROR_MAP}, FRUIT_SEEDS, 2000)]), data=("fruit",))
 add("hash-table", "lego 20k steps: hash tables of 2^19 (default) and 2^20 at seeds 1-3, 2^21 at seed 1",
     *in_lanes([*ab("lego", {"t19": (), "t20": TABLE["t20"]}, SEEDS, 20000, baseline="t19"),
                *ab("lego", {"t21": TABLE["t21"]}, (1,), 20000, baseline="t19")]), data=("lego",))
@@ -301,22 +290,10 @@ add("hash-levels", "8 hash levels against 16: lego and fox 5k steps, fruit 2000 
                for s in ("lego", "fox", "fruit")]), data=("lego", "fox", "fruit"))
 add("hash-layout", "hash grids of one size: 16x2 (default), 8x4, 6x8 levels x features; lego, fruit",
     *lanes_ab([("lego", LAYOUTS, (1,), 5000), ("fruit", LAYOUTS, (42,), 2000)]), data=("lego", "fruit"))
-add("resolution-schedule", "coarse-to-fine training resolution: lego, fox 5k steps seeds 1-3, fruit 42, 5, 6",
-    *lanes_ab([("lego", {**DEFAULT, "schedule": RES_SCHEDULE}, SEEDS, 5000),
-               ("fox", {**DEFAULT, "schedule": RES_SCHEDULE}, SEEDS, 5000),
-               ("fruit", {**DEFAULT, "schedule": RES_SCHEDULE}, (42, 5, 6), 2000)]),
-    data=("lego", "fox", "fruit"))
-add("warmup", "a 100-step learning-rate warm-up: lego and fox 5k steps seed 1, fruit seeds 42, 5, 6",
-    *lanes_ab([("lego", {**DEFAULT, "warmup": WARMUP}, (1,), 5000),
-               ("fox", {**DEFAULT, "warmup": WARMUP}, (1,), 5000),
-               ("fruit", {**DEFAULT, "warmup": WARMUP}, (42, 5, 6), 2000)]), data=("lego", "fox", "fruit"))
 add("distortion", "mip-NeRF 360's distortion loss (weights 0.01, 0.001) on fruit, seeds 8 and 6",
     *lanes_ab([("fruit", {**DEFAULT, "dist_0.01": ("model.distortion_weight=0.01",),
                           "dist_0.001": ("model.distortion_weight=0.001",)}, (8, 6), 2000)]),
     data=("fruit",))
-add("weight-decay", "instant-ngp's L2 (1e-6) on the MLP matrices: lego and fox 5k steps, seeds 1-3",
-    *lanes_ab([("lego", {**DEFAULT, "mlp_l2": MLP_L2}, SEEDS, 5000),
-               ("fox", {**DEFAULT, "mlp_l2": MLP_L2}, SEEDS, 5000)]), data=("lego", "fox"))
 add("sample-budget", "lego 20k steps alone: 2^18 samples per step (default) against a fixed 8192 rays",
     train("budget", "lego", steps=20000, seed=1, shared=False),
     train("rays_8192", "lego", "model.step.sample_budget=null", "data.batch_size=8192", steps=20000, seed=1,
@@ -349,7 +326,7 @@ add("step-census", "the graphed lego step outside Lightning per precision: wall,
              "--json", "{run_dir}/census.json", read=readers.census_json, expected_s=45, timeout_s=180,
              baseline=None if p == "32-true" else "census_32-true")
       for p in ("32-true", "bf16-mixed", "16-mixed")], data=("lego",))
-#: bench/loop_profile.LoopProfile from optimizer step 1000: 500 steps timed, 500 under cProfile
+#: benchmarks/loop_profile.LoopProfile from optimizer step 1000: 500 steps timed, 500 under cProfile
 LOOP_WINDOW = ("+callbacks.loop_profile._target_=benchmarks.loop_profile.LoopProfile",
                "+callbacks.loop_profile.start=1000", "+callbacks.loop_profile.steps=500")
 #: and then 100 under torch.profiler, with the synchronizing calls located
@@ -358,10 +335,10 @@ LOOP_PROFILE = (*LOOP_WINDOW, "+callbacks.loop_profile.kernel_steps=100")
 NO_CALLBACKS = tuple(f"callbacks.{name}=null" for name in (
     "throughput", "prometheus", "sampler_monitor", "lr_monitor", "load_balance"))
 add("loop-profile", "where the Lightning loop's host time goes (its step against the bare step of "
-    "batch-rule-step): lego 2500 steps alone with bench.loop_profile's window, with the default callbacks "
-    "and without those of the callbacks group (no progress bar), then as a user runs it (the progress bar "
-    "and the checkpoint callbacks on, no validation before the end); then 100 steps under torch.profiler "
-    "with the synchronizing calls located",
+    "batch-rule-step): lego 2500 steps alone with benchmarks.loop_profile's window, with the default "
+    "callbacks and without those of the callbacks group (no progress bar), then as a user runs it (the "
+    "progress bar and the checkpoint callbacks on, no validation before the end); then 100 steps under "
+    "torch.profiler with the synchronizing calls located",
     train("loop_lego", "lego", *LOOP_PROFILE, steps=2500, shared=False, read=readers.loop_profile_json),
     train("loop_lego_no_callbacks", "lego", *NO_CALLBACKS, *LOOP_PROFILE, steps=2500, shared=False,
           read=readers.loop_profile_json, baseline="loop_lego", ratio_of="loop_steps_per_s"),
@@ -370,23 +347,23 @@ add("loop-profile", "where the Lightning loop's host time goes (its step against
           ratio_of="loop_steps_per_s"),
     data=("lego",))
 add("loop-profile-ranks", "the Lightning loop at a rank's batch under the rules that split the batch (3/4 "
-    "and 1/2 of it: data.batch_multiple), where the graphed step alone is shorter than the loop's host work; "
-    "against batch-rule-step's step alone at the same fractions",
-    *[train(f"loop_lego_x{m}", "lego", f"data.batch_multiple={m}", *LOOP_WINDOW, steps=2500,
+    "and 1/2 of it, benchmarks.batch_rules.imitated), where the graphed step alone is shorter than the "
+    "loop's host work; against batch-rule-step's step alone at the same fractions",
+    *[train(f"loop_lego_x{m}", "lego", *imitate("large_batch", float(m)), *LOOP_WINDOW, steps=2500,
             shared=False, read=readers.loop_profile_json) for m in ("0.75", "0.5")],
     data=("lego",))
 add("ops", "each CUDA op against the PyTorch reference, measured in the same run (bench.ops)",
     module("ops", "nerf_lightning.bench.ops", "--profile", "--json", "{run_dir}/ops.json",
            read=readers.ops_json, expected_s=120, timeout_s=400))
 add("tcnn", "tiny-cuda-nn's hash grid against our kernels: its GPU tests against our reference, then "
-    "bench.tcnn (the encoding at 2^18 and 2^20 points, the training step, lego 60 s per backend); needs "
+    "benchmarks.tcnn (the encoding at 2^18 and 2^20 points, the training step, lego 60 s per backend); needs "
     "the tinycudann wheel of scripts/tcnn/build_wheel.sh in .whl/",
     pytest("tcnn_tests", "-m", "cuda", "-s", "tests/models/test_encoding_tcnn.py", expected_s=40,
            timeout_s=180),
     module("bench", "benchmarks.tcnn", "--lego", "{data}/lego", "--out", "{run_dir}/runs",
            "--json", "{run_dir}/tcnn.json", "--markdown", "{run_dir}/tcnn_table.txt", read=readers.tcnn_json,
            expected_s=330, timeout_s=560), data=("lego",))
-add("data-path", "fox at full resolution: data time per step against the training step (bench.data)",
+add("data-path", "fox at full resolution: data time per step against the training step (benchmarks.data)",
     module("fox", "benchmarks.data", "--path", "{data}/fox", "--downscale", "1",
            "--steps", "100", read=readers.log_lines(r"decode|data ms|train step ms|data /"),
            expected_s=60, timeout_s=240), data=("fox",))
@@ -413,7 +390,7 @@ add("viewer", "the browser viewer, lego 20k steps (~60 s) twice: viewer=off agai
 # ------------------------------------------------------------------------------ several GPUs
 _DDP2 = {"gpus": 2, "env": TWO_GPUS, "shared": False, "expected_s": 60.0, "timeout_s": 180.0}
 add("ddp-scaling", "2 GPUs, lego and fox 3000 steps: 1 GPU against DDP (Lightning's launcher, torchrun, "
-    "the global batch split)",
+    "the batch split)",
     train("lego_1gpu", "lego", steps=3000, shared=False, env=GPU_0),
     train("lego_ddp2", "lego", "strategy=ddp", "devices=2", steps=3000, baseline="lego_1gpu",
           ratio_of="rays_per_s", **_DDP2),
@@ -422,8 +399,6 @@ add("ddp-scaling", "2 GPUs, lego and fox 3000 steps: 1 GPU against DDP (Lightnin
             "data.path={data}/lego", "strategy=ddp", "devices=2", "trainer.max_steps=3000",
             "hydra.run.dir={run_dir}", read=readers.metrics_json, baseline="lego_ddp2", ratio_of="rays_per_s",
             gpus=2, env=TWO_GPUS, expected_s=60, timeout_s=180),
-    train("lego_ddp2_global", "lego", "strategy=ddp", "devices=2", "data.batch_scaling=global", steps=3000,
-          baseline="lego_1gpu", ratio_of="train_s", **_DDP2),
     train("fox_1gpu", "fox", steps=3000, seed=42, shared=False, env=GPU_0),
     train("fox_ddp2", "fox", "strategy=ddp", "devices=2", steps=3000, seed=42, baseline="fox_1gpu",
           ratio_of="rays_per_s", **_DDP2), data=("lego", "fox"))
@@ -434,18 +409,18 @@ def timed_run(
 ) -> Job:
     """Lego in ``length`` reference steps on ``gpus`` real GPUs (DDP above one) under ``rule``, ``exchange``
     and ``overrides`` (named with ``tag``), alone on them and validated once at the end, read by
-    ``readers.ddp_run``: its training time and final PSNR, for the prediction's check (``bench.batch_rule``'s
-    "Measured" table)."""
+    ``readers.ddp_run``: its training time and final PSNR, for the prediction's check
+    (``benchmarks.batch_rule``'s "Measured" table)."""
     expected, timeout = cost("lego", length // gpus if rule != "per_device" else length, shared=False)
     if gpus == 1:
         return train(
-            f"lego_1gpu_s{seed}_{length // 1000}k", "lego", f"data.batch_scaling={rule}", steps=length,
+            f"lego_1gpu_s{seed}_{length // 1000}k", "lego", f"batch_rule={rule}", steps=length,
             seed=seed, shared=False, env=GPU_0, read=readers.ddp_run("lego"), expected_s=expected,
             timeout_s=timeout,
         )  # fmt: skip
     return train(
         f"lego_ddp{gpus}_{rule}{tag}_{exchange}_s{seed}_{length // 1000}k", "lego", "strategy=ddp",
-        f"devices={gpus}", f"data.batch_scaling={rule}", f"grad_exchange={exchange}", *overrides,
+        f"devices={gpus}", f"batch_rule={rule}", f"grad_exchange={exchange}", *overrides,
         steps=length, seed=seed, shared=False, gpus=gpus, env=TWO_GPUS, read=readers.ddp_run("lego"),
         expected_s=expected + 20, timeout_s=timeout + 60,
     )  # fmt: skip
@@ -468,14 +443,15 @@ def timed_runs(gpus: int, rule: str, lengths: tuple[int, ...], *overrides: str, 
 
 add("batch-rule-ddp2", "the batch rule's prediction checked on 2 real GPUs (nvidia-h200-x2): lego to 36.2 dB "
     "under auto (large_batch) with either exchange against one GPU, runs sized to 10k and 12k reference "
-    "steps (one GPU: also 14k), seeds 1-3, each alone (~7 min a seed); bench.batch_rule's \"Measured\" "
+    "steps (one GPU: also 14k), seeds 1-3, each alone (~7 min a seed); benchmarks.batch_rule's \"Measured\" "
     "table reads them",
     *timed_runs(2, "auto", (10000, 12000)), data=("lego",))
 add("batch-rule-ddp4", "the batch rule's prediction checked on 4 real GPUs (nvidia-h200-x4): lego to 36.2 dB "
     "under the 4-GPU recipe (large_batch, each rank 3/4 of the batch: k = 3; auto is per_device at 4 GPUs) "
     "with either exchange against one GPU, runs sized to 12k and 13k reference steps (one GPU: 10k, 12k, "
     "14k), seeds 1-3, each alone (~6 min a seed)",
-    *timed_runs(4, "large_batch", (12000, 13000), "data.batch_multiple=0.75", tag="_x0.75"), data=("lego",))
+    *timed_runs(4, "large_batch", (12000, 13000), *imitate("large_batch", 0.75), tag="_x0.75"),
+    data=("lego",))
 
 add("fsdp", "2 GPUs: FSDP per precision (lego 3000 steps), peak memory per GPU with a 2^24 table",
     *[train(f"fsdp_{p}", "lego", "strategy=fsdp", "devices=2", f"precision={p}", steps=3000,
@@ -487,151 +463,56 @@ add("fsdp", "2 GPUs: FSDP per precision (lego 3000 steps), peak memory per GPU w
 
 # ------------------------------------------------------ the batch rule for several GPUs, on one
 add("batch-rule-step", "A: the graphed step alone at B, B/2, B/4, B/8 of lego's and fox's batch, the "
-    "gradient's bytes and the table rows one step touches (bench.step_scaling)",
+    "gradient's bytes and the table rows one step touches (benchmarks.step_scaling)",
     step_scaling("lego"), step_scaling("fox"), data=("lego", "fox"))
 add("batch-rule-shared-work", "the work N ranks share instead of repeating: the GPU time of a rank's 1/N "
     "(N = 1, 2, 4, 8) of the occupancy update and of Adam, beside the step alone at B, 3/4 B and B/2 on lego "
     "and at B on fox (~2 min)",
     step_scaling("lego", "1,0.75,0.5"), step_scaling("fox", "1"), data=("lego", "fox"))
-add("batch-rule-lego", "B: lego, 20k reference steps in lanes, validated every 1000: one GPU's batch "
-    "against 2x and 4x it under sqrt_lr (schedules in rays, lr x sqrt(k))",
-    *in_lanes([rule_run("lego", 1, "per_device"), rule_run("lego", 2, "sqrt_lr"),
-               rule_run("lego", 4, "sqrt_lr")]), data=("lego",))
-add("batch-rule-fox", "B: fox, 10k reference steps in lanes, validated every 1000: 1x, 2x and 4x the batch "
-    "under sqrt_lr",
-    *in_lanes([rule_run("fox", 1, "per_device"), rule_run("fox", 2, "sqrt_lr"),
-               rule_run("fox", 4, "sqrt_lr")]), data=("fox",))
-add("batch-rule-lego-lr", "B, the rest on lego: the learning rate unchanged and x k at 2x and 4x the "
-    "batch (schedules in rays), sqrt_lr at 8x",
-    *in_lanes([rule_run("lego", k, rule) for k in (2, 4) for rule in ("per_device_rays", "linear_lr")]
-              + [rule_run("lego", 8, "sqrt_lr")]), data=("lego",))
-add("batch-rule-fox-lr", "B, the rest on fox: lr x 2 at 2x the batch, and the learning rate unchanged at 4x "
-    "(schedules in rays: is sqrt_lr's collapse at 4x the learning rate?)",
-    *in_lanes([rule_run("fox", 2, "linear_lr"), rule_run("fox", 4, "per_device_rays")]), data=("fox",))
-#: why fox collapses at 4x the batch under the rules in rays: 4x in steps, and in rays without CUDA graphs
-GRID_RAYS = ("data.grid_unit=rays",)  # the rules' grid cadence before they kept it in optimizer steps
-FOX_4X = (rule_run("fox", 4, "per_device", steps=3000),
-          rule_run("fox", 4, "per_device_rays", "model.cuda_graph=false", "data.cuda_graph=false",
-                   *GRID_RAYS, steps=3000))
-add("batch-rule-fox-4x", "why fox collapsed at 4x the batch under the rules in rays with the grid in rays "
-    "(12 dB from the first validation on): 3000 reference steps at 4x in steps (per_device), "
-    "per_device_rays without CUDA graphs",
-    *in_lanes(FOX_4X), data=("fox",))
-GRID_STEPS = ("data.grid_unit=steps",)  # every rule's grid unit since; spelled out as measured
-add("batch-rule-grid", "the occupancy grid in optimizer steps under the rules in rays (data.grid_unit=steps: "
-    "the cause of fox's collapse at 4x on a CPU): fox k = 4 per_device_rays and linear_lr (3000 reference "
-    "steps), lego k = 2 and 4 linear_lr, with lego k = 1 and fox k = 4 linear_lr (grid in rays) in the "
-    "same lanes (~6 min)",
-    *in_lanes([rule_run("lego", 1, "per_device"),
-               rule_run("fox", 4, "per_device_rays", *GRID_STEPS, steps=3000, tag="_gsteps"),
-               rule_run("fox", 4, "linear_lr", *GRID_RAYS, steps=3000),
-               rule_run("fox", 4, "linear_lr", *GRID_STEPS, steps=3000, tag="_gsteps"),
-               rule_run("lego", 4, "linear_lr", *GRID_STEPS, tag="_gsteps"),
-               rule_run("lego", 2, "linear_lr", *GRID_STEPS, tag="_gsteps")]), data=("lego", "fox"))
-add("batch-rule-betas", "B with Adam's betas to the k-th power (data.beta_scaling=power): lego at 1x, at 2x "
-    "and 4x under linear_lr and at 4x under sqrt_lr; fox at 4x under linear_lr; with batch-rule-fox-4x's "
-    "runs in the same lanes (~6 min)",
-    *in_lanes([rule_run("lego", 1, "per_device"),
-               *[rule_run(scene, k, rule, *POWER_BETAS, tag="_betas")
-                 for scene, k, rule in (("lego", 4, "linear_lr"), ("lego", 4, "sqrt_lr"),
-                                        ("lego", 2, "linear_lr"), ("fox", 4, "linear_lr"))],
-               *FOX_4X]), data=("lego", "fox"))
-add("batch-rule-sized", "B with each run sized to end at the target: lego k = 1 in 10k, 12k and 14k "
-    "reference steps, k = 4 under linear_lr in 8k, 12k and 16k, and with its learning rate annealed back to "
-    "x 1 over the second half (data.lr_anneal=0.5) in 10k, 12k and 14k. In a 20k run lego crosses 36.2 dB "
-    "right after a learning-rate decay (the first is at half the run), so steps to it measure the run's "
-    "length as much as the rule; the shortest run that ends at 36.2 dB or more gives the time to it (~6 min)",
-    *in_lanes([*sized(1, "per_device", (10000, 12000, 14000)), *sized(4, "linear_lr", (8000, 12000, 16000)),
-               *sized(4, "linear_lr", (10000, 12000, 14000), "data.lr_anneal=0.5", tag="_anneal")]),
-    data=("lego",))
-#: large_batch's decay (models/clock.py) as overrides, for the rules that do not carry it
-LATE_DECAY = tuple(
-    f"model.scheduler.{key}={value:g}"
-    for key, value in zip(("decay_start", "decay_interval"), RULE_DECAY, strict=True)
-)
-add("batch-rule-late-decay", "B sized, the learning-rate decay later (from 70 % of the run, every 10 %): "
-    "lego k = 1 in 12k reference steps, k = 4 under linear_lr in 12k and 16k (beside batch-rule-sized: does "
-    "a step-limited k = 4 gain from more steps at the high rate?) (~3 min)",
-    *in_lanes([*sized(1, "per_device", (12000,), *LATE_DECAY, tag="_late"),
-               *sized(4, "linear_lr", (12000, 16000), *LATE_DECAY, tag="_late")]),
-    data=("lego",))
-MLP_SQRT = ("data.mlp_lr_scaling=sqrt",)
-add("batch-rule-mlp-lr", "B sized, the MLPs' learning rate scaled less than the hash table's "
-    "(data.mlp_lr_scaling=sqrt), alone and with the decay from 70 % of the run: lego k = 4 under linear_lr "
-    "in 16k reference steps, against each candidate in 12k and 16k (the best pair on a 2-core CPU) (~6 min)",
-    *in_lanes([*sized(4, "linear_lr", (16000,)),
-               *sized(4, "linear_lr", (12000, 16000), *MLP_SQRT, tag="_mlp_sqrt"),
-               *sized(4, "linear_lr", (12000, 16000), *LATE_DECAY, *MLP_SQRT, tag="_late_mlp_sqrt")]),
-    data=("lego",))
-add("batch-rule-late-mlp", "B sized, seeds 2 and 3 of the best 4x candidate (the decay from 70 % of the run "
-    "and the MLPs' rate x sqrt(k)): lego k = 1 in 12k reference steps, k = 4 under linear_lr with both in "
-    "14k and 16k, and seed 1 in 14k; fox at 4x with both against k = 1, 3000 reference steps each (~6 min)",
-    *in_lanes([*[j for seed in (2, 3) for j in (
-                   *sized(1, "per_device", (12000,), seed=seed),
-                   *sized(4, "linear_lr", (14000, 16000), *LATE_DECAY, *MLP_SQRT, tag="_late_mlp_sqrt",
-                          seed=seed))],
-               *sized(4, "linear_lr", (14000,), *LATE_DECAY, *MLP_SQRT, tag="_late_mlp_sqrt"),
-               rule_run("fox", 1, "per_device", steps=3000),
-               rule_run("fox", 4, "linear_lr", *LATE_DECAY, *MLP_SQRT, steps=3000, tag="_late_mlp_sqrt")]),
-    data=("lego", "fox"))
-add("batch-rule-large-batch", "the rule large_batch by its name (linear_lr with the MLPs at x sqrt(k) and "
-    "the decay from 70 %): lego k = 4 in 14k reference steps, k = 2 against linear_lr in 10k and 12k, k = 1 "
-    "in 10k at seeds 2 and 3, fox k = 4 at seed 2 (3000 reference steps) (~6 min)",
+add("batch-rule-large-batch", "B sized: large_batch on lego, k = 4 in 14k reference steps, k = 2 in 10k and "
+    "12k, k = 1 in 10k at seeds 2 and 3, fox k = 4 at seed 2 (3000 reference steps) (~5 min)",
     *in_lanes([*sized(4, "large_batch", (14000,)),
                *sized(1, "per_device", (10000,), seed=2), *sized(1, "per_device", (10000,), seed=3),
-               *sized(2, "large_batch", (10000, 12000)), *sized(2, "linear_lr", (10000, 12000)),
+               *sized(2, "large_batch", (10000, 12000)),
                rule_run("fox", 4, "large_batch", steps=3000, seed=2, tag="_s2")]),
     data=("lego", "fox"))
-add("batch-rule-fox-2x", "fox at 2x the batch, large_batch against linear_lr, and k = 1, seeds 1-3 (k = 1: 2 "
-    "and 3), 3000 reference steps each: may auto use large_batch on 2 GPUs? (~4 min)",
+add("batch-rule-fox-2x", "fox at 2x the batch, large_batch against k = 1, seeds 1-3 (k = 1: 2 and 3), 3000 "
+    "reference steps each: may auto use large_batch on 2 GPUs? (~3 min)",
     *in_lanes([rule_run("fox", k, rule, steps=3000, seed=seed, tag=f"_s{seed}")
-               for seed in (1, 2, 3) for k, rule in ((2, "large_batch"), (2, "linear_lr"), (1, "per_device"))
+               for seed in (1, 2, 3) for k, rule in ((2, "large_batch"), (1, "per_device"))
                if (k, seed) != (1, 1)]),
     data=("fox",))
 add("batch-rule-seeds-2x", "more seeds where one or two decided: lego k = 2 under large_batch at seeds 2 "
-    "and 3 (10k and 12k reference steps), k = 1 in 16k (beside k = 4's 16k runs: equal rays); fox at seed 3, "
-    "3000 reference steps: k = 1, k = 2 under linear_lr, k = 4 under large_batch (~5 min)",
+    "and 3 (10k and 12k reference steps), k = 1 in 16k; fox at seed 3, 3000 reference steps: k = 1 and "
+    "k = 4 under large_batch (~5 min)",
     *in_lanes([*[j for seed in (2, 3) for j in sized(2, "large_batch", (10000, 12000), seed=seed)],
                *sized(1, "per_device", (16000,)),
                *[rule_run("fox", k, rule, steps=3000, seed=3, tag="_s3")
-                 for k, rule in ((1, "per_device"), (2, "linear_lr"), (4, "large_batch"))]]),
+                 for k, rule in ((1, "per_device"), (4, "large_batch"))]]),
     data=("lego", "fox"))
-#: grad_exchange=bf16's rounding of the gradient, on one process (callbacks/grad_exchange.RoundedGradients)
+#: grad_exchange=bf16's rounding of the gradient, on one process (benchmarks/rounded_gradients.py)
 BF16_GRADS = (
-    "+callbacks.rounded_gradients._target_=nerf_lightning.callbacks.grad_exchange.RoundedGradients",
+    "+callbacks.rounded_gradients._target_=benchmarks.rounded_gradients.RoundedGradients",
 )
 add("batch-rule-bf16", "does the bf16 gradient exchange keep the PSNR? large_batch with every gradient "
     "rounded to bfloat16 before the step (RoundedGradients): lego k = 2 in 10k and 12k reference steps at "
-    "seeds 1-3, k = 4 in 16k, beside k = 1 in 10k and 12k at seed 1 (the same day's baseline) (~6 min)",
+    "seeds 1-3, k = 4 in 16k, beside k = 1 in 10k and 12k at seed 1 (the same run's baseline) (~6 min)",
     *in_lanes([*[j for seed in (1, 2, 3) for j in sized(2, "large_batch", (10000, 12000), *BF16_GRADS,
                                                          tag="_bf16", seed=seed)],
                *sized(4, "large_batch", (16000,), *BF16_GRADS, tag="_bf16"),
                *sized(1, "per_device", (10000, 12000))]),
     data=("lego",))
-BETA2 = ("data.beta_scaling=power_beta2",)
-add("batch-rule-beta2", "large_batch with Adam's beta2 to the k-th power (data.beta_scaling=power_beta2: "
-    "the second moment's horizon in rays, the momentum's in steps; +0.11 dB at k = 4 on a 2-core CPU): lego "
-    "k = 4 in 12k reference steps (seed 1), 14k and 16k (seeds 1-3), k = 2 in 10k and 12k (seed 1); fox "
-    "k = 4 at seeds 1 and 2 (3000 reference steps) (~7 min)",
-    *in_lanes([*sized(4, "large_batch", (12000, 14000, 16000), *BETA2, tag="_beta2"),
-               *[j for seed in (2, 3) for j in sized(4, "large_batch", (14000, 16000), *BETA2, tag="_beta2",
-                                                     seed=seed)],
-               *sized(2, "large_batch", (10000, 12000), *BETA2, tag="_beta2"),
-               *[rule_run("fox", 4, "large_batch", *BETA2, steps=3000, seed=seed, tag=f"_beta2_s{seed}")
-                 for seed in (1, 2)]]),
-    data=("lego", "fox"))
-add("batch-rule-3x", "3 reference batches a step (k = 3), what 4 GPUs train at 3/4 of the batch each "
-    "(data.batch_multiple=0.75): the step alone at B, 3/4 B and B/2, then in lanes lego k = 3 under "
-    "large_batch in 11k and 12k reference steps at seeds 1-3, fox k = 3 at seeds 1-3 (3000 reference steps) "
-    "(~6 min)",
+add("batch-rule-3x", "3 reference batches a step (k = 3), what 4 GPUs train at 3/4 of the batch each: the "
+    "step alone at B, 3/4 B and B/2, then in lanes lego k = 3 under large_batch in 11k and 12k reference "
+    "steps at seeds 1-3, fox k = 3 at seeds 1-3 (3000 reference steps) (~6 min)",
     step_scaling("lego", "1,0.75,0.5"),
     *in_lanes([*[j for seed in (1, 2, 3) for j in sized(3, "large_batch", (11000, 12000), seed=seed)],
                *[rule_run("fox", 3, "large_batch", steps=3000, seed=seed, tag=f"_s{seed}")
                  for seed in (1, 2, 3)]]),
     data=("lego", "fox"))
-add("batch-rule-3x-13k", "where k = 3 crosses lego's 36.2 dB (batch-rule-3x's 12k runs end at 36.197): lego "
-    "k = 3 under large_batch in 13k reference steps, and in 12k with every gradient rounded to bfloat16 "
-    "(RoundedGradients, what grad_exchange=bf16 sends), seeds 1-3, in lanes (~4 min)",
+add("batch-rule-3x-13k", "where k = 3 crosses lego's 36.2 dB: lego k = 3 under large_batch in 13k "
+    "reference steps, and in 12k with every gradient rounded to bfloat16 (RoundedGradients, what "
+    "grad_exchange=bf16 sends), seeds 1-3, in lanes (~4 min)",
     *in_lanes([*[j for seed in (1, 2, 3) for j in sized(3, "large_batch", (13000,), seed=seed)],
                *[j for seed in (1, 2, 3) for j in sized(3, "large_batch", (12000,), *BF16_GRADS, tag="_bf16",
                                                       seed=seed)]]),
@@ -642,16 +523,6 @@ add("batch-rule-fox-3x-10k", "fox at 3 reference batches a step (4 GPUs at 3/4 e
         rule_run("fox", 1, "per_device", steps=10000, seed=seed, tag=f"_10k_s{seed}"),
         rule_run("fox", 3, "large_batch", steps=10000, seed=seed, tag=f"_10k_s{seed}"))]),
     data=("fox",))
-add("batch-rule-seeds", "B at seeds 2 and 3 (seed 1: batch-rule-grid): lego 20k reference steps, k = 1, and "
-    "k = 2 and 4 under linear_lr; bench.batch_rule averages the steps to each target and the final PSNR over "
-    "the seeds of its rows (~7 min)",
-    *in_lanes([rule_run("lego", k, rule, seed=seed, tag=f"_s{seed}")
-               for seed in (2, 3) for k, rule in ((1, "per_device"), (2, "linear_lr"), (4, "linear_lr"))]),
-    data=("lego",))
-add("batch-rule-lego-steps", "B in steps on lego: 2x the batch with the schedules and the run in optimizer "
-    "steps (the old per_device default on 2 GPUs; 2x the GPU time of the others), lr x 1 and x sqrt(2)",
-    *in_lanes([rule_run("lego", 2, "per_device"),
-               rule_run("lego", 2, "sqrt_lr", "data.schedule_unit=steps")]), data=("lego",))
 
 # ---------------------------------------------------------------------------------- the 2-core CPU
 add("cpu-train", "`make train` without a GPU: the CPU preset on the default scene (minutes)",

@@ -5,7 +5,7 @@
         [+callbacks.loop_profile.start=1000] [+callbacks.loop_profile.steps=500] \
         [+callbacks.loop_profile.kernel_steps=100]
 
-The graphed step alone (``bench.step_scaling``) takes 2.23 ms on lego on one H200, the same step in the
+The graphed step alone (``benchmarks.step_scaling``) takes 2.23 ms on lego on one H200, the same step in the
 Lightning loop about 2.45 ms; below the full batch the loop is bound by its host (docs/batch_rule.md). This
 callback times ``steps`` optimizer steps from ``start``, then profiles the next ``steps`` under cProfile (the
 device synchronized at each mark), and writes ``loop_profile.json`` into the run directory:
@@ -17,8 +17,9 @@ device synchronized at each mark), and writes ``loop_profile.json`` into the run
   compare functions, not totals).
 
 With ``kernel_steps`` > 0, the ``kernel_steps`` steps after those run under ``torch.profiler`` (CPU and CUDA)
-and ``loop_profile.json`` also holds ``gpu``: the GPU timeline of those steps (``bench.census.timeline_gaps``:
-span, the kernels' summed time (concurrent kernels each counted, so it can exceed the span) and the time
+and ``loop_profile.json`` also holds ``gpu``: the GPU timeline of those steps
+(``benchmarks.census.timeline_gaps``: span, the kernels' summed time (concurrent kernels each counted, so
+it can exceed the span) and the time
 between them per step, the largest gaps by the kernels around them), kernels per step, the
 operators launched outside the CUDA graphs by device time (``eager_ops``: ``[ms per step, calls per step,
 name]``), the synchronizing runtime calls per step (``syncs``) and, on a GPU, where the host waited for the

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """instant-ngp (pyngp, headless) on Blender-layout split files: train, then score the test views.
 
-Run by ``bench/peers.py`` as a plain script with the Python that pyngp was built for; it imports
+Run by ``benchmarks/peers.py`` as a plain script with the Python that pyngp was built for; it imports
 nothing of this project (pyngp must be imported before numpy, and no second CUDA runtime may load:
 both crash pyngp's loader). One call trains one fresh network on ``--train`` for ``--seconds`` of
 wall time (the clock starts after the first frame, which builds the network and, with JIT fusion,

@@ -13,7 +13,7 @@ For one capture (``--scene``: ``lego``, ``fox``, ``fruit`` looked up under ``--d
    copied. Images are written as PNG from the pixels this project decodes, so instant-ngp (which reads
    no WebP and has its own JPEG decoder) sees the same pixels. Folder: ``<out>/<scene>/split``.
 2. **instant-ngp** (``--programs`` has ``ngp``), alone on the GPU, one fresh run per time point:
-   ``bench/ngp_driver.py`` (the metric of instant-ngp's ``scripts/run.py``, per-view PSNRs,
+   ``benchmarks/ngp_driver.py`` (the metric of instant-ngp's ``scripts/run.py``, per-view PSNRs,
    ``--ngp-train-extrinsics``), or with ``--ngp-runner kit`` the kit's own ``run_scene.sh`` (means only).
 3. **nerf_lightning** (``--programs`` has ``ours``): ``bench.curve`` at the same time points, on the
    original capture with ``data.format=ngp`` (captures without split files) or on the capture's split
@@ -436,7 +436,7 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--ngp-train-extrinsics", action="store_true", help="instant-ngp optimizes training poses")
     p.add_argument("--jit", choices=("default", "on", "off"), default="default")
     p.add_argument("--dry-run", action="store_true", help="write the split files, print the commands")
-    p.add_argument("--json", type=Path, default=None, help="also write this call's rows here (bench.suite)")
+    p.add_argument("--json", type=Path, default=None, help="also write the rows here (benchmarks.suite)")
     args = p.parse_args(argv)
     times = [float(t) for t in args.times.split(",") if t]
     programs = {x.strip() for x in args.programs.split(",") if x.strip()}

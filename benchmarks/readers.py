@@ -97,7 +97,7 @@ _PYTEST_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfa
 
 
 def peers_json(run_dir: Path, log: Path) -> list[Row]:
-    """``bench.peers --json``: one row per program and time point of the call (part ``@instant_ngp_60s``,
+    """``benchmarks.peers --json``: one row per program and time point of the call (part ``@instant_ngp_60s``,
     ``@nerf_lightning_60s``): PSNR in sRGB over white, instant-ngp's own metric as ``psnr_ngp``, the worst
     view in the note, the per-view PSNRs in ``per_view``."""
     data = _load(run_dir / "peers.json")
@@ -131,7 +131,7 @@ def pytest_summary(run_dir: Path, log: Path) -> list[Row]:
 
 
 def census_json(run_dir: Path, log: Path) -> list[Row]:
-    """``bench.census``: a step's wall time, GPU span and kernel time; ``steps_per_s`` = 1000 / wall ms."""
+    """``benchmarks.census``: a step's wall time, GPU span, kernel time; ``steps_per_s`` = 1000 / wall ms."""
     c = _load(run_dir / "census.json")
     return [{
         "steps_per_s": 1e3 / c["wall_ms"],
@@ -145,7 +145,8 @@ def census_json(run_dir: Path, log: Path) -> list[Row]:
 
 
 def ops_json(run_dir: Path, log: Path) -> list[Row]:
-    """``bench.ops --json``: one row per op benchmark; its ratio is CUDA over the reference (same run)."""
+    """``nerf_lightning.bench.ops --json``: one row per op benchmark; its ratio is CUDA over the reference
+    (same run)."""
     data = _load(run_dir / "ops.json")
     rows = []
     for r in data["results"]:
@@ -158,8 +159,8 @@ def ops_json(run_dir: Path, log: Path) -> list[Row]:
 
 
 def tcnn_json(run_dir: Path, log: Path) -> list[Row]:
-    """``bench.tcnn --json``: one row per benchmark; its ratio is tcnn over our kernels (same run), a cell
-    that did not run (tcnn absent, a failed capture) in the note."""
+    """``benchmarks.tcnn --json``: one row per benchmark; its ratio is tcnn over our kernels (same run), a
+    cell that did not run (tcnn absent, a failed capture) in the note."""
     rows = []
     for r in _load(run_dir / "tcnn.json")["rows"]:
         part = re.sub(r"[^a-z0-9]+", "_", r["name"].lower()).strip("_")
@@ -171,7 +172,7 @@ def tcnn_json(run_dir: Path, log: Path) -> list[Row]:
 
 
 def capture_ab_json(run_dir: Path, log: Path) -> list[Row]:
-    """``bench.capture_ab``: one row per variant, held-out and training PSNR, the constant-image floor."""
+    """``benchmarks.capture_ab``: one row per variant: held-out and training PSNR, constant-image floor."""
     data = _load(run_dir / "capture_ab.json")
     return [{
         "part": f"@{name}", "psnr": r["heldout_psnr"], "ssim": r["heldout_ssim"], "train_s": r["train_s"],
@@ -190,7 +191,7 @@ def render_json(run_dir: Path, log: Path) -> list[Row]:
 
 
 def viewer_json(run_dir: Path, log: Path) -> list[Row]:
-    """``bench.viewer``'s ``viewer_bench.json``: steps/s with ``viewer=off`` and with a client connected
+    """``benchmarks.viewer``'s ``viewer_bench.json``: steps/s with ``viewer=off`` and with a client connected
     (``viewer=on``, its speed as a ratio of the first: over the steps while the client orbited when the
     report has them), then frames/s at each canvas size."""
     r = _load(run_dir / "viewer_bench.json")
@@ -252,8 +253,8 @@ def jsonl(filename: str, part: str = "tag", **keys: str) -> Callable[[Path, Path
 
 
 def step_scaling_json(scene: str) -> Callable[[Path, Path], list[Row]]:
-    """``bench.step_scaling --json``: one row per fraction of the batch (part ``@x0.5``) with the step's
-    time, rays and samples, the gradient's bytes and the table rows it touches (``bench.batch_rule``)."""
+    """``benchmarks.step_scaling --json``: one row per fraction of the batch (part ``@x0.5``) with the step's
+    time, rays and samples, the gradient's bytes and the table rows it touches (``benchmarks.batch_rule``)."""
 
     def read(run_dir: Path, log: Path) -> list[Row]:
         data = _load(run_dir / "step_scaling.json")
@@ -271,7 +272,7 @@ def step_scaling_json(scene: str) -> Callable[[Path, Path], list[Row]]:
 
 
 def loop_profile_json(run_dir: Path, log: Path) -> list[Row]:
-    """A training run with ``bench.loop_profile.LoopProfile``: :func:`metrics_json` plus the window's
+    """A training run with ``benchmarks.loop_profile.LoopProfile``: :func:`metrics_json` plus the window's
     ``loop_ms`` (the loop's step, unprofiled; ``loop_steps_per_s``, its inverse, for speed ratios),
     ``profiled_ms`` and the top functions (``own``, ``cumulative``), the three largest by own time in the
     note."""
@@ -334,7 +335,7 @@ def lr_schedule(run_dir: Path) -> str | None:
 
 def rounded_gradients(run_dir: Path) -> str | None:
     """``"bf16"`` where the run rounded its gradients to bfloat16 before each step (a
-    ``callbacks/grad_exchange.RoundedGradients`` callback in ``.hydra/config.yaml``), else None."""
+    ``benchmarks/rounded_gradients.RoundedGradients`` callback in ``.hydra/config.yaml``), else None."""
     cfg = _run_config(run_dir)
     callbacks = (cfg.get("callbacks") if cfg is not None else None) or {}
     targets = {str((c or {}).get("_target_", "")) for c in callbacks.values()}

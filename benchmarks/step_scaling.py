@@ -9,7 +9,7 @@ budget and the ray slots times ``s`` (``FixedBudgetStep.set_capacity_scale``, th
 model of its own from scratch for ``--warmup`` steps (past the occupancy warm-up: the grid has emptied as
 late in training), then the wall time of ``--steps`` steps is measured (host and GPU overlapped, as in
 training; the batch and the step replayed from their CUDA graphs, fused Adam, an occupancy update every
-16 steps). Also measured, for the cost of exchanging gradients between GPUs (``bench/batch_rule.py``):
+16 steps). Also measured, for the cost of exchanging gradients between GPUs (``benchmarks/batch_rule.py``):
 the gradient's bytes, what DDP all-reduces every step, and the fraction of the hash table's rows that one
 step's gradient touches (per level: the rest of the table's gradient is exactly zero). And for the work
 that N ranks share instead of repeating, each alone on the GPU at shares 1, 1/2, 1/4, 1/8: the occupancy
@@ -176,13 +176,13 @@ def measure(
     device: str,
 ) -> dict[str, Any]:
     """Time the step at each scale (module docstring); the data are loaded once."""
-    import hydra
 
+    from nerf_lightning.apps.train import build_datamodule
     from nerf_lightning.run.config import compose_train_config
 
     torch.set_float32_matmul_precision("high")  # as `python -m nerf_lightning.train`
     cfg = compose_train_config(["logger=csv", *overrides], work)
-    dm = hydra.utils.instantiate(cfg.data)
+    dm = build_datamodule(cfg)
     dm.prepare_data()
     dm.setup("fit")
     dm._ensure_device(torch.device(device))
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="write the result here")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("bench.step_scaling needs an NVIDIA GPU (--device cpu checks the tool)", file=sys.stderr)
+        print("benchmarks.step_scaling needs an NVIDIA GPU (--device cpu checks the tool)", file=sys.stderr)
         return 2
     try:
         scales = [float(s) for s in args.scales.split(",") if s.strip()]

@@ -6,7 +6,7 @@
 
 Each NAME is an experiment of :data:`benchmarks.experiments.EXPERIMENTS`: a list of jobs (training
 runs, ``bench.curve``, pytest, any command), each with an expected duration and a hard time box. Jobs run
-alone on the machine, or in lanes that share the GPU for fixed-step quality A/Bs (``bench.jobs``). A job
+alone on the machine, or in lanes that share the GPU for fixed-step quality A/Bs (``benchmarks.jobs``). A job
 is skipped when less than its expected time is left of ``--limit`` (so the whole call ends in time), when a
 capture it needs is missing under ``--data``, or when it needs more GPUs than are visible. A job that
 fails or overruns its box gets its exit status and log tail in its row and never stops the other jobs.

@@ -85,8 +85,8 @@ def make_step(
     """One optimizer step of the budgeted training step on a shell-shaped occupancy grid."""
     from nerf_lightning.models.field import NGPField
     from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
-    from nerf_lightning.render.occupancy import OccupancyGrid
-    from nerf_lightning.render.renderer import Renderer
+    from nerf_lightning.volume.occupancy import OccupancyGrid
+    from nerf_lightning.volume.renderer import Renderer
 
     torch.manual_seed(0)
     field = NGPField(aabb_scale=1, encoding=dict(grid, backend=backend)).to(device)

@@ -46,7 +46,7 @@ import torch
 from websockets.exceptions import ConnectionClosed
 
 from benchmarks.readers import csv_points
-from nerf_lightning.render.camera_path import look_at
+from nerf_lightning.video.camera_paths import look_at
 from nerf_lightning.viewer.client import HeadlessClient
 from nerf_lightning.viewer.ports import next_free_port
 

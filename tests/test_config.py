@@ -141,26 +141,24 @@ def test_grad_exchange_bf16_reaches_ddp_and_fsdp(compose_cfg) -> None:
         hydra.utils.instantiate(compose_cfg("strategy=fsdp", "grad_exchange=fp8").trainer.strategy)
 
 
-BATCH_RULES = ["per_device", "global", "throughput", "per_device_rays", "sqrt_lr", "linear_lr", "large_batch"]
+BATCH_RULES = ["auto", "per_device", "large_batch", "throughput"]
 
 
 @pytest.mark.parametrize("rule", BATCH_RULES)
-def test_every_batch_rule_composes_into_the_datamodule_clock(compose_cfg, rule: str) -> None:
-    cfg = compose_cfg(f"data.batch_scaling={rule}", "data.batch_multiple=2", "data.lr_warmup=100",
-                      "data.lr_anneal=0.5", "data.mlp_lr_scaling=sqrt")  # fmt: skip
-    dm = hydra.utils.instantiate(cfg.data)
-    assert dm.clock.rule.name == rule and dm.clock.batch_multiple == 2 and dm.clock.lr_warmup == 100
-    assert dm.clock.lr_anneal == 0.5 and dm.clock.mlp_lr_scaling == "sqrt"
-    overridden = hydra.utils.instantiate(compose_cfg(f"data.batch_scaling={rule}", "data.lr_scaling=linear",
-                                                     "data.schedule_unit=rays").data)  # fmt: skip
-    assert (overridden.clock.rule.lr_scaling, overridden.clock.unit) == ("linear", "rays")
+def test_every_batch_rule_composes_into_a_clock(compose_cfg, rule: str) -> None:
+    from nerf_lightning.training.clock import TrainingClock
+
+    clock = TrainingClock(hydra.utils.instantiate(compose_cfg(f"batch_rule={rule}").batch_rule))
+    assert clock.configured.name == rule and clock.k == 1.0
 
 
 @pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp"])
 def test_the_default_batch_rule_is_auto_large_batch_on_two_ranks(compose_cfg, strategy: str) -> None:
+    from nerf_lightning.training.clock import TrainingClock
+
     cfg = compose_cfg(f"strategy={strategy}")
-    assert cfg.data.batch_scaling == "auto"
-    clock = hydra.utils.instantiate(cfg.data).clock
+    clock = TrainingClock(hydra.utils.instantiate(cfg.batch_rule))
+    assert clock.configured.name == "auto"
     assert clock.rule.name == "per_device"  # before the world size is known: the per-rank batch is the same
     clock.bind(1)
     assert clock.rule.name == "per_device" and clock.trivial  # one GPU exactly as before

@@ -121,7 +121,7 @@ def test_every_app_has_a_main_behind_its_shim(app: str) -> None:
     import importlib
 
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
-    shim = "nerf_lightning.render.__main__" if app == "render" else f"nerf_lightning.{app}"
+    shim = f"nerf_lightning.{app}"
     target = importlib.import_module(f"nerf_lightning.apps.{app}").main
     assert importlib.import_module(shim).main is target
     scripts = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["scripts"]

@@ -35,10 +35,6 @@ NO_DATA = "data.path=/no/such/capture"
         ("accumulate_grad_batches=0", "accumulate_grad_batches=0: expected an integer >= 1"),
         ("overwrite=maybe", "overwrite=maybe: expected true or false"),
         ("resume=sometimes", "resume=sometimes: expected one of never, auto"),
-        ("data.batch_scaling=sqrt", "data.batch_scaling=sqrt: expected one of auto, per_device, global, "
-         "throughput, per_device_rays, sqrt_lr, linear_lr"),
-        ("data.batch_multiple=0", "data.batch_multiple=0: expected a number > 0"),
-        ("data.schedule_unit=epochs", "data.schedule_unit=epochs: expected one of steps, rays or null"),
         ("grad_exchange=fp16", "grad_exchange=fp16: expected one of fp32, bf16"),
         ("model.alpha_weight=sometimes", "model.alpha_weight=sometimes: expected a number >= 0 or auto "
          "(auto: 0.1 on renders, 0 on photographs)"),

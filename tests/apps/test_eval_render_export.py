@@ -18,10 +18,10 @@ from nerf_lightning.apps.export import export
 from nerf_lightning.apps.render import render_video
 from nerf_lightning.data.formats import load_capture
 from nerf_lightning.errors import UserError
-from nerf_lightning.render.camera_path import camera_rays, orbit_path, read_nerfstudio_path
-from nerf_lightning.render.video import turbo
 from nerf_lightning.run.config import compose_app_config
 from nerf_lightning.run.restore import load_run
+from nerf_lightning.video.camera_paths import camera_rays, orbit_path, read_nerfstudio_path
+from nerf_lightning.video.writer import turbo
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +130,7 @@ def _focal(capture, height: int) -> tuple[float, float]:
 
 
 def test_orbit_circles_the_focus_point_at_the_training_distance() -> None:
-    from nerf_lightning.render.camera_path import look_at
+    from nerf_lightning.video.camera_paths import look_at
 
     centre, up = np.array([0.4, 0.6, 0.5]), np.array([0.0, 0.0, 1.0])
     ring = []

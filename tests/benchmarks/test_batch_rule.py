@@ -200,7 +200,7 @@ def test_val_curve_reads_the_csv_and_the_rule(tmp_path: Path) -> None:
     (tmp_path / "metrics.json").write_text(json.dumps({**metrics, "batch/beta_scaling": "power_beta2"}))
     (tmp_path / ".hydra" / "config.yaml").write_text(
         "callbacks:\n  lr_monitor:\n    _target_: x.LearningRateMonitor\n  rounded_gradients:\n"
-        "    _target_: nerf_lightning.callbacks.grad_exchange.RoundedGradients\n"
+        "    _target_: benchmarks.rounded_gradients.RoundedGradients\n"
     )
     (row,) = readers.val_curve("lego")(tmp_path, tmp_path / "log")
     assert (row["beta_scaling"], row["gradients"]) == ("power_beta2", "bf16")

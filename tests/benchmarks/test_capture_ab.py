@@ -1,4 +1,5 @@
-"""``bench.capture_ab`` builds its model as the train app does, so a batch rule in rays trains there too."""
+"""``benchmarks.capture_ab`` builds its model as the train app does, so a batch rule in rays trains there
+too (one process imitating two ranks, ``benchmarks/batch_rules.py``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.batch_rules import overrides as imitate
 from benchmarks.capture_ab import run_variant
 from nerf_lightning.data.synthetic import generate_scene
 
@@ -17,11 +19,11 @@ TINY = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("rule", "optimizer_steps"), [("per_device", 8), ("per_device_rays", 4)])
+@pytest.mark.parametrize(("rule", "optimizer_steps"), [("per_device", 8), ("large_batch", 4)])
 def test_a_rule_in_rays_runs_half_the_optimizer_steps_at_twice_the_batch(
     tmp_path: Path, rule: str, optimizer_steps: int
 ) -> None:
     scene = generate_scene(tmp_path / "scene", n_views=6, width=16, height=16, supersample=1).parent
-    overrides = [*TINY, "data.batch_multiple=2", f"data.batch_scaling={rule}"]
+    overrides = [*TINY, *imitate(rule, 2)]
     result = run_variant(str(scene), overrides, steps=8, seed=0, out_dir=tmp_path / "run")
     assert result["optimizer_steps"] == optimizer_steps  # 8 reference steps of 2 batches: 4 under rays

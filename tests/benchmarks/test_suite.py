@@ -103,7 +103,7 @@ def test_every_training_override_of_the_table_composes(tmp_path: Path) -> None:
                 key = ov.split("=", 1)[0]
                 if ov not in values.setdefault(key, []):
                     values[key].append(ov)
-    assert {"precision", "strategy", "data.sampler", "+model.scheduler.warmup_steps"} <= set(values)
+    assert {"precision", "strategy", "data.sampler", "batch_rule._target_"} <= set(values)
     rounds = max(len(v) for v in values.values())
     fill = {"{data}": str(tmp_path / "data"), "{exp_dir}": str(tmp_path / "exp")}
     for i in range(rounds):
@@ -132,7 +132,7 @@ def test_the_gpu_tests_leave_the_viewer_out_where_viser_is_missing(monkeypatch: 
     finally:
         monkeypatch.undo()
         with_viser = importlib.reload(experiments).EXPERIMENTS["cuda-tests"].jobs[0].argv
-    assert without[-3:] == ("tests", "--ignore=tests/viewer", "--ignore=tests/bench/test_viewer_bench.py")
+    assert without[-3:] == ("tests", "--ignore=tests/viewer", "--ignore=tests/benchmarks/test_viewer_bench.py")
     assert with_viser[-3:] == ("-m", "cuda", "tests")
 
 

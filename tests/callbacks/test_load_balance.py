@@ -5,7 +5,7 @@ rank 1 computes each ray at half speed (a GPU half as fast, whatever the machine
 forked from the test process (no interpreter start-up) with the variables Lightning's launcher gives
 the processes it starts (``MASTER_ADDR``/``MASTER_PORT``, ``WORLD_SIZE``, ``NODE_RANK``, ``LOCAL_RANK``)
 and each runs the entry point's ``main()``. The first window measures the imbalance of an even split;
-with ``data.batch_scaling=throughput`` the last windows' forward times must agree within 20 %.
+with ``batch_rule=throughput`` the last windows' forward times must agree within 20 %.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from runs import child_env, fork_app
 
 from nerf_lightning.callbacks.load_balance import LoadBalancer
 from nerf_lightning.data.synthetic import generate_scene
-from nerf_lightning.models.clock import TrainingClock, resolve_rule
-from nerf_lightning.models.feedback import TrainingFeedback
+from nerf_lightning.training.batch_rules import throughput
+from nerf_lightning.training.clock import TrainingClock
+from nerf_lightning.training.feedback import TrainingFeedback
 
 STEPS = 96
 WINDOW = 12  # optimizer steps per load-balancing window
@@ -55,7 +56,7 @@ def test_shares_move_towards_equal_forward_times() -> None:
         def set_work_scale(self, s: float) -> None:
             self.share = s
 
-    feedback = TrainingFeedback(TrainingClock(resolve_rule("throughput")))
+    feedback = TrainingFeedback(TrainingClock(throughput()))
     lb = LoadBalancer(momentum=0.0, feedback=feedback)  # undamped: the whole correction in one window
     module = _Module()
     # even shares; rank 1 needs 3 s for 10 steps, rank 0 1 s: shares ~ 1 / time, renormalized
@@ -73,7 +74,7 @@ def test_throughput_scaling_evens_out_a_slow_rank(tmp_path: Path) -> None:
     run = tmp_path / "run"
     args = [
         "strategy=ddp", "devices=2", "accelerator=cpu", "experiment=cpu", "logger=none",
-        f"data.path={scene}", "data.batch_size=64", "data.batch_scaling=throughput",
+        f"data.path={scene}", "data.batch_size=64", "batch_rule=throughput",
         f"data.steps_per_epoch={STEPS}", f"trainer.max_steps={STEPS}", "trainer.check_val_every_n_epoch=1000",
         "model.renderer.occupancy.resolution=16", "model.field.encoding.n_levels=4",
         "model.field.encoding.max_resolution=64",

@@ -78,4 +78,4 @@ def test_lr_monitor_is_a_noop_without_logger() -> None:
     monitor.on_train_epoch_start(trainer)
     monitor.on_train_batch_start(trainer, None, None, 0)
     assert not monitor._active
-    # (with a logger it logs: tests/test_train_e2e.py reads its lr-Adam column back from the CSV log)
+    # (with a logger it logs: tests/test_train_e2e.py reads its lr-Adam/table column back from the CSV log)

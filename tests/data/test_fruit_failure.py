@@ -11,7 +11,7 @@ without its 1/16 downscale), seed 42, 400 steps, three variants:
   defaults before issue 9): the model memorizes the training views (held-out PSNR far below the training
   PSNR), so the generated capture still reproduces the failure;
 - the near plane alone (0.2 NGP units): it removes the failure (held-out PSNR several dB higher);
-- near-camera gradient scaling alone (1.0 NGP unit, ``render/gradient_scaling.py``): it stops the
+- near-camera gradient scaling alone (1.0 NGP unit, ``volume/gradient_scaling.py``): it stops the
   memorization (the gap between training and held-out PSNR shrinks) but fits this small capture more
   slowly, so at 400 steps its held-out PSNR is about the failing run's.
 

@@ -61,27 +61,19 @@ def test_uniform_sampler_is_uniform_over_pixels():
     _assert_frequencies(torch.bincount(flat, minlength=64), torch.full((64,), 1 / 64))
 
 
-@pytest.mark.parametrize("resolution", [0, 1, 3, 4])
-def test_pixels_inside_views_of_different_sizes(resolution):
+def test_pixels_inside_views_of_different_sizes():
     widths, heights = [7, 13, 5, 64], [5, 11, 9, 4]
-    s = LossWeightedRaySampler(
-        widths=widths, heights=heights, warmup_steps=0, update_every=1, error_map_resolution=resolution
-    )
-    # skewed losses so the weighted path (and error map cells) is what gets sampled
+    s = LossWeightedRaySampler(widths=widths, heights=heights, warmup_steps=0, update_every=1)
+    # skewed losses so the weighted path is what gets sampled
     for step in range(3):
         _feed(s, [5.0, 0.1, 1.0, 0.5], step)
     v, x, y = s.sample(N_DRAWS, torch.Generator().manual_seed(2))
     w, h = torch.tensor(widths)[v], torch.tensor(heights)[v]
     assert bool(((x >= 0) & (x < w) & (y >= 0) & (y < h)).all())
-    # every pixel of every view is reachable (no cell boundary drops a row/column)
+    # every pixel of every view is reachable
     for view, (wi, hi) in enumerate(zip(widths, heights, strict=True)):
         m = v == view
         assert torch.unique(y[m] * wi + x[m]).numel() == wi * hi
-
-
-def test_error_map_resolution_larger_than_image_is_rejected():
-    with pytest.raises(ValueError, match="error_map_resolution"):
-        LossWeightedRaySampler(widths=[16, 4], heights=[16, 16], error_map_resolution=8)
 
 
 def test_fixed_weights_frequencies_match_probabilities():
@@ -90,7 +82,7 @@ def test_fixed_weights_frequencies_match_probabilities():
         widths=WIDTHS, heights=HEIGHTS, alpha=1.0, eps=1e-2, uniform_floor=0.1, warmup_steps=0, update_every=1
     )
     _feed(s, ema, 0)  # first window initializes the EMA to the window mean exactly
-    torch.testing.assert_close(s.ema[:, 0], torch.tensor(ema, dtype=torch.float64), rtol=1e-6, atol=0)
+    torch.testing.assert_close(s.ema, torch.tensor(ema, dtype=torch.float64), rtol=1e-6, atol=0)
     expected = _expected_probs(WIDTHS, HEIGHTS, ema, 1.0, 1e-2, 0.1)
     torch.testing.assert_close(s.view_probabilities().double(), expected, rtol=1e-6, atol=1e-7)
     v, _, _ = s.sample(N_DRAWS, torch.Generator().manual_seed(3))
@@ -147,7 +139,7 @@ def test_higher_loss_views_sampled_more_after_updates():
     counts = torch.bincount(v, minlength=5)
     assert bool((counts[1:] > counts[:-1]).all()), counts
     # and the EMA converged to the constant losses
-    torch.testing.assert_close(s.ema[:, 0], torch.tensor(losses, dtype=torch.float64), rtol=1e-5, atol=0)
+    torch.testing.assert_close(s.ema, torch.tensor(losses, dtype=torch.float64), rtol=1e-5, atol=0)
 
 
 def test_unseen_views_keep_their_ema_and_window_decay():
@@ -157,49 +149,17 @@ def test_unseen_views_keep_their_ema_and_window_decay():
     # window 2: only view 0 seen, mean 6 → 0.5 * 2 + 0.5 * 6 = 4; view 1 keeps 4
     s.update(torch.tensor([0, 0]), torch.tensor([0, 1]), torch.tensor([0, 0]), torch.tensor([5.0, 7.0]))
     s.step(1)
-    torch.testing.assert_close(s.ema[:, 0], torch.tensor([4.0, 4.0], dtype=torch.float64))
+    torch.testing.assert_close(s.ema, torch.tensor([4.0, 4.0], dtype=torch.float64))
     # a non-finite loss does not poison the weights
     s.update(torch.tensor([1]), torch.tensor([0]), torch.tensor([0]), torch.tensor([float("nan")]))
     s.step(2)
-    torch.testing.assert_close(s.ema[:, 0], torch.tensor([4.0, 4.0], dtype=torch.float64))
+    torch.testing.assert_close(s.ema, torch.tensor([4.0, 4.0], dtype=torch.float64))
     assert bool(torch.isfinite(s.cdf).all())
-
-
-def test_error_map_draws_more_from_high_error_cell():
-    r, f, eps = 4, 0.2, 1e-3
-    s = LossWeightedRaySampler(
-        widths=[32],
-        heights=[32],
-        warmup_steps=0,
-        update_every=1,
-        uniform_floor=f,
-        eps=eps,
-        error_map_resolution=r,
-    )
-    # losses from every pixel of the view once: 9.0 in cell (cy=1, cx=2), 1.0 elsewhere
-    yy, xx = torch.meshgrid(torch.arange(32), torch.arange(32), indexing="ij")
-    x, y = xx.reshape(-1), yy.reshape(-1)
-    hot = (y // 8 == 1) & (x // 8 == 2)
-    s.update(torch.zeros_like(x), x, y, torch.where(hot, 9.0, 1.0))
-    s.step(0)
-    emap = s.error_map()
-    assert emap is not None and emap.shape == (1, r, r)
-    assert emap[0, 1, 2] == 9.0 and float(emap.sum()) == 9.0 + 15.0
-    view_ema = (9.0 + 15.0) / 16
-    q = torch.full((16,), 1.0 + eps * view_ema, dtype=torch.float64)
-    q[1 * r + 2] = 9.0 + eps * view_ema
-    expected = (1 - f) * q / q.sum() + f / 16
-    _, px, py = s.sample(N_DRAWS, torch.Generator().manual_seed(6))
-    cell = (py // 8) * r + px // 8
-    _assert_frequencies(torch.bincount(cell, minlength=16), expected)
-    assert expected[1 * r + 2] > 5 * expected[0]
 
 
 def test_no_host_sync_on_cpu(monkeypatch):
     """sample / update / step (with a probability recompute) never read a tensor value on the host."""
-    s = LossWeightedRaySampler(
-        widths=WIDTHS, heights=HEIGHTS, warmup_steps=2, update_every=2, error_map_resolution=4
-    )
+    s = LossWeightedRaySampler(widths=WIDTHS, heights=HEIGHTS, warmup_steps=2, update_every=2)
     g = torch.Generator().manual_seed(7)
 
     def forbidden(*args, **kwargs):
@@ -218,9 +178,7 @@ def test_no_host_sync_on_cpu(monkeypatch):
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_no_host_sync_on_cuda():
-    s = LossWeightedRaySampler(
-        widths=WIDTHS, heights=HEIGHTS, warmup_steps=2, update_every=2, error_map_resolution=4
-    ).to("cuda")
+    s = LossWeightedRaySampler(widths=WIDTHS, heights=HEIGHTS, warmup_steps=2, update_every=2).to("cuda")
     g = torch.Generator(device="cuda").manual_seed(8)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -237,12 +195,10 @@ def test_no_host_sync_on_cuda():
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("error_map_resolution", [0, 4])
-def test_sample_kernel_equals_the_torch_path_on_cuda(error_map_resolution: int):
+def test_sample_kernel_equals_the_torch_path_on_cuda():
     """``ops.cuda.sample_pixels`` (what ``sample`` runs on a GPU) against ``_pixels_of``, the same
-    uniforms, after the error map has moved the distribution away from uniform."""
-    kw = dict(warmup_steps=0, update_every=1, error_map_resolution=error_map_resolution)
-    s = LossWeightedRaySampler(widths=WIDTHS, heights=HEIGHTS, **kw).to("cuda")
+    uniforms, after the losses have moved the distribution away from uniform."""
+    s = LossWeightedRaySampler(widths=WIDTHS, heights=HEIGHTS, warmup_steps=0, update_every=1).to("cuda")
     g = torch.Generator(device="cuda").manual_seed(3)
     v, x, y = s.sample(20_000, g)
     s.update(v, x, y, (x.float() + 1) * 0.01 + v.float())
@@ -251,14 +207,14 @@ def test_sample_kernel_equals_the_torch_path_on_cuda(error_map_resolution: int):
     u[0, :4] = torch.tensor([0.0, 1.0 - 1e-16, 0.5, 0.999999], dtype=torch.float64)  # the CDF's ends
     from nerf_lightning.ops import cuda_ops
 
-    got = cuda_ops().sample_pixels(u, s.cdf, s.widths, s.heights, s._res)
+    got = cuda_ops().sample_pixels(u, s.cdf, s.widths, s.heights, 1)
     want = s._pixels_of(u)
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
 
 
 def test_checkpoint_round_trip_is_exact():
-    kw = dict(widths=WIDTHS, heights=HEIGHTS, warmup_steps=0, update_every=4, error_map_resolution=2)
+    kw = dict(widths=WIDTHS, heights=HEIGHTS, warmup_steps=0, update_every=4)
     a = LossWeightedRaySampler(**kw)
     for step in range(6):  # ends mid-window: accumulators hold two steps
         _feed(a, [0.3, 1.0, 0.1, 0.7], step)
@@ -296,8 +252,8 @@ def test_dtype_casts_keep_sampler_state():
 
 def test_build_sampler_and_partial_construction():
     assert isinstance(build_sampler("uniform", WIDTHS, HEIGHTS), UniformRaySampler)
-    s = build_sampler("loss_weighted", WIDTHS, HEIGHTS, alpha=2.0, error_map_resolution=2)
-    assert isinstance(s, LossWeightedRaySampler) and s.alpha == 2.0 and s.num_cells == 4
+    s = build_sampler("loss_weighted", WIDTHS, HEIGHTS, alpha=2.0)
+    assert isinstance(s, LossWeightedRaySampler) and s.alpha == 2.0
     with pytest.raises(ValueError, match="unknown sampler 'importance'"):
         build_sampler("importance", WIDTHS, HEIGHTS)
     # what Hydra's `_partial_: true` produces, completed at setup time
@@ -348,13 +304,16 @@ def test_update_rejects_mismatched_shapes():
 
 
 def test_windows_on_a_clock_of_three_reference_steps_per_step():
-    """With the training clock's ticks (``models/clock.py``, k = 3 reference steps per optimizer step) a
+    """With the training clock's ticks (``training/clock.py``, k = 3 reference steps per optimizer step) a
     window folds on each step whose count of reference steps passes a multiple of ``update_every`` (in the
     sampler's count, one ahead of the clock's position: ``(p - 2, p + 1]``), and the weights take over on
     the step that passes ``warmup_steps``; never twice per step."""
-    from nerf_lightning.models.clock import TrainingClock
+    from dataclasses import replace
 
-    clock = TrainingClock("per_device_rays", batch_multiple=3)
+    from nerf_lightning.training.batch_rules import large_batch
+    from nerf_lightning.training.clock import TrainingClock
+
+    clock = TrainingClock(replace(large_batch(), rank_multiple=3))
     s = LossWeightedRaySampler(widths=WIDTHS, heights=HEIGHTS, warmup_steps=8, update_every=4, alpha=1.0)
     folds, weights = [], []
     fold, recompute = s._fold, s._recompute

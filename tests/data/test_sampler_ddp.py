@@ -20,7 +20,6 @@ KW = dict(
     warmup_steps=0,
     update_every=2,
     ema_decay=0.5,
-    error_map_resolution=2,
 )
 # rank r: per-view loss table; the rays it feeds come from its own draws
 LOSSES = [[4.0, 0.5, 0.5, 0.5], [0.25, 0.5, 0.5, 2.0]]

@@ -10,7 +10,7 @@ import lightning as L
 import pytest
 import torch
 
-from nerf_lightning.apps.train import build_model
+from nerf_lightning.apps.train import build_datamodule, build_model
 from nerf_lightning.data.synthetic import generate_scene
 
 SMALL = [
@@ -52,7 +52,7 @@ class _Grads(L.Callback):
 
 def _first_step_grads(scene: Path, compose_cfg, accumulate: int, batch: dict[str, torch.Tensor]):
     cfg = compose_cfg(f"data.path={scene}", f"accumulate_grad_batches={accumulate}", *SMALL)
-    dm = hydra.utils.instantiate(cfg.data)
+    dm = build_datamodule(cfg)
     dm.prepare_data()
     dm.setup("fit")
     n = batch["rays_o"].shape[0] // accumulate
@@ -76,7 +76,7 @@ def _first_step_grads(scene: Path, compose_cfg, accumulate: int, batch: dict[str
 def test_accumulated_micro_batches_equal_one_batch(scene: Path, compose_cfg) -> None:
     torch.set_num_threads(2)
     cfg = compose_cfg(f"data.path={scene}", *SMALL)
-    dm = hydra.utils.instantiate(cfg.data)
+    dm = build_datamodule(cfg)
     dm.prepare_data()
     dm.setup("fit")
     dm.alpha_targets = True  # the batch carries the opacity loss's target, as build_model asks for renders

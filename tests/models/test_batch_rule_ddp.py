@@ -1,20 +1,21 @@
-"""A batch rule in rays on two gloo ranks against one process drawing their batch (``data.batch_multiple=2``)
-and one process with the configured batch: the learning rate, the occupancy updates and the sampler's
-windows follow the same schedule over the rays seen; the ranks stay identical, also with the gradients
-exchanged in bfloat16, which moves the held-out PSNR of the short run by a little (measured on a 2-core
-AMD EPYC with avx2 kernels: 13.522 dB with float32 gradients, 13.654 dB with bfloat16 ones, from 10.964 dB
-untrained).
+"""A batch rule in rays on two gloo ranks against one process drawing their batch (a rule with
+``rank_multiple=2``) and one process with the reference batch: the learning rate, the occupancy updates
+and the sampler's windows follow the same schedule over the rays seen; the ranks stay identical, also
+with the gradients exchanged in bfloat16, which moves the held-out PSNR of the short run by a little
+(measured on a 2-core AMD EPYC with avx2 kernels: 13.522 dB with float32 gradients, 13.654 dB with
+bfloat16 ones, from 10.964 dB untrained).
 
-The ranks run the default rule, ``auto``, which on two ranks is ``linear_lr`` (per-device batches, schedules
-in rays, lr x k after a warm-up); the one process with their batch names ``linear_lr`` (``auto`` on one
-process is ``per_device``), the one with the configured batch runs ``auto``. The other rules in rays share
-the clock and differ only in the learning-rate factor (``tests/models/test_clock.py``).
+The ranks run the default rule, ``auto``, which on two ranks is ``large_batch`` (per-device batches,
+schedules in rays, lr x k after a warm-up); the one process with their batch names ``large_batch``
+(``auto`` on one process is ``per_device``), the one with the reference batch runs ``auto``
+(``tests/training/test_clock.py`` has the rules' arithmetic).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,18 @@ from nerf_lightning.data.sampler import LossWeightedRaySampler
 from nerf_lightning.data.synthetic import generate_scene
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.module import NeRFModule
-from nerf_lightning.models.schedules import ngp_exponential_decay
-from nerf_lightning.render.occupancy import OccupancyGrid
-from nerf_lightning.render.renderer import build_renderer
+from nerf_lightning.training import batch_rules
+from nerf_lightning.training.clock import TrainingClock
+from nerf_lightning.training.feedback import TrainingFeedback
+from nerf_lightning.training.lr_schedules import ngp_exponential_decay
+from nerf_lightning.volume.occupancy import OccupancyGrid
+from nerf_lightning.volume.renderer import build_renderer
 
 RULE = "auto"  # what strategy=ddp trains with by default
 SEVERAL = "large_batch"  # what auto is on several ranks
 DECAY = functools.partial(ngp_exponential_decay, decay_start=0.5, decay_interval=0.25, decay_base=0.1)
 REFERENCE_STEPS = 128  # trainer.max_steps: reference steps of 64 rays
-WARMUP = 4  # data.lr_warmup, reference steps
+WARMUP = 4  # the rule's lr_warmup, reference steps
 BATCH = 64
 
 
@@ -84,10 +88,11 @@ class _Record(L.Callback):
 
 def _parts(scene: Path, cache: Path, multiple: int, rule: str = RULE) -> tuple[NeRFDataModule, NeRFModule]:
     sampler = functools.partial(LossWeightedRaySampler, warmup_steps=4, update_every=4, alpha=2.0)
+    batch_rule = replace(getattr(batch_rules, rule)(), rank_multiple=multiple, lr_warmup=WARMUP)
     dm = NeRFDataModule(
         path=str(scene), batch_size=BATCH, steps_per_epoch=8, sampler="loss_weighted",
-        samplers={"loss_weighted": sampler}, cache_dir=str(cache), batch_scaling=rule,
-        batch_multiple=multiple, lr_warmup=WARMUP,
+        samplers={"loss_weighted": sampler}, cache_dir=str(cache),
+        feedback=TrainingFeedback(TrainingClock(batch_rule)),
     )  # fmt: skip
     dm.setup("fit")
     model = NeRFModule(
@@ -102,8 +107,7 @@ def _parts(scene: Path, cache: Path, multiple: int, rule: str = RULE) -> tuple[N
             occupancy=functools.partial(OccupancyGrid, resolution=16, update_every=2, warmup_steps=2),
             step_size=0.054, max_samples_per_ray=32, ops_backend="torch",
         ),
-        aabb_scale=dm.aabb_scale, save_val_images=False, clock=dm.clock,
-        feedback=dm.feedback,
+        aabb_scale=dm.aabb_scale, save_val_images=False, feedback=dm.feedback,
     )  # fmt: skip
     return dm, model
 

@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 
 from nerf_lightning.models.encoding import HashEncoding
 from nerf_lightning.models.field import NGPField
-from nerf_lightning.utils.distributed import fsdp_full_copy, fsdp_wrap_policy
+from nerf_lightning.run.strategies import fsdp_full_copy, fsdp_wrap_policy
 
 ENCODING = {
     "n_levels": 4,

@@ -26,8 +26,8 @@ from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.module import NeRFModule
-from nerf_lightning.render.occupancy import OccupancyGrid
-from nerf_lightning.render.renderer import build_renderer
+from nerf_lightning.volume.occupancy import OccupancyGrid
+from nerf_lightning.volume.renderer import build_renderer
 
 
 class _SaveRankState(L.Callback):

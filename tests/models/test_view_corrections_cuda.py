@@ -19,8 +19,8 @@ from nerf_lightning.models.appearance import PerViewExposure  # noqa: E402
 from nerf_lightning.models.camera_opt import CameraOptimizer  # noqa: E402
 from nerf_lightning.models.field import NGPField  # noqa: E402
 from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, budgeted_step, capture  # noqa: E402
-from nerf_lightning.render.occupancy import OccupancyGrid  # noqa: E402
-from nerf_lightning.render.renderer import Renderer  # noqa: E402
+from nerf_lightning.volume.occupancy import OccupancyGrid  # noqa: E402
+from nerf_lightning.volume.renderer import Renderer  # noqa: E402
 
 DEV = torch.device("cuda")
 N_VIEWS = 12

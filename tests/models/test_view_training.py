@@ -28,8 +28,8 @@ from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.module import NeRFModule
-from nerf_lightning.render.occupancy import OccupancyGrid
-from nerf_lightning.render.renderer import build_renderer
+from nerf_lightning.volume.occupancy import OccupancyGrid
+from nerf_lightning.volume.renderer import build_renderer
 
 SIZE = 24  # pixels per side: 2 degrees per pixel at the generator's 50 degree field of view
 N_VIEWS = 24  # every 8th is held out (data.test_every)

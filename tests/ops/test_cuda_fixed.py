@@ -18,8 +18,8 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU CI
 from nerf_lightning.models.field import NGPField  # noqa: E402
 from nerf_lightning.models.train_step import FixedBudgetStep, capture  # noqa: E402
 from nerf_lightning.ops import cuda as cu  # noqa: E402
-from nerf_lightning.render.occupancy import OccupancyGrid  # noqa: E402
-from nerf_lightning.render.renderer import Renderer  # noqa: E402
+from nerf_lightning.volume.occupancy import OccupancyGrid  # noqa: E402
+from nerf_lightning.volume.renderer import Renderer  # noqa: E402
 
 DEV = torch.device("cuda")
 
@@ -195,7 +195,7 @@ def test_budget_step_with_distortion_runs_the_kernel_without_host_syncs(monkeypa
 def test_render_rays_fixed_distortion_cuda_equals_reference():
     """On a real fixed-layout render (compaction, terminated samples of weight 0, padding slots, rays
     dropped as invalid): the kernel's loss and its gradient w.r.t. the weights equal the reference's."""
-    from nerf_lightning.render.renderer import ray_distortion
+    from nerf_lightning.volume.renderer import ray_distortion
 
     field, grid, o, d, bg, _ = _scene(seed=3)
     r = Renderer(grid, ops_backend="cuda")

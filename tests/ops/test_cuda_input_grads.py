@@ -163,8 +163,8 @@ def test_render_rays_fixed_ray_gradients_cuda_equal_reference() -> None:
     """The whole differentiable pass (positions, directions, field, compositing) w.r.t. the rays, as
     the pose corrections see it: the CUDA backend's gradient equals the reference backend's."""
     from nerf_lightning.models.field import NGPField
-    from nerf_lightning.render.occupancy import OccupancyGrid
-    from nerf_lightning.render.renderer import Renderer
+    from nerf_lightning.volume.occupancy import OccupancyGrid
+    from nerf_lightning.volume.renderer import Renderer
 
     torch.manual_seed(0)
     field = NGPField(aabb_scale=1, density_bias=1.0).to(DEV)

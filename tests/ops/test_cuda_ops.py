@@ -350,8 +350,8 @@ def test_no_op_falls_back_to_the_reference(backend, monkeypatch):
     ``get_ops(backend)``: every op runs the extension; no reference op or torch hash/SH encoding runs."""
     from nerf_lightning.models import encoding as enc_mod
     from nerf_lightning.models.field import NGPField
-    from nerf_lightning.render.occupancy import OccupancyGrid
-    from nerf_lightning.render.renderer import Renderer
+    from nerf_lightning.volume.occupancy import OccupancyGrid
+    from nerf_lightning.volume.renderer import Renderer
 
     ext_calls, cu_calls, ref_calls = Counter(), Counter(), Counter()
     real_ext = _support.ext()
@@ -398,8 +398,8 @@ def test_no_op_falls_back_to_the_reference(backend, monkeypatch):
 def test_renderer_and_field_cuda_path_equals_torch_path():
     """End to end: the default field + renderer give the same image and gradients on both paths."""
     from nerf_lightning.models.field import NGPField
-    from nerf_lightning.render.occupancy import OccupancyGrid
-    from nerf_lightning.render.renderer import Renderer
+    from nerf_lightning.volume.occupancy import OccupancyGrid
+    from nerf_lightning.volume.renderer import Renderer
 
     torch.manual_seed(0)
     field = NGPField(aabb_scale=2).to(DEV)

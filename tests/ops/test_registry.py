@@ -156,8 +156,8 @@ def test_cuda_backend_without_extension_warns_once(monkeypatch: pytest.MonkeyPat
 def test_each_backend_logs_what_it_resolved_to_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from nerf_lightning.render.occupancy import OccupancyGrid
-    from nerf_lightning.render.renderer import Renderer
+    from nerf_lightning.volume.occupancy import OccupancyGrid
+    from nerf_lightning.volume.renderer import Renderer
 
     caplog.set_level(logging.INFO, logger="nerf_lightning.ops")
     if not torch.cuda.is_available():

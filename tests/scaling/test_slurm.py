@@ -187,7 +187,7 @@ def test_cluster_options(choice: str, cls: str, tmp_path: Path) -> None:
 
 
 def test_requeue_signal_name_is_checked() -> None:
-    from nerf_lightning.utils.distributed import slurm_environment
+    from nerf_lightning.run.strategies import slurm_environment
 
     assert slurm_environment(requeue_signal="USR2").requeue_signal == signal.SIGUSR2
     with pytest.raises(ValueError, match="requeue_signal"):

@@ -15,9 +15,9 @@ import pytest
 import torch
 from runs import fork_app
 
-from nerf_lightning.render.camera_path import camera_rays
 from nerf_lightning.run.restore import load_run
-from nerf_lightning.viewer.cameras import ViewCamera
+from nerf_lightning.video.camera_paths import camera_rays
+from nerf_lightning.viewer.browser_camera import ViewCamera
 from nerf_lightning.viewer.ports import next_free_port
 from nerf_lightning.viewer.scene import SceneInfo
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from nerf_lightning.errors import UserError
-from nerf_lightning.render.camera_path import PathCamera, camera_rays, look_at
-from nerf_lightning.render.geometry import occupied_cells
-from nerf_lightning.render.occupancy import OccupancyGrid
-from nerf_lightning.render.video import turbo
+from nerf_lightning.mesh.extract import occupied_cells
+from nerf_lightning.video.camera_paths import PathCamera, camera_rays, look_at
+from nerf_lightning.video.writer import turbo
 from nerf_lightning.viewer.ports import check_port, next_free_port
 from nerf_lightning.viewer.progressive import ChunkSizer, ImageRender, composite
+from nerf_lightning.volume.occupancy import OccupancyGrid
 
 CPU = torch.device("cpu")
 

@@ -134,7 +134,7 @@ def test_camera_path_export_renders_with_the_render_app(viewer, scene, trained_r
 
 
 def test_scene_widgets_and_jumping_to_a_training_camera(viewer, scene) -> None:
-    from nerf_lightning.render.geometry import occupied_cells
+    from nerf_lightning.mesh.extract import occupied_cells
 
     client = HeadlessClient(viewer["url"])
     try:

@@ -26,7 +26,6 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nerf_lightning.callbacks.grad_exchange import EXCHANGES
 from nerf_lightning.errors import UserError
-from nerf_lightning.models.clock import BETA_SCALINGS, CHOICES, LR_SCALINGS, UNITS
 
 __all__ = ["EVAL", "EXPORT", "RENDER", "TRAIN", "VIEW", "Rule", "check_config"]
 
@@ -126,15 +125,6 @@ DATA: tuple[Rule, ...] = (
     _int("data.test_every", 0, note="0: no holdout"),
     Rule("data.aabb_scale", "pow2", high=128, null=True, note="null: the capture's own"),
     _int("data.image_workers", 1, null=True),
-    Rule("data.batch_scaling", "choice", choices=CHOICES),
-    _num_rule("data.batch_multiple", above=0, note="k x each rank's batch"),
-    Rule("data.schedule_unit", "choice", choices=UNITS, null=True, note="null: the rule's"),
-    Rule("data.lr_scaling", "choice", choices=LR_SCALINGS, null=True, note="null: the rule's"),
-    Rule("data.mlp_lr_scaling", "choice", choices=LR_SCALINGS, null=True, note="null: the rule's"),
-    Rule("data.beta_scaling", "choice", choices=BETA_SCALINGS, null=True, note="null: the rule's"),
-    Rule("data.grid_unit", "choice", choices=UNITS, null=True, note="null: the rule's schedule unit"),
-    _num_rule("data.lr_warmup", low=0, note="reference steps"),
-    _num_rule("data.lr_anneal", low=0, null=True, note="a fraction of the run or reference steps; null: off"),
 )
 
 #: model.* values (train; eval/render/export overrides)
@@ -153,7 +143,6 @@ MODEL: tuple[Rule, ...] = (
     _num_rule("model.huber_delta", above=0),
     _num_rule("model.distortion_weight", low=0),
     _num_rule("model.alpha_weight", low=0, choices=("auto",), note="auto: 0.1 on renders, 0 on photographs"),
-    _num_rule("model.mlp_weight_decay", low=0),
     _num_rule("model.renderer.gradient_scaling_distance", above=0, null=True, note="null: off"),
     _int("model.step.sample_budget", 1, null=True, note="null: data.batch_size rays per step"),
     _int("model.step.march_budget", 1, null=True),

@@ -4,7 +4,7 @@
     python -m nerf_lightning.export pointcloud ckpt=PATH [num_points=1000000]
 
 ``mesh``: ``mesh.ply``, marching cubes over the density inside the occupancy grid's occupied cells,
-with per-vertex colours (``render/geometry.py``). ``pointcloud`` (or ``mesh ... pointcloud=true``):
+with per-vertex colours (``mesh/extract.py``). ``pointcloud`` (or ``mesh ... pointcloud=true``):
 ``pointcloud.ply``, points at the expected depth of the training views' opaque pixels with their
 rendered colours. Coordinates are in the capture's own world frame (that of its ``transforms.json``,
 so the geometry lines up with the cameras and other tools) or, with ``space=ngp``, in NGP space.
@@ -28,7 +28,7 @@ from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
 from nerf_lightning.data.cameras import intrinsics_tensor, pixel_rays, poses_tensor
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.errors import UserError
-from nerf_lightning.render.geometry import extract_mesh, render_point_cloud
+from nerf_lightning.mesh.extract import extract_mesh, render_point_cloud
 from nerf_lightning.run.restore import RestoredRun, load_run
 from nerf_lightning.utils.io import atomic_write_bytes, atomic_write_json
 

@@ -37,7 +37,7 @@ from nerf_lightning.capture.normalize import AABB_COVERAGE, MAX_AABB_SCALE, norm
 from nerf_lightning.capture.photos import import_photos, list_photos
 from nerf_lightning.capture.sfm import STAGES, SfmOptions, SfmResult, import_pycolmap, run_sfm
 from nerf_lightning.capture.transforms import TransformFrame, transforms_doc, write_transforms
-from nerf_lightning.capture.video import extract_frames
+from nerf_lightning.capture.video_frames import extract_frames
 from nerf_lightning.data.poses import NGP_DEFAULT_SCALE
 from nerf_lightning.errors import UserError
 from nerf_lightning.utils.io import atomic_directory, atomic_write_json

@@ -2,13 +2,13 @@
 
     python -m nerf_lightning.render ckpt=PATH camera_path=orbit|spiral|FILE frames=120 fps=30
 
-(``nerf_lightning.render`` is also the renderer package; ``python -m`` runs this app.) Writes into
+Writes into
 its run folder (``outputs/runs/render/<date>_<time>/`` unless ``hydra.run.dir=...``): ``rgb.mp4``,
 ``depth.mp4`` (expected depth through the Turbo colour map, one depth range for the whole video so
 that it does not flicker), optionally ``frames/rgb_NNNN.png``, and ``render.json`` (frames, size,
 render time and frames/s — rendering only, excluding the video encoding). Each frame is rendered
 ``chunk`` rays at a time (``Renderer.render_image``), so memory stays bounded at any resolution;
-a rich progress bar shows the frames. See ``render/camera_path.py`` for the paths and
+a rich progress bar shows the frames. See ``video/camera_paths.py`` for the paths and
 ``conf/render.yaml`` for every option.
 """
 
@@ -29,11 +29,11 @@ from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.data.types import Capture
 from nerf_lightning.errors import UserError
-from nerf_lightning.render import video
-from nerf_lightning.render.camera_path import PathCamera, camera_rays, orbit_path, read_nerfstudio_path
-from nerf_lightning.render.video import VideoWriter, turbo
 from nerf_lightning.run.restore import load_run
 from nerf_lightning.utils.io import atomic_write_json
+from nerf_lightning.video import writer
+from nerf_lightning.video.camera_paths import PathCamera, camera_rays, orbit_path, read_nerfstudio_path
+from nerf_lightning.video.writer import VideoWriter, turbo
 
 log = logging.getLogger("nerf_lightning.render")
 
@@ -111,7 +111,7 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
                 rgb_video.append(rgb8)
                 if depth_video is not None:
                     if depth_range is None:
-                        depth_range = video.depth_range(depth_np, opacity.cpu().numpy())
+                        depth_range = writer.depth_range(depth_np, opacity.cpu().numpy())
                     lo, hi = depth_range
                     depth_video.append(turbo((depth_np - lo) / (hi - lo)))
                 if cfg.save_frames:

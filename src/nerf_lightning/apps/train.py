@@ -37,8 +37,10 @@ from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO
 from nerf_lightning.run.divergence import DivergenceGuard
 from nerf_lightning.run.loop import QuietProfiler, drop_inert_callbacks, progress_bar
 from nerf_lightning.run.resume import resolve_ckpt_path, select_run_dir
+from nerf_lightning.run.strategies import unshard_fsdp_root
 from nerf_lightning.tracking.wandb_logger import finish_loggers
-from nerf_lightning.utils.distributed import unshard_fsdp_root
+from nerf_lightning.training.clock import TrainingClock
+from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.utils.io import atomic_write_json
 
 log = logging.getLogger("nerf_lightning.train")
@@ -121,14 +123,21 @@ def validate_trained(trainer: L.Trainer, model: L.LightningModule, datamodule: A
         return trainer.validate(model, datamodule=datamodule, verbose=False)
 
 
+def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
+    """``cfg.data`` with the run's feedback: the training clock of ``cfg.batch_rule``, which the model
+    shares through the same object (:func:`build_model`)."""
+    rule = hydra.utils.instantiate(cfg.batch_rule) if cfg.get("batch_rule") else None
+    return hydra.utils.instantiate(cfg.data, feedback=TrainingFeedback(TrainingClock(rule)))
+
+
 def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, dict[str, Any]]:
     """``cfg.model`` for the capture ``datamodule`` has set up, and the keyword arguments a checkpoint
     must store to rebuild it (eval, render and export build the same shapes from them).
 
     What the model takes from the capture: its box, and for the learned per-view poses / exposures the
     training views and their given poses (not stored: the state dict holds what the model keeps of
-    them); the batch rule's clock (the DataModule makes it from ``data.*``, the model follows it); the
-    feedback (where the step's per-ray losses and this rank's work share go). What the capture draws for
+    them); the feedback it shares with the DataModule (the training clock of ``batch_rule``, where the
+    step's per-ray losses and this rank's work share go). What the capture draws for
     the model: the training pixels' alpha when the model's opacity loss (``model.alpha_weight``, ``auto``:
     renders only) is on.
     """
@@ -141,7 +150,6 @@ def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, di
         cfg.model,
         **model_kwargs,
         train_poses=datamodule.train_poses,
-        clock=datamodule.clock,
         feedback=datamodule.feedback,
     )
     opacity_loss = model.alpha_weight > 0
@@ -178,7 +186,7 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         log.info("ckpt_path=last: no %s yet, starting from scratch", output_dir / "checkpoints" / "last.ckpt")
     L.seed_everything(cfg.seed, workers=True)
 
-    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    datamodule = build_datamodule(cfg)
     # The model's box (aabb_scale) comes from the capture, so read the capture first.
     datamodule.prepare_data()
     try:
@@ -253,9 +261,7 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
             summary = getattr(cb, "summary", None)
             if callable(summary):
                 metrics.update(summary())
-        clock = getattr(model, "clock", None)
-        if clock is not None:
-            metrics.update(clock.summary())  # the batch rule the run trained under
+        metrics.update(model.clock.summary())  # the batch rule the run trained under
         metrics["steps"] = trainer.global_step  # also when a resumed run had nothing left to train
         metrics["time/wall_s"] = wall_s
         metrics["model/occupied_fraction"] = float(model.occupancy.occupied_fraction())

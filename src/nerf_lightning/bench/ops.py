@@ -190,8 +190,8 @@ def make_step(
     ops_backend: str, enc_backend: str, n_rays: int, autocast: torch.dtype | None = None
 ) -> tuple[Callable[[], None], Any]:
     from nerf_lightning.models.field import NGPField
-    from nerf_lightning.render.occupancy import OccupancyGrid
-    from nerf_lightning.render.renderer import Renderer
+    from nerf_lightning.volume.occupancy import OccupancyGrid
+    from nerf_lightning.volume.renderer import Renderer
 
     torch.manual_seed(0)
     field = NGPField(aabb_scale=1).to(DEV)

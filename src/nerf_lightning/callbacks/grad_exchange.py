@@ -90,23 +90,3 @@ class GradientExchange(L.Callback):
             return
         if register(model, self.exchange) and trainer.is_global_zero:
             log.info("grad_exchange=%s: gradients are all-reduced in bfloat16", self.exchange)
-
-
-class RoundedGradients(L.Callback):
-    """Rounds every gradient to bfloat16 and back before the optimizer step: what ``grad_exchange=bf16``
-    does to the gradient the optimizer sees, on one process (one GPU drawing N ranks' batch with
-    ``data.batch_multiple=N``), so that its effect on quality can be measured without N GPUs.
-
-    DDP's hook rounds each rank's share of the mean and then their bfloat16 sum; this rounds the mean
-    once, the same relative error (2^-9) at N = 2 up to one more rounding. Not for training: one process
-    exchanges nothing. Added to a run with ``+callbacks.rounded_gradients._target_=`` and this class's
-    path (experiment ``batch-rule-bf16``)."""
-
-    def on_before_optimizer_step(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
-    ) -> None:
-        with torch.no_grad():
-            for group in optimizer.param_groups:
-                for p in group["params"]:
-                    if p.grad is not None:
-                        p.grad.copy_(p.grad.to(torch.bfloat16))

@@ -1,4 +1,4 @@
-"""Per-rank compute speed under DDP: imbalance warning, work split by speed (batch_scaling=throughput).
+"""Per-rank compute speed under DDP: imbalance warning, work split by speed (batch_rule=throughput).
 
 Under data parallelism every rank waits for the slowest at each gradient all-reduce, so wall-clock
 step times are equal and hide a slow rank (an older GPU, a shared node, thermal throttling). This
@@ -9,7 +9,7 @@ gathered and:
 
 - logged as ``perf/rank{r}/forward_ms`` and ``perf/forward_imbalance`` (slowest / fastest);
 - if the imbalance exceeds ``warn_imbalance`` (20 %), ONE warning names the slow rank;
-- under ``data.batch_scaling=throughput`` each rank's work share (mean 1 over the ranks,
+- under ``batch_rule=throughput`` each rank's work share (mean 1 over the ranks,
   ``NeRFModule.set_work_scale``) is moved towards equal forward times at every window, so a slower
   rank gets less work and every rank's step takes about as long.
 """
@@ -23,7 +23,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from nerf_lightning.models.feedback import TrainingFeedback
+from nerf_lightning.training.feedback import TrainingFeedback
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,8 @@ class LoadBalancer(L.Callback):
         warn_imbalance: relative forward-time spread above which one warning is printed.
         momentum: damping of each share update (0: move all the way to equal times at once).
         min_share / max_share: bounds of a rank's work share (the model's headroom caps it too).
-        feedback: the DataModule's :class:`~nerf_lightning.models.feedback.TrainingFeedback` (the train
-            app passes it): whether ``data.batch_scaling=throughput`` splits the work. None: it does not.
+        feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback` (the train
+            app passes it): whether ``batch_rule=throughput`` splits the work. None: it does not.
     """
 
     def __init__(
@@ -128,7 +128,7 @@ class LoadBalancer(L.Callback):
                 slow = int(per_step.argmax())
                 log.warning(
                     "rank %d computes its step %.2fx slower than the fastest rank; every rank waits for it. "
-                    "Check that the GPUs match and are not shared, or set data.batch_scaling=throughput "
+                    "Check that the GPUs match and are not shared, or set batch_rule=throughput "
                     "to give each rank work in proportion to its speed.",
                     slow,
                     self.imbalance,

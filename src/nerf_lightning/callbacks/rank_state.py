@@ -27,7 +27,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from nerf_lightning.models.feedback import TrainingFeedback
+from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.utils.io import atomic_write_json
 
 #: What the in-run check compares, in the order of :func:`_checksums`.
@@ -66,7 +66,7 @@ class RankStateDump(L.Callback):
     Args:
         dirname: sub-folder of the run directory for the ``rank<r>.json`` files.
         check_every_n_steps: optimizer steps between two in-run comparisons (0: none).
-        feedback: the DataModule's :class:`~nerf_lightning.models.feedback.TrainingFeedback` (the train
+        feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback` (the train
             app passes it), whose ray sampler is digested. None: no sampler digest.
     """
 

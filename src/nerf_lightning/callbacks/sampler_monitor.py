@@ -9,7 +9,7 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import WandbLogger
 
-from nerf_lightning.models.feedback import TrainingFeedback
+from nerf_lightning.training.feedback import TrainingFeedback
 
 
 class SamplerMonitor(L.Callback):
@@ -23,7 +23,7 @@ class SamplerMonitor(L.Callback):
 
     Args:
         every_n_steps: optimizer steps between logs (0: only at the end of training).
-        feedback: the DataModule's :class:`~nerf_lightning.models.feedback.TrainingFeedback` (the train
+        feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback` (the train
             app passes it), through which the sampler is read. None: nothing is logged.
     """
 

@@ -8,7 +8,7 @@ training ``dict``:
     colours for photographs, the evaluation background for renders), ``alpha`` [R] f32 (the target
     pixels' alpha, only with :attr:`NeRFDataModule.alpha_targets` on images that carry alpha),
     ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler: the full-resolution pixel
-    the ray goes through, also while ``resolution_schedule`` trains at a coarser resolution).
+    the ray goes through).
 validation / test ``dict`` (one whole held-out view):
     same keys for all ``H * W`` pixels in row-major order plus ``alpha`` [R] f32 (the image's alpha, 1
     for RGB captures), ``height``, ``width`` (ints), ``view`` (int, index into that split's frames) and
@@ -43,13 +43,10 @@ from nerf_lightning.data.formats import CaptureError, load_capture
 from nerf_lightning.data.heldout import capture_camera_model, no_heldout_message, validation_frames
 from nerf_lightning.data.images import load_images
 from nerf_lightning.data.loaders import StepIndices, StepLoader, ViewIndices
-from nerf_lightning.data.resolution import ResolutionSchedule, factor_at
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
 from nerf_lightning.data.types import Capture
 from nerf_lightning.data.view_set import ViewSet
-from nerf_lightning.errors import UserError
-from nerf_lightning.models.clock import RULES, TrainingClock
-from nerf_lightning.models.feedback import TrainCameras, TrainingFeedback
+from nerf_lightning.training.feedback import TrainCameras, TrainingFeedback
 
 log = logging.getLogger(__name__)
 
@@ -78,37 +75,9 @@ class NeRFDataModule(L.LightningDataModule):
         val_split: which frames validation renders: ``val`` (the held-out views; the test split when
             the capture has no val split), ``test`` (the test split; an error when there is none),
             ``auto`` (test split if there is one, else ``val``), ``train`` (the training views).
-        batch_scaling: the batch rule (``models/clock.py``): how ``batch_size`` (and the model's sample
-            budget) is read with several processes, how the learning rate follows the global batch and
-            whether the schedules count optimizer steps or rays seen. ``per_device`` (each rank draws
-            ``batch_size`` rays: the global batch grows with the number of ranks, the learning rate
-            and the schedules in steps stay), ``global`` (each rank draws ``batch_size / world_size``:
-            the same global batch, and steps, as one GPU), ``throughput`` (``per_device`` in total,
-            split between ranks in proportion to their measured speed, see
-            ``callbacks/load_balance.py``), ``per_device_rays`` / ``sqrt_lr`` / ``linear_lr``
-            (``per_device`` batches, schedules and the run's length in rays seen, learning rate x 1,
-            x sqrt(k), x k for a global batch of k reference batches), ``large_batch`` (``linear_lr``,
-            the MLPs' rate x sqrt(k), the decay from 70 % of the run), ``auto`` (``large_batch`` on
-            several ranks up to a global batch of 2 reference batches, else ``per_device``:
-            ``models/clock.py``).
-        batch_multiple: every rank draws this many times its rule's batch (ray slots and sample
-            budget): one GPU with ``batch_multiple=N`` draws what N GPUs draw under ``per_device``.
-        schedule_unit / lr_scaling / beta_scaling / grid_unit: override the rule's schedule unit
-            (``steps`` | ``rays``), learning-rate factor (``none`` | ``sqrt`` | ``linear``), Adam betas
-            (``none`` | ``power``: ``beta^k``) and the occupancy grid's unit (``steps`` | ``rays``);
-            None keeps the rule's.
-        lr_warmup: reference steps over which a scaled learning rate ramps up from the base rate.
-        lr_anneal: where a scaled learning rate starts returning linearly to the base rate, reached at
-            the run's end (a fraction of ``trainer.max_steps``, or reference steps when > 1); None: off.
-        mlp_lr_scaling: the MLPs' learning-rate factor of the global batch (``none`` | ``sqrt`` |
-            ``linear``) where the hash table keeps the rule's; None: the rule's for every parameter.
         cuda_graph: ``auto`` (on a GPU, draw each training batch by replaying a CUDA graph: one
             launch instead of ~40, the batch lands in the same buffers every step), ``true`` or
             ``false``.
-        resolution_schedule: ``None`` (off: full resolution throughout) or stages ``[start, factor]``:
-            from optimizer step ``start`` (an integer; a float is a fraction of ``trainer.max_steps``)
-            training rays go through ``factor x factor`` pixel blocks with the blocks' mean colour as
-            target (see ``data/resolution.py``), e.g. ``[[0.0, 4], [0.1, 2], [0.25, 1]]``.
         image_workers / cache_dir: parallel decoding and the uint8 image cache.
         pixel_jitter: ``True``: training rays go through uniformly random points of their pixels
             (instant-ngp; the targets are area-averaged pixels); ``False``: through the pixel
@@ -120,6 +89,10 @@ class NeRFDataModule(L.LightningDataModule):
             or ``auto`` (``eval`` for renders, ``random`` for photographs).
         aabb_scale: override the capture's ``aabb_scale`` (outer box and occupancy cascades); ``None``
             keeps the value of the transforms file (or the format's default).
+        feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback` (the train app
+            makes it around the clock of ``batch_rule``): this rank's batch follows its clock and work
+            share, and ``setup`` attaches the capture, the training cameras and the ray sampler to it.
+            None: one process's, ``per_device``.
     """
 
     def __init__(
@@ -139,20 +112,11 @@ class NeRFDataModule(L.LightningDataModule):
         scene_root: str = "outputs/scenes",
         camera_model: str | None = None,
         val_split: str = "val",
-        batch_scaling: str = "auto",
-        batch_multiple: float = 1,
-        schedule_unit: str | None = None,
-        lr_scaling: str | None = None,
-        beta_scaling: str | None = None,
-        grid_unit: str | None = None,
-        lr_warmup: float = 256,
-        lr_anneal: float | None = None,
-        mlp_lr_scaling: str | None = None,
         cuda_graph: bool | str = "auto",
         aabb_scale: int | None = None,
-        resolution_schedule: Any = None,
         pixel_jitter: bool | str = "auto",
         train_background: str = "auto",
+        feedback: TrainingFeedback | None = None,
     ) -> None:
         super().__init__()
         if train_background not in TRAIN_BACKGROUNDS:
@@ -173,27 +137,14 @@ class NeRFDataModule(L.LightningDataModule):
         #: pays for the gather)
         self.alpha_targets = False
         self._eval_bg: Tensor | None = None
-        self.resolution_schedule = ResolutionSchedule.parse(resolution_schedule)
-        #: the schedule as (start step, factor), resolved at the first training batch (or restored)
-        self._schedule_steps: tuple[tuple[int, int], ...] | None = None
-        self._restored_schedule: dict[str, Any] | None = None
-        #: downscale factor of the current training stage (1 = full resolution)
-        self.train_factor = 1
-        self._stage_logged = False
-        #: the run's batch rule and the reference position of its steps, shared with the model
-        overrides = (lr_scaling, schedule_unit, beta_scaling, grid_unit)
-        self.clock = TrainingClock(
-            batch_scaling, batch_multiple, lr_warmup, overrides, lr_anneal, mlp_lr_scaling
-        )
-        self.batch_scaling = batch_scaling
-        #: what the model and the callbacks report to and read of this DataModule (the train app hands
-        #: it to them); filled in at setup
-        self.feedback = TrainingFeedback(self.clock)
+        #: the run's clock and what the model and the callbacks report to and read of this DataModule
+        self.feedback = feedback if feedback is not None else TrainingFeedback()
+        self.clock = self.feedback.clock
         if cuda_graph not in (True, False, "auto"):
             raise ValueError(f"data.cuda_graph must be true, false or auto, got {cuda_graph!r}")
         self.cuda_graph = cuda_graph
-        #: (rays per step, downscale factor) -> the captured batch graph and its static batch
-        self._batch_graphs = BatchGraphs(self.train_batch, self._block_images, strict=cuda_graph is True)
+        #: rays per step -> the captured batch graph and its static batch
+        self._batch_graphs = BatchGraphs(self.train_batch, strict=cuda_graph is True)
         self.path = path
         self.format = format
         self.downscale = int(downscale)
@@ -277,14 +228,6 @@ class NeRFDataModule(L.LightningDataModule):
         ts = self.train_set
         cameras = TrainCameras(ts.poses.clone(), ts.intrinsics.clone(), ts.widths.clone(), ts.heights.clone())
         self.feedback.attach(capture, cameras, self.sampler)
-        if self.resolution_schedule is not None:
-            smallest = int(torch.minimum(self.train_set.widths, self.train_set.heights).min())
-            too_large = sorted(k for k in self.resolution_schedule.factors if k > smallest)
-            if too_large:
-                raise ValueError(
-                    f"data.resolution_schedule: downscale factor {too_large[0]} is larger than the smallest "
-                    f"training image side ({smallest} px after data.downscale={self.downscale})"
-                )
         log.info(
             "capture %s (%s): %d train / %d val / %d %s views, %dx%d (downscale %d), aabb_scale %d",
             path,
@@ -367,12 +310,10 @@ class NeRFDataModule(L.LightningDataModule):
         # Own generators: a DataLoader draws a seed from the given generator (by default the global
         # RNG) every time an epoch starts, which would shift the training randomness of a resumed run.
         clock = self.clock
-        plain = clock.rule == RULES["per_device"] and clock.k == 1
-        if self.trainer is not None and not clock.bound and not plain:
+        if self.trainer is not None and not clock.bound and not clock.trivial:
             raise RuntimeError(
-                f"data.batch_scaling={clock.rule.name} (data.batch_multiple={clock.batch_multiple:g}): the "
-                "model must share this DataModule's clock, NeRFModule(clock=datamodule.clock), as the "
-                "train app builds it"
+                f"batch_rule={clock.configured.name}: the model must share this DataModule's feedback, "
+                "NeRFModule(feedback=datamodule.feedback), as the train app builds them"
             )
         # an epoch is data.steps_per_epoch reference steps (the clock's rate of them per optimizer step)
         steps = self.clock.steps_for(self.steps_per_epoch)
@@ -424,108 +365,33 @@ class NeRFDataModule(L.LightningDataModule):
             device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
         self._ensure_device(device)
         if trainer is not None and trainer.training:
-            n_rays = self.rays_per_step()
-            factor = self.stage_factor(self.clock.position(trainer.global_step))
-            return self.draw(n_rays, factor)
+            return self.draw(self.rays_per_step())
         if trainer is not None and trainer.testing:
             return self.test_batch(int(batch))
         return self.val_batch(int(batch))
 
     def rays_per_step(self) -> int:
-        """This rank's rays per step: ``batch_size`` as ``batch_scaling`` and ``feedback.work_scale`` say
+        """This rank's rays per step: ``batch_size`` as the batch rule and ``feedback.work_scale`` say
         (scaled sizes are multiples of 1/64 of the batch, so that batch graphs are captured for at
         most ~100 distinct sizes)."""
-        n = int(round(self.batch_size * self.clock.batch_multiple))
-        world = self.trainer.world_size if self.trainer is not None else 1
-        if self.clock.rule.split == "global":
-            n = max(1, n // world)
+        n = int(round(self.batch_size * self.clock.rank_multiple))
         scale = self.feedback.work_scale
         if scale != 1.0:
             quantum = max(1, n // 64)
             n = max(quantum, int(round(n * scale / quantum)) * quantum)
         return n
 
-    # ------------------------------------------------------------------ resolution schedule
-    def stage_factor(self, global_step: float) -> int:
-        """The training downscale factor at reference step ``global_step`` (the clock's position of the
-        optimizer step; 1 without a schedule), and the switch to it: a new stage frees the previous
-        stage's batch graphs and block images.
-
-        A function of the step alone (host numbers, equal on every rank), so all ranks train at one
-        resolution and a resumed run continues in its checkpoint's stage."""
-        if self.resolution_schedule is None:
-            return 1
-        if self._schedule_steps is None:
-            self._schedule_steps = self._resolve_schedule()
-        factor = factor_at(self._schedule_steps, global_step)
-        if factor != self.train_factor or not self._stage_logged:
-            log.info("data.resolution_schedule: step %d, training rays at downscale %d", global_step, factor)
-            self._stage_logged = True
-            self.train_factor = factor
-            self._batch_graphs.keep_factor(factor)
-            if self.train_set is not None:
-                self.train_set.keep_blocks({factor})
-        return factor
-
-    def _max_steps(self) -> int | None:
-        trainer = self.trainer
-        if trainer is None:
-            return None
-        if self.clock.bound and self.clock.total is not None:
-            return self.clock.total  # reference steps (trainer.max_steps before the clock read it)
-        if trainer.max_steps is not None and trainer.max_steps > 0:
-            return int(trainer.max_steps)
-        epochs = trainer.max_epochs
-        if epochs is not None and epochs > 0:
-            return int(epochs) * self.steps_per_epoch // max(1, int(trainer.accumulate_grad_batches))
-        return None
-
-    def _resolve_schedule(self) -> tuple[tuple[int, int], ...]:
-        """The schedule in steps; a checkpoint's resolution of the same schedule wins (resuming with
-        another ``trainer.max_steps`` keeps the stage boundaries the run started with)."""
-        schedule = self.resolution_schedule
-        assert schedule is not None
-        restored = self._restored_schedule
-        if restored is not None and restored.get("spec") == schedule.as_list():
-            saved = tuple((int(a), int(b)) for a, b in restored["steps"])
-            try:
-                steps = schedule.resolve(self._max_steps())
-            except ValueError:  # e.g. no max_steps now: the checkpoint's steps need none
-                steps = ()
-            if saved != steps:
-                log.warning(
-                    "data.resolution_schedule: keeping the checkpoint's stage steps %s (this run's "
-                    "trainer.max_steps would give %s)", [list(x) for x in saved], [list(x) for x in steps]
-                )
-            return saved
-        if restored is not None:
-            log.warning(
-                "data.resolution_schedule changed since the checkpoint (%s, now %s): the new one applies",
-                restored.get("spec"), schedule.as_list()
-            )
-        try:
-            steps = schedule.resolve(self._max_steps())
-        except ValueError as err:
-            raise UserError(str(err)) from err
-        log.info("data.resolution_schedule: (start step, downscale) %s", [list(x) for x in steps])
-        return steps
-
     # ------------------------------------------------------------------ batch drawing
-    def _block_images(self, factor: int) -> None:
-        assert self.train_set is not None
-        self.train_set.block_images(factor)
-
-    def draw(self, n_rays: int, factor: int = 1) -> dict[str, Any]:
+    def draw(self, n_rays: int) -> dict[str, Any]:
         """A training batch as the training loop gets it: on a GPU replayed from its batch graph (captured
         on first use; ``data.cuda_graph=false``: drawn eagerly), whose tensors the next draw overwrites;
         elsewhere :meth:`train_batch`. The data must be on their device (``_ensure_device``)."""
         if self._device is not None and self._device.type == "cuda" and self.cuda_graph is not False:
-            return self._batch_graphs.batch(n_rays, factor)
-        return self.train_batch(n_rays, factor)
+            return self._batch_graphs.batch(n_rays)
+        return self.train_batch(n_rays)
 
-    def train_batch(self, n_rays: int, factor: int = 1) -> dict[str, Any]:
-        """Draw ``n_rays`` training rays on the data's device (no host sync); ``factor > 1``: through
-        ``factor x factor`` pixel blocks with block-mean targets (``data.resolution_schedule``)."""
+    def train_batch(self, n_rays: int) -> dict[str, Any]:
+        """Draw ``n_rays`` training rays on the data's device (no host sync)."""
         ts, sampler = self.train_set, self.sampler
         assert ts is not None and sampler is not None
         view_ids, ix, iy = sampler.sample(n_rays)
@@ -545,16 +411,7 @@ class NeRFDataModule(L.LightningDataModule):
             background = torch.rand(n_rays, 3, device=device)
         else:
             background = self.eval_background(device).expand(n_rays, 3).contiguous()
-        if factor == 1:
-            return ts.train_rays(view_ids, ix, iy, ux, uy, background, with_alpha=self.alpha_targets)
-        # The sampler draws a full-resolution pixel (its per-view statistics and error map stay in
-        # full-resolution pixels); its block is the one covering the same fraction of the image
-        # (exactly pixel // factor when the side is a multiple of factor, else the edge remainder that
-        # the blocks crop is spread over the row/column instead of folded into the last block).
-        blocks = ts.block_images(factor)
-        bx = ix * blocks.widths[view_ids] // ts.widths[view_ids]
-        by = iy * blocks.heights[view_ids] // ts.heights[view_ids]
-        return ts.block_batch(view_ids, bx, by, ux, uy, background, factor, with_alpha=self.alpha_targets)
+        return ts.train_rays(view_ids, ix, iy, ux, uy, background, with_alpha=self.alpha_targets)
 
     def val_batch(self, view: int) -> dict[str, Any]:
         """All pixels of validation view ``view`` (row-major), composited over the eval background."""
@@ -581,17 +438,8 @@ class NeRFDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"sampler": self.sampler.state_dict()} if self.sampler is not None else {}
-        if self.resolution_schedule is not None and self._schedule_steps is not None:
-            state["resolution_schedule"] = {
-                "spec": self.resolution_schedule.as_list(),
-                "steps": [list(x) for x in self._schedule_steps],
-            }
-        return state
+        return {"sampler": self.sampler.state_dict()} if self.sampler is not None else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if self.sampler is not None and "sampler" in state_dict:
             self.sampler.load_state_dict(state_dict["sampler"])
-        if "resolution_schedule" in state_dict:
-            self._restored_schedule = state_dict["resolution_schedule"]
-            self._schedule_steps = None  # resolved again (the checkpoint's steps win) at the next batch

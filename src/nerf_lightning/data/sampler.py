@@ -5,14 +5,11 @@ Two samplers share one interface (:class:`RaySampler`):
 - :class:`UniformRaySampler`: every training pixel equally likely (views in proportion to their
   pixel counts, pixels uniform inside the view).
 - :class:`LossWeightedRaySampler`: views drawn in proportion to an exponential moving average
-  (EMA) of their per-ray loss, mixed with a uniform floor; optionally, pixels inside a view drawn
-  in proportion to a coarse per-view error map (instant-ngp's
-  ``sample_image_proportional_to_error``).
+  (EMA) of their per-ray loss, mixed with a uniform floor.
 
-The sampling distribution is kept as one flattened CDF over (view, cell) pairs, ``[V * C]``
-float64 with ``C = R * R`` error-map cells per view (``C = 1`` without an error map), so that one
-``torch.searchsorted`` on a uniform random tensor draws view and cell together; the pixel is then
-uniform inside the cell. Nothing in :meth:`RaySampler.sample`, :meth:`RaySampler.update` or
+The sampling distribution is kept as a CDF over the views, ``[V]`` float64, so that one
+``torch.searchsorted`` on a uniform random tensor draws the view; the pixel is then uniform inside
+the view. Nothing in :meth:`RaySampler.sample`, :meth:`RaySampler.update` or
 :meth:`RaySampler.step` reads a tensor value on the host, so the training step never waits on the
 device.
 
@@ -42,8 +39,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from nerf_lightning.models.clock import Tick
 from nerf_lightning.ops import data_kernel
+from nerf_lightning.training.clock import Tick
 
 __all__ = ["RaySampler", "UniformRaySampler", "LossWeightedRaySampler", "build_sampler"]
 
@@ -69,18 +66,16 @@ def _distributed_world() -> bool:
 
 
 class RaySampler(torch.nn.Module):
-    """Base class: draws ``(view_id, px, py)`` from a distribution over (view, cell) pairs.
+    """Base class: draws ``(view_id, px, py)`` from a distribution over the views, pixels uniform inside.
 
     Args:
         widths: image width in pixels of each training view, int [V] (tensor or sequence).
         heights: image height in pixels of each training view, int [V].
-        error_map_resolution: R > 0 splits each view into R x R cells with their own probabilities;
-            0 (default) means one cell per view (pixels uniform inside the view).
 
     Buffers (persistent; moved by ``.to()``, saved by ``state_dict()``):
         widths, heights: int64 [V].
         view_probs: float64 [V], the current probability of drawing each view.
-        cdf: float64 [V * C], cumulative joint probability of (view, cell), last entry exactly 1.
+        cdf: float64 [V], cumulative probability of the views, last entry exactly 1.
 
     Subclasses set the distribution with :meth:`_set_distribution`; :meth:`update` and
     :meth:`step` are no-ops here.
@@ -93,37 +88,24 @@ class RaySampler(torch.nn.Module):
     #: names of plain tensor attributes (not buffers) that must follow the module's device.
     _plain_tensors: tuple[str, ...] = ()
 
-    def __init__(self, widths: SizeLike, heights: SizeLike, error_map_resolution: int = 0) -> None:
+    def __init__(self, widths: SizeLike, heights: SizeLike) -> None:
         super().__init__()
         w = _as_sizes(widths, "widths")
         h = _as_sizes(heights, "heights").to(w.device)
         if w.shape != h.shape:
             raise ValueError(f"RaySampler: `widths` and `heights` need one entry per view, got {w.numel()} "
                              f"widths and {h.numel()} heights")
-        r = int(error_map_resolution)
-        if r < 0:
-            raise ValueError(f"RaySampler: `error_map_resolution` must be >= 0 (0 = off), got {r}")
-        if r > 0 and r > int(torch.minimum(w, h).min()):
-            raise ValueError(f"RaySampler: `error_map_resolution`={r} exceeds the smallest image side "
-                             f"({int(torch.minimum(w, h).min())} px); every error-map cell needs a pixel")
-        self.error_map_resolution = r
-        self._res = max(r, 1)  # cells per side used by the sampling math (1 = whole view)
         self.register_buffer("widths", w)
         self.register_buffer("heights", h)
-        v, c = w.numel(), self.num_cells
+        v = w.numel()
         self.register_buffer("view_probs", torch.zeros(v, dtype=torch.float64, device=w.device))
-        self.register_buffer("cdf", torch.zeros(v * c, dtype=torch.float64, device=w.device))
-        self._set_distribution(self._uniform_view_probs(), None)
+        self.register_buffer("cdf", torch.zeros(v, dtype=torch.float64, device=w.device))
+        self._set_distribution(self._uniform_view_probs())
 
     # ------------------------------------------------------------------ geometry
     @property
     def num_views(self) -> int:
         return self.widths.numel()
-
-    @property
-    def num_cells(self) -> int:
-        """Cells per view C (R * R, or 1 without an error map)."""
-        return self._res * self._res
 
     def _pixel_counts(self) -> Tensor:
         """Pixels per view, float64 [V]."""
@@ -134,41 +116,11 @@ class RaySampler(torch.nn.Module):
         n = self._pixel_counts()
         return n / n.sum()
 
-    def _cell_bounds(self, cell: Tensor, size: Tensor) -> tuple[Tensor, Tensor]:
-        """Pixel range [lo, hi) along one axis of cell index ``cell`` (int64 [...]) in an image side
-        ``size`` (int64 [...]); inverse of ``cell = pixel * R // size``: lo = ceil(cell * size / R)."""
-        r = self._res
-        return (cell * size + r - 1) // r, ((cell + 1) * size + r - 1) // r
-
-    def _cell_areas(self) -> Tensor:
-        """Pixels in each cell, float64 [V, C] (row-major cells: c = cy * R + cx)."""
-        ar = torch.arange(self._res, device=self.widths.device)
-        x0, x1 = self._cell_bounds(ar[None, :], self.widths[:, None])  # [V, R]
-        y0, y1 = self._cell_bounds(ar[None, :], self.heights[:, None])
-        area = (y1 - y0)[:, :, None] * (x1 - x0)[:, None, :]  # [V, R(y), R(x)]
-        return area.reshape(self.num_views, -1).to(torch.float64)
-
-    def _cell_index(self, view_ids: Tensor, px: Tensor, py: Tensor) -> Tensor:
-        """Flat (view, cell) index ``view * C + cy * R + cx`` of each ray, int64 [n]."""
-        r = self._res
-        cx = px * r // self.widths[view_ids]
-        cy = py * r // self.heights[view_ids]
-        return view_ids * self.num_cells + cy * r + cx
-
     # ------------------------------------------------------------------ distribution
     @torch.no_grad()
-    def _set_distribution(self, view_probs: Tensor, cell_probs: Tensor | None) -> None:
-        """Install new probabilities (device-only, no host sync).
-
-        Args:
-            view_probs: float64 [V], sums to 1.
-            cell_probs: float64 [V, C], each row sums to 1 (conditional on the view); None means
-                cells in proportion to their pixel counts (uniform pixels inside the view).
-        """
-        if cell_probs is None:
-            cell_probs = self._cell_areas() / self._pixel_counts()[:, None]
-        joint = (view_probs[:, None] * cell_probs).reshape(-1)
-        cdf = torch.cumsum(joint, 0)
+    def _set_distribution(self, view_probs: Tensor) -> None:
+        """Install new view probabilities, float64 [V] summing to 1 (device-only, no host sync)."""
+        cdf = torch.cumsum(view_probs, 0)
         cdf = cdf / cdf[-1]
         # exact top so that every u in [0, 1) lands inside; fill_ on a view (index_put of a python
         # scalar copies it host-to-device synchronously)
@@ -202,22 +154,16 @@ class RaySampler(torch.nn.Module):
         u = torch.rand(3, n_rays, generator=generator, device=dev, dtype=torch.float64)
         kernel = data_kernel("sample_pixels", u, self.cdf)
         if kernel is not None:  # _pixels_of in one kernel (about 20 fewer launches per batch)
-            return kernel(u, self.cdf, self.widths, self.heights, self._res)
+            return kernel(u, self.cdf, self.widths, self.heights, 1)  # one cell per view
         return self._pixels_of(u)
 
     def _pixels_of(self, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(view_ids, px, py) of uniforms ``u`` float64 [3, n]: the (view, cell) pair whose CDF interval
-        holds ``u[0]``, then the pixel at fractions ``u[1]``, ``u[2]`` of the cell."""
-        idx = torch.searchsorted(self.cdf, u[0], right=True).clamp_(max=self.cdf.numel() - 1)
-        c = self.num_cells
-        view_ids = idx // c
-        cell = idx - view_ids * c
-        cy, cx = cell // self._res, cell % self._res
+        """(view_ids, px, py) of uniforms ``u`` float64 [3, n]: the view whose CDF interval holds ``u[0]``,
+        then the pixel at fractions ``u[1]``, ``u[2]`` of its width and height."""
+        view_ids = torch.searchsorted(self.cdf, u[0], right=True).clamp_(max=self.cdf.numel() - 1)
         w, h = self.widths[view_ids], self.heights[view_ids]
-        x0, x1 = self._cell_bounds(cx, w)
-        y0, y1 = self._cell_bounds(cy, h)
-        px = torch.minimum(x0 + (u[1] * (x1 - x0)).long(), x1 - 1)
-        py = torch.minimum(y0 + (u[2] * (y1 - y0)).long(), y1 - 1)
+        px = torch.minimum((u[1] * w).long(), w - 1)
+        py = torch.minimum((u[2] * h).long(), h - 1)
         return view_ids, px, py
 
     def update(
@@ -233,7 +179,7 @@ class RaySampler(torch.nn.Module):
 
     def step(self, global_step: int | Tick) -> None:
         """Called once per optimizer step after :meth:`update` (no-op for samplers without statistics);
-        ``global_step`` is the step count or the training clock's tick of the step (``models/clock.py``)."""
+        ``global_step`` is the step count or the training clock's tick of the step (``training/clock.py``)."""
 
     def view_probabilities(self) -> Tensor:
         """Current probability of drawing each view, float32 [V] (a copy; for logging)."""
@@ -266,7 +212,7 @@ class RaySampler(torch.nn.Module):
                                       unexpected_keys, error_msgs)
 
     def extra_repr(self) -> str:
-        return f"views={self.num_views}, error_map_resolution={self.error_map_resolution}"
+        return f"views={self.num_views}"
 
 
 class UniformRaySampler(RaySampler):
@@ -278,7 +224,7 @@ class UniformRaySampler(RaySampler):
     """
 
     def __init__(self, widths: SizeLike, heights: SizeLike) -> None:
-        super().__init__(widths=widths, heights=heights, error_map_resolution=0)
+        super().__init__(widths=widths, heights=heights)
 
 
 class LossWeightedRaySampler(RaySampler):
@@ -292,30 +238,23 @@ class LossWeightedRaySampler(RaySampler):
     ``p_uniform`` the pixel-count-proportional distribution of :class:`UniformRaySampler`; so every
     view keeps at least ``f * p_uniform`` however small its loss.
 
-    Statistics: :meth:`update` scatter-adds each ray's loss and a count into per-(view, cell)
-    accumulators. Every ``update_every`` optimizer steps (a window), :meth:`step` all-reduces the
-    accumulators across ranks (when ``torch.distributed`` runs with more than one process), folds
+    Statistics: :meth:`update` scatter-adds each ray's loss and a count into per-view accumulators.
+    Every ``update_every`` optimizer steps (a window), :meth:`step` all-reduces the accumulators across
+    ranks (when ``torch.distributed`` runs with more than one process), folds
     each window mean into the EMA (``ema = decay * ema + (1 - decay) * mean``; a view's first
     window initializes it; views not seen in a window keep their EMA) and recomputes the
     probabilities. Views never seen yet count as the mean of the views seen (neither starved nor
     favoured). During the first ``warmup_steps`` steps sampling stays uniform while the EMA fills;
     the weighted distribution takes over right at step ``warmup_steps``.
 
-    Error map (``error_map_resolution = R > 0``): the same EMA per cell of an R x R grid over each
-    view; inside a drawn view, a cell is chosen with probability ``(1 - f) * q_w + f * area/npix``,
-    ``q_w ∝ area * (cell_ema + eps * view_ema) ** alpha`` (unseen cells count as their view's EMA),
-    then a uniform pixel inside the cell.
-
     Args:
         widths, heights: image size of each training view, int [V].
         alpha: exponent on the loss (0 = uniform, 1 = proportional to loss).
-        eps: additive floor on each EMA, relative to the mean EMA over views (or, for cells, to the
-            view's EMA).
+        eps: additive floor on each EMA, relative to the mean EMA over views.
         uniform_floor: fraction f in [0, 1] of the probability mass spread uniformly over pixels.
         ema_decay: EMA decay per statistics window, in [0, 1).
         warmup_steps: optimizer steps of uniform sampling before the weights are used.
         update_every: statistics window in optimizer steps (one all-reduce per window).
-        error_map_resolution: R x R cells per view for error-proportional pixel sampling; 0 = off.
         scale_by_pixel_count: multiply view weights by pixel count (see above); False gives
             ``p_w ∝ (ema + eps) ** alpha`` per view regardless of image size.
     """
@@ -334,10 +273,9 @@ class LossWeightedRaySampler(RaySampler):
         ema_decay: float = 0.9,
         warmup_steps: int = 256,
         update_every: int = 16,
-        error_map_resolution: int = 0,
         scale_by_pixel_count: bool = True,
     ) -> None:
-        super().__init__(widths=widths, heights=heights, error_map_resolution=error_map_resolution)
+        super().__init__(widths=widths, heights=heights)
         checks = [
             (alpha >= 0, "alpha", alpha, ">= 0"),
             (eps >= 0, "eps", eps, ">= 0"),
@@ -356,23 +294,22 @@ class LossWeightedRaySampler(RaySampler):
         self.warmup_steps = int(warmup_steps)
         self.update_every = int(update_every)
         self.scale_by_pixel_count = bool(scale_by_pixel_count)
-        v, c, dev = self.num_views, self.num_cells, self.widths.device
-        # EMA per (view, cell); without an error map C = 1 and this is the per-view EMA.
-        self.register_buffer("ema", torch.zeros(v, c, dtype=torch.float64, device=dev))
-        self.register_buffer("seen", torch.zeros(v, c, dtype=torch.bool, device=dev))
+        v, dev = self.num_views, self.widths.device
+        self.register_buffer("ema", torch.zeros(v, dtype=torch.float64, device=dev))
+        self.register_buffer("seen", torch.zeros(v, dtype=torch.bool, device=dev))
         # float32 sums / int64 counts: cheap atomics in the hot path; widened to float64 to all-reduce.
-        self._acc_sum = torch.zeros(v * c, dtype=torch.float32, device=dev)
-        self._acc_cnt = torch.zeros(v * c, dtype=torch.int64, device=dev)
+        self._acc_sum = torch.zeros(v, dtype=torch.float32, device=dev)
+        self._acc_cnt = torch.zeros(v, dtype=torch.int64, device=dev)
 
     @torch.no_grad()
     def update(
         self, view_ids: Tensor, px: Tensor, py: Tensor, losses: Tensor, valid: Tensor | None = None
     ) -> None:
-        """Scatter-add per-ray losses into the (view, cell) accumulators; no host synchronization.
+        """Scatter-add per-ray losses into the per-view accumulators; no host synchronization.
 
         Args:
             view_ids: int64 [n] view of each ray.
-            px, py: int64 [n] pixel column / row (used by the error map).
+            px, py: int64 [n] pixel column / row (the sampler's interface; the statistics are per view).
             losses: float [n] per-ray loss (any float dtype; detached here).
             valid: bool [n] or None; rays with ``valid`` False add neither loss nor count.
         """
@@ -382,11 +319,7 @@ class LossWeightedRaySampler(RaySampler):
                 "LossWeightedRaySampler.update: view_ids, px, py and losses must be 1-D of one length, got "
                 f"{tuple(view_ids.shape)}, {tuple(px.shape)}, {tuple(py.shape)}, {tuple(losses.shape)}")
         dev = self._acc_sum.device
-        view_ids = view_ids.to(dev, torch.int64)
-        if self.error_map_resolution > 0:
-            idx = self._cell_index(view_ids, px.to(dev, torch.int64), py.to(dev, torch.int64))
-        else:
-            idx = view_ids
+        idx = view_ids.to(dev, torch.int64)
         losses = losses.detach().to(dev, torch.float32)
         ones = torch.ones_like(idx)
         if valid is not None:
@@ -401,7 +334,7 @@ class LossWeightedRaySampler(RaySampler):
         warmup) all-reduce the accumulators across ranks, fold them into the EMA, recompute the
         probabilities. Collective: every rank must run it with the same ``global_step`` sequence.
 
-        A :class:`~nerf_lightning.models.clock.Tick` counts the cadence and the warm-up in the clock's
+        A :class:`~nerf_lightning.training.clock.Tick` counts the cadence and the warm-up in the clock's
         reference steps: a step that spans several of them folds at most one window."""
         tick = global_step if isinstance(global_step, Tick) else Tick.of_step(global_step)
         # steps done before and after this one, in the counting above
@@ -418,7 +351,7 @@ class LossWeightedRaySampler(RaySampler):
         self._recompute(weighted=done >= self.warmup_steps - 1e-9)
 
     def _fold(self, sums: Tensor, counts: Tensor) -> None:
-        """Fold one window's sums / counts (float64 [V, C]) into the EMA."""
+        """Fold one window's sums / counts (float64 [V]) into the EMA."""
         mean = sums / counts.clamp_min(1)
         hit = (counts > 0) & torch.isfinite(mean)  # a non-finite loss must not poison the weights
         d = self.ema_decay
@@ -427,23 +360,14 @@ class LossWeightedRaySampler(RaySampler):
         self.seen |= hit
 
     def _view_ema(self) -> tuple[Tensor, Tensor]:
-        """Per-view EMA, float64 [V] (unseen views filled with the mean of seen views), and that mean [].
-
-        With an error map the view EMA is the area-weighted mean of its seen cells' EMAs."""
-        if self.error_map_resolution > 0:
-            area = self._cell_areas() * self.seen
-            covered = area.sum(1)
-            view_ema = (area * self.ema).sum(1) / covered.clamp_min(1)
-            view_seen = covered > 0
-        else:
-            view_ema, view_seen = self.ema[:, 0], self.seen[:, 0]
-        n_seen = view_seen.sum()
-        mean = torch.where(n_seen > 0, (view_ema * view_seen).sum() / n_seen.clamp_min(1), 1.0)
-        return torch.where(view_seen, view_ema, mean), mean
+        """Per-view EMA, float64 [V] (unseen views filled with the mean of seen views), and that mean []."""
+        n_seen = self.seen.sum()
+        mean = torch.where(n_seen > 0, (self.ema * self.seen).sum() / n_seen.clamp_min(1), 1.0)
+        return torch.where(self.seen, self.ema, mean), mean
 
     def _recompute(self, weighted: bool) -> None:
         if not weighted:
-            self._set_distribution(self._uniform_view_probs(), None)
+            self._set_distribution(self._uniform_view_probs())
             return
         f = self.uniform_floor
         p_uni = self._uniform_view_probs()
@@ -453,25 +377,7 @@ class LossWeightedRaySampler(RaySampler):
             w = w * self._pixel_counts()
         total = w.sum()
         p_w = torch.where(torch.isfinite(total) & (total > 0), w / total, p_uni)  # all-zero losses → uniform
-        view_p = (1 - f) * p_w + f * p_uni
-        cell_p = None
-        if self.error_map_resolution > 0:
-            area = self._cell_areas()
-            q_uni = area / area.sum(1, keepdim=True)
-            cell_ema = torch.where(self.seen, self.ema, ema[:, None])
-            q = area * (cell_ema + self.eps * ema[:, None]).clamp_min(0) ** self.alpha
-            q_tot = q.sum(1, keepdim=True)
-            q_w = torch.where(torch.isfinite(q_tot) & (q_tot > 0), q / q_tot, q_uni)
-            cell_p = (1 - f) * q_w + f * q_uni
-        self._set_distribution(view_p, cell_p)
-
-    def error_map(self) -> Tensor | None:
-        """Per-cell loss EMA as float32 [V, R, R] (unseen cells = their view's EMA), or None if off."""
-        if self.error_map_resolution == 0:
-            return None
-        ema, _ = self._view_ema()
-        r = self.error_map_resolution
-        return torch.where(self.seen, self.ema, ema[:, None]).reshape(-1, r, r).to(torch.float32)
+        self._set_distribution((1 - f) * p_w + f * p_uni)
 
     # checkpoint the in-flight window too, so a resume mid-window loses nothing
     def get_extra_state(self) -> dict[str, Tensor]:
@@ -483,7 +389,7 @@ class LossWeightedRaySampler(RaySampler):
             if src.shape != dst.shape:
                 raise RuntimeError(f"LossWeightedRaySampler: checkpoint `{key}` has shape "
                                    f"{tuple(src.shape)}, expected {tuple(dst.shape)} "
-                                   "(views x error-map cells changed?)")
+                                   "(the training views changed?)")
             dst.copy_(src)
 
     def extra_repr(self) -> str:

@@ -11,7 +11,6 @@ from torch import Tensor
 
 from nerf_lightning.data.cameras import UndistortionTable, intrinsics_tensor, pixel_rays, poses_tensor
 from nerf_lightning.data.images import ImageSet
-from nerf_lightning.data.resolution import BlockImages, block_means
 from nerf_lightning.data.types import Frame
 from nerf_lightning.ops import data_kernel
 
@@ -32,27 +31,12 @@ class ViewSet:
         self.intrinsics = intrinsics_tensor(frames)  # [V, 10]
         self.undistortion = UndistortionTable(self.intrinsics, self.widths, self.heights, camera_model)
         self._has_distortion = bool((self.intrinsics[:, 4:] != 0).any())
-        #: box-filtered images per downscale factor (``data.resolution_schedule``), built on first use
-        #: on the pixels' device
-        self.blocks: dict[int, BlockImages] = {}
 
     def to(self, device: torch.device) -> ViewSet:
         for name in ("pixels", "offsets", "widths", "heights", "poses", "intrinsics"):
             setattr(self, name, getattr(self, name).to(device, non_blocking=True))
         self.undistortion.to(device)
-        self.blocks.clear()  # rebuilt on the new device when used
         return self
-
-    def block_images(self, factor: int) -> BlockImages:
-        """The images box-filtered by ``factor`` (computed once, on the pixels' device, and kept)."""
-        if factor not in self.blocks:
-            self.blocks[factor] = block_means(self.pixels, self.offsets, self.widths, self.heights, factor)
-        return self.blocks[factor]
-
-    def keep_blocks(self, factors: set[int]) -> None:
-        """Free the box-filtered images of every other factor."""
-        for k in [k for k in self.blocks if k not in factors]:
-            del self.blocks[k]
 
     @property
     def channels(self) -> int:
@@ -111,40 +95,6 @@ class ViewSet:
         if color.shape[1] == 4:
             alpha = color[:, 3] if with_alpha else None
             rgb = rgb * color[:, 3:] + background * (1.0 - color[:, 3:])
-        return training_batch(rays_o, rays_d, rgb, background, view_ids, ix, iy, alpha)
-
-    def block_batch(
-        self,
-        view_ids: Tensor,
-        bx: Tensor,
-        by: Tensor,
-        ux: Tensor,
-        uy: Tensor,
-        background: Tensor,
-        factor: int,
-        with_alpha: bool = False,
-    ) -> dict[str, Tensor]:
-        """Rays through blocks (bx, by) of ``factor x factor`` pixels at the in-block positions (ux, uy)
-        in [0, 1) (0.5: the block's centre), targets the blocks' mean colours over ``background``.
-
-        The ray position ``factor * (b + u)`` is a full-resolution pixel coordinate that goes through
-        :meth:`rays`, the camera model of every full-resolution ray (principal point, focal lengths,
-        distortion); it is the ray of the camera downscaled by ``factor`` (``Intrinsics.downscaled``)
-        at position ``b + u`` of the small image. RGBA: the blocks hold premultiplied colour and mean
-        alpha, so ``rgb + background * (1 - alpha)`` is the mean of the block's pixels composited
-        over ``background``, as :meth:`batch` composites one pixel. ``px``/``py`` are the
-        full-resolution pixel the ray goes through. ``with_alpha``: also the blocks' mean ``alpha``."""
-        blocks = self.block_images(factor)
-        k = float(factor)
-        rays_o, rays_d = self.rays(view_ids, (bx.float() + ux) * k, (by.float() + uy) * k)
-        color = blocks.gather(view_ids, bx, by)
-        rgb, alpha = color[:, :3], None
-        if color.shape[1] == 4:
-            alpha = color[:, 3] if with_alpha else None
-            rgb = rgb + background * (1.0 - color[:, 3:])
-        # the pixel of the ray, from the same u (no float rounding can put it in the next block)
-        ix = bx * factor + (ux * k).long().clamp_(max=factor - 1)
-        iy = by * factor + (uy * k).long().clamp_(max=factor - 1)
         return training_batch(rays_o, rays_d, rgb, background, view_ids, ix, iy, alpha)
 
     def colors(self, view_ids: Tensor, ix: Tensor, iy: Tensor) -> Tensor:

@@ -40,7 +40,8 @@ import torch
 from torch import Tensor, nn
 
 from nerf_lightning.models.per_view import ViewGroup, resolve_enabled
-from nerf_lightning.models.schedules import exponential_lr_factor, steps_of
+from nerf_lightning.training.clock import steps_of
+from nerf_lightning.training.lr_schedules import exponential_lr_factor
 
 __all__ = ["CameraOptimizer", "MODES", "GAUGES", "so3_exp", "se3_left_jacobian_apply", "gauge_basis"]
 

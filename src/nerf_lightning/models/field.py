@@ -1,6 +1,6 @@
 """The radiance field of instant-ngp: hash encoding -> density MLP -> SH(direction) -> colour MLP.
 
-Interface used by the renderer (``render/renderer.py``)::
+Interface used by the renderer (``volume/renderer.py``)::
 
     field(positions [S, 3], directions [S, 3]) -> (sigmas [S], rgbs [S, 3])
     field.density(positions [S, 3]) -> sigmas [S]
@@ -114,10 +114,6 @@ class NGPField(nn.Module):
     def mlp_parameters(self) -> list[nn.Parameter]:
         """Every parameter of both MLPs (weights and biases; not the encodings)."""
         return [*self.density_mlp.parameters(), *self.color_mlp.parameters()]
-
-    def mlp_weight_matrices(self) -> list[nn.Parameter]:
-        """The weight matrices of both MLPs (``nn.Linear.weight``; not the biases, not the encodings)."""
-        return [w for mlp in (self.density_mlp, self.color_mlp) for w in _weights_and_biases(mlp)[0]]
 
     def _normalize(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         return _ops().normalize_to_box(positions, self.aabb_min, self.aabb_size)

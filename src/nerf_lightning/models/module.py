@@ -16,20 +16,19 @@ from torch import Tensor, nn
 
 from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
-from nerf_lightning.models.clock import TrainingClock
-from nerf_lightning.models.feedback import TrainingFeedback
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.metrics import METRICS, ViewMetrics, ngp_composite
-from nerf_lightning.models.schedules import on_clock, with_group_lambdas
 from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
 from nerf_lightning.ops.reference import per_ray_loss
-from nerf_lightning.render.occupancy import OccupancyGrid
-from nerf_lightning.render.renderer import Renderer, build_renderer, opacity_error, ray_distortion
-from nerf_lightning.utils.distributed import fsdp_full_copy, throttle_sigterm_broadcast
+from nerf_lightning.run.strategies import fsdp_full_copy, throttle_sigterm_broadcast
+from nerf_lightning.training.feedback import TrainingFeedback
+from nerf_lightning.training.lr_schedules import on_clock, with_group_lambdas
+from nerf_lightning.volume.occupancy import OccupancyGrid
+from nerf_lightning.volume.renderer import Renderer, build_renderer, opacity_error, ray_distortion
 
 log = logging.getLogger(__name__)
 
-#: Under data.batch_scaling=throughput a rank may take up to this many times its even share.
+#: Under batch_rule=throughput a rank may take up to this many times its even share.
 THROUGHPUT_HEADROOM = 1.5
 #: ``model.alpha_weight=auto`` for renders: lego over black gains 7.4 dB at 20k steps for no loss over
 #: white (docs/real_captures.md, section 8); photographs have no transparent pixels to learn from.
@@ -42,8 +41,8 @@ class NeRFModule(L.LightningModule):
     Args:
         field: factory (Hydra ``_partial_``) of the radiance field, called with ``aabb_scale``.
         optimizer: factory of the optimizer, called with parameter groups.
-        renderer: factory of the :class:`~nerf_lightning.render.renderer.Renderer` (``model.renderer``:
-            ``render/renderer.py``'s ``build_renderer`` with its ``occupancy`` grid, whose update schedule
+        renderer: factory of the :class:`~nerf_lightning.volume.renderer.Renderer` (``model.renderer``:
+            ``volume/renderer.py``'s ``build_renderer`` with its ``occupancy`` grid, whose update schedule
             this module follows), called with ``aabb_scale``. None: instant-ngp's defaults.
         scheduler: factory called with ``(optimizer, total_steps)``; stepped every optimizer step.
         step: factory of the budgeted training step (``model.step``: ``models/train_step.py``'s
@@ -61,9 +60,6 @@ class NeRFModule(L.LightningModule):
             this does. ``auto`` (``model.alpha_weight``'s default): :data:`RENDER_ALPHA_WEIGHT` for
             renders, 0 for photographs (``photograph``). 0: off. The resolved weight is
             :attr:`alpha_weight`.
-        mlp_weight_decay: L2 regularization of the MLPs' weight matrices (Adam's coupled
-            ``weight_decay`` on their parameter group; instant-ngp's ``l2_reg``, 1e-6, acts on its
-            MLP matrices only); the hash table and the biases are never decayed. 0: off.
         cuda_graph: ``auto`` (capture the budgeted step as CUDA graphs on a GPU, except under FSDP,
             whose parameters are re-gathered every step), ``true`` or ``false``.
         jitter: shift each training ray's first sample by a random fraction of a step (off only for
@@ -75,10 +71,6 @@ class NeRFModule(L.LightningModule):
         save_val_images: write ``val/view{v}_step{s}.png`` (GT | prediction | depth | error).
         lpips: LPIPS in the evaluation metrics: ``null`` (VGG, as nerfacc, when its weights are local),
             ``false``, or a torchmetrics net name (``vgg``, ``alex``, ``squeeze``).
-        clock: the DataModule's :class:`~nerf_lightning.models.clock.TrainingClock` (the train app passes
-            ``NeRFDataModule.clock``): this rank's batch under ``data.batch_scaling``, and the reference
-            position that the learning-rate schedule, the occupancy updates, the sampler's windows and
-            the run's length follow. None: one process's clock of optimizer steps (``per_device``).
         camera_opt: factory of the learned camera-pose corrections (``models/camera_opt.py``), called
             with ``n_views``, ``poses`` and ``photograph``; kept only when it is enabled. None: off.
         appearance: factory of the learned per-view exposure (``models/appearance.py``), called with
@@ -89,11 +81,13 @@ class NeRFModule(L.LightningModule):
             them; the camera corrections' gauge). None when the state is loaded from a checkpoint next.
         photograph: whether the capture is photographs (the components' ``enabled=auto`` and
             ``alpha_weight=auto``).
-        feedback: the DataModule's :class:`~nerf_lightning.models.feedback.TrainingFeedback` (the train app
-            passes ``NeRFDataModule.feedback``): where each step's per-ray losses go (the ray sampler),
-            this rank's work share under ``data.batch_scaling=throughput`` without a sample budget, and
-            the training cameras, whose unseen cells the occupancy grid marks at the first step. None:
-            a feedback attached to nothing (no sampler statistics, every cell visible).
+        feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback`, shared with the
+            DataModule (the train app makes it): its training clock (``batch_rule``: this rank's batch,
+            and the reference position that the learning-rate schedule, the sampler's windows and the
+            run's length follow), where each step's per-ray losses go (the ray sampler), this rank's
+            work share under ``batch_rule=throughput`` without a sample budget, and the training
+            cameras, whose unseen cells the occupancy grid marks at the first step. None: one process's
+            clock of optimizer steps and a feedback attached to nothing.
 
     Evaluation (``validation_step`` / ``test_step``, one whole held-out image per batch): PSNR, SSIM
     (and LPIPS) per image, logged at the end of the pass as their means over the views
@@ -113,14 +107,12 @@ class NeRFModule(L.LightningModule):
         huber_delta: float = 0.1,
         distortion_weight: float = 0.0,
         alpha_weight: float | str = 0.0,
-        mlp_weight_decay: float = 0.0,
         cuda_graph: bool | str = "auto",
         jitter: bool = True,
         sigterm_check_every: int = 100,
         val_chunk: int = 1 << 15,
         save_val_images: bool = True,
         lpips: bool | str | None = None,
-        clock: TrainingClock | None = None,
         camera_opt: Callable[..., CameraOptimizer] | None = None,
         appearance: Callable[..., PerViewExposure] | None = None,
         n_train_views: int = 0,
@@ -132,7 +124,7 @@ class NeRFModule(L.LightningModule):
         # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
         # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
         factories = ["field", "optimizer", "renderer", "scheduler", "step", "camera_opt", "appearance"]
-        self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "clock", "feedback"])
+        self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "feedback"])
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
@@ -173,10 +165,8 @@ class NeRFModule(L.LightningModule):
         self._graphed = False
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
-        self.clock = clock if clock is not None else TrainingClock()
-        #: each optimizer group's configured Adam betas (set by configure_optimizers), which the clock scales
-        self._configured_betas: list[Any] | None = None
-        self.feedback = feedback if feedback is not None else TrainingFeedback(self.clock)
+        self.feedback = feedback if feedback is not None else TrainingFeedback()
+        self.clock = self.feedback.clock
         self.val_metrics = ViewMetrics(lpips=lpips)
         self.test_metrics = ViewMetrics(lpips=lpips)
         #: stage ("val" / "test") -> last ViewMetrics.compute() result of that stage (rank 0 has all views)
@@ -231,14 +221,14 @@ class NeRFModule(L.LightningModule):
         return {name: getattr(step, name) for name in ("n_active", "n_active_f") if hasattr(step, name)}
 
     def _scale_budget_to_ranks(self) -> None:
-        """Per-rank sample budget for ``data.batch_scaling`` (before the step is captured)."""
+        """Per-rank sample budget under the batch rule (before the step is captured)."""
         if self._graphed:
             return
         clock, step = self.clock, self.train_step_fn
-        if clock.rule.split == "throughput":
-            step.set_capacity_scale(clock.rank_scale * THROUGHPUT_HEADROOM, 1.0 / THROUGHPUT_HEADROOM)
+        if clock.splits_by_throughput:
+            step.set_capacity_scale(clock.rank_multiple * THROUGHPUT_HEADROOM, 1.0 / THROUGHPUT_HEADROOM)
         else:
-            step.set_capacity_scale(clock.rank_scale)
+            step.set_capacity_scale(clock.rank_multiple)
         step.set_clock_rate(clock.rate)
 
     def _follow_clock_length(self) -> None:
@@ -250,13 +240,16 @@ class NeRFModule(L.LightningModule):
         self.trainer.fit_loop.epoch_loop.max_steps = steps
         if self.trainer.is_global_zero:
             log.info(
-                "data.batch_scaling=%s: %d optimizer steps of %.4g reference batches see the rays of "
+                "batch_rule=%s: %d optimizer steps of %.4g reference batches see the rays of "
                 "trainer.max_steps=%d reference steps",
-                self.clock.rule.name, steps, self.clock.k, self.clock.total,
+                self.clock.rule.name,
+                steps,
+                self.clock.k,
+                self.clock.total,
             )
 
     def set_work_scale(self, scale: float) -> None:
-        """This rank's share of the work (mean 1 over the ranks) under ``data.batch_scaling=throughput``:
+        """This rank's share of the work (mean 1 over the ranks) under ``batch_rule=throughput``:
         the fraction of the sample budget its ray count aims at, or its rays per step."""
         if self.train_step_fn is not None:
             self.train_step_fn.target_fraction.fill_(min(scale, THROUGHPUT_HEADROOM) / THROUGHPUT_HEADROOM)
@@ -359,13 +352,13 @@ class NeRFModule(L.LightningModule):
             return  # only after a real optimizer step
         tick = self.clock.tick(self.global_step)
         self.feedback.step(tick)
-        grid_tick = self.clock.grid_tick(self.global_step)
-        if grid_tick.crossed(self.occupancy.update_every):
+        # the grid keeps its cadence in optimizer steps under every batch rule (training/batch_rules.py)
+        if self.global_step % self.occupancy.update_every == 0:
             # Each rank evaluates its share of the cells and the maximum over the ranks merges them:
             # N ranks sample the grid as one process does, in 1/N of its time each.
             world = self.trainer.world_size
             with self._full_parameters():
-                self.occupancy.update(grid_tick.end, self.field.density, share=(self.global_rank, world))
+                self.occupancy.update(self.global_step, self.field.density, share=(self.global_rank, world))
             if world > 1:
                 self.occupancy.sync_(_all_reduce_max)
 
@@ -501,30 +494,20 @@ class NeRFModule(L.LightningModule):
         return {k: v for c in self.view_components for k, v in c.summary().items()}
 
     def parameter_groups(self, total_steps: int = 10_000) -> list[dict[str, Any]]:
-        """The optimizer's parameter groups: the field's, then one group per enabled per-view component
-        (its own learning rate and L2). The field's parameters are one group unless a setting splits
-        them: with ``mlp_weight_decay > 0`` the MLPs' weight matrices take that ``weight_decay``; with
-        the clock's ``mlp_lr_scaling`` (``data.mlp_lr_scaling``) the MLPs' groups carry
-        ``lr_part="mlp"``, whose batch-rule factor the clock gives apart from the hash table's."""
+        """The optimizer's parameter groups: the field's hash table (named ``table``), the field's
+        MLPs (``mlp``; the batch rule gives each part its own factor), then one group per
+        enabled per-view component (its own learning rate and L2). The layout is the same under every
+        rule and world size, so that a checkpoint resumes on any number of GPUs."""
         views = [c.parameter_group(total_steps).as_dict() for c in self.view_components]
         own = {id(p) for g in views for p in g["params"]}
-        decay = float(self.hparams.get("mlp_weight_decay", 0.0))
-        decayed = {id(p) for p in self.field.mlp_weight_matrices()} if decay > 0 else set()
-        mlps = {id(p) for p in self.field.mlp_parameters()} if self.clock.mlp_lr_scaling else set()
-        # (an MLP group, weight decay) -> its parameters, in the module's order
-        split: dict[tuple[bool, bool], list[nn.Parameter]] = {}
-        for p in self.parameters():
-            if id(p) not in own:
-                split.setdefault((id(p) in mlps, id(p) in decayed), []).append(p)
-        groups: list[dict[str, Any]] = []
-        for (mlp, decays), params in sorted(split.items()):
-            group: dict[str, Any] = {"params": params}
-            if decays:
-                group["weight_decay"] = decay
-            if mlp:
-                group["lr_part"] = "mlp"
-            groups.append(group)
-        return [*groups, *views]
+        mlps = {id(p) for p in self.field.mlp_parameters()}
+        table = [p for p in self.parameters() if id(p) not in own and id(p) not in mlps]
+        mlp = [p for p in self.parameters() if id(p) in mlps]
+        field = [
+            {"params": table, "name": "table", "lr_part": "table"},
+            {"params": mlp, "name": "mlp", "lr_part": "mlp"},
+        ]
+        return [*(g for g in field if g["params"]), *views]
 
     def _rule_decay(self) -> dict[str, float]:
         """The batch rule's learning-rate decay (``TrainingClock.decay``) as the scheduler's keywords; none
@@ -537,13 +520,13 @@ class NeRFModule(L.LightningModule):
         accepts = inspect.signature(getattr(factory, "func", factory)).parameters
         if not {"decay_start", "decay_interval"} <= set(accepts):
             log.warning(
-                "data.batch_scaling=%s moves the learning-rate decay to %g of the run (every %g), but "
+                "batch_rule=%s moves the learning-rate decay to %g of the run (every %g), but "
                 "model.scheduler has no decay_start / decay_interval: it keeps its own schedule",
                 self.clock.rule.name, *decay,
             )  # fmt: skip
             return {}
         log.info(
-            "data.batch_scaling=%s: the learning-rate decay from %g of the run, every %g",
+            "batch_rule=%s: the learning-rate decay from %g of the run, every %g",
             self.clock.rule.name, *decay,
         )  # fmt: skip
         return {"decay_start": decay[0], "decay_interval": decay[1]}
@@ -558,8 +541,6 @@ class NeRFModule(L.LightningModule):
             total = max_steps if max_steps and max_steps > 0 else 10_000
         groups = self.parameter_groups(total)
         optimizer = self.optimizer_factory(params=groups)
-        self._configured_betas = [g.get("betas") for g in optimizer.param_groups]
-        self._scale_betas(optimizer)
         # the per-view groups come last; those with a schedule of their own replace the main factor
         first = len(groups) - len(self.view_components)
         factors = [c.parameter_group(total).lr_lambda for c in self.view_components]
@@ -575,19 +556,6 @@ class NeRFModule(L.LightningModule):
         if scheduler is None:
             return {"optimizer": optimizer}
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-    def on_train_start(self) -> None:
-        # A restored optimizer state brings back the betas it was saved with (another world size's).
-        for optimizer in self.trainer.optimizers:
-            self._scale_betas(optimizer)
-
-    def _scale_betas(self, optimizer: torch.optim.Optimizer) -> None:
-        """Adam's betas under the batch rule (``data.beta_scaling``), from the configured ones."""
-        if self.clock.rule.beta_scaling == "none" or self._configured_betas is None:
-            return
-        for group, betas in zip(optimizer.param_groups, self._configured_betas, strict=False):
-            if betas is not None:
-                group["betas"] = self.clock.betas(tuple(betas))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["training_clock"] = self.clock.state_dict(self.global_step)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.render.renderer import Renderer, opacity_error, ray_distortion
+from nerf_lightning.volume.renderer import Renderer, opacity_error, ray_distortion
 
 __all__ = ["FixedBudgetStep", "budgeted_step", "capture", "autocast_for", "holds_tcnn", "warm_capture_stream"]
 
@@ -127,7 +127,7 @@ class FixedBudgetStep(nn.Module):
             self.n_active_f.fill_(float(n_init))
 
     def set_clock_rate(self, rate: float) -> None:
-        """Each step counts ``rate`` reference steps (``models/clock.py``): the ray-count estimate keeps
+        """Each step counts ``rate`` reference steps (``training/clock.py``): the ray-count estimate keeps
         ``adapt_momentum ** rate`` of the previous one, so it follows the field over as many rays as it
         does on one GPU. Call before the first step (the momentum is baked into a captured graph)."""
         self.adapt_momentum = self.base_adapt_momentum ** float(rate)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from nerf_lightning.errors import UserError
 from nerf_lightning.run.run_dir import register_resolvers
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -43,18 +46,57 @@ KEY_ALIASES: dict[str, str] = {
     **{f"model.{key}": f"model.step.{key}" for key in ("sample_budget", "march_budget", "n_rays_init")},
 }
 
+_BATCH_RULE = "the batch rule is the config group batch_rule=auto|per_device|large_batch|throughput"
+_RESEARCH = "measured and removed (docs/benchmarks/2026-12-05.md)"
+
+#: Keys that were removed, and what to use instead: an override of one fails with this line, a
+#: checkpoint's stored config that holds one drops it (:func:`drop_removed_keys`).
+REMOVED_KEYS: dict[str, str] = {
+    "data.batch_scaling": _BATCH_RULE,
+    **{
+        f"data.{key}": f"{_RESEARCH}; {_BATCH_RULE} (docs/batch_rule.md)"
+        for key in (
+            "batch_multiple", "schedule_unit", "lr_scaling", "beta_scaling", "grid_unit", "lr_warmup",
+            "lr_anneal", "mlp_lr_scaling",
+        )
+    },  # fmt: skip
+    "data.resolution_schedule": f"coarse-to-fine training resolution was {_RESEARCH}",
+    "data.samplers.loss_weighted.error_map_resolution": f"the per-view error map was {_RESEARCH}",
+    "model.mlp_weight_decay": f"the MLPs' L2 was {_RESEARCH}",
+    "model.scheduler.warmup_steps": f"the learning-rate warm-up was {_RESEARCH}",
+}
+
 _OVERRIDE = re.compile(r"^([+~]{0,2})([^=]*)(.*)$", re.S)
 
 
 def alias_override(arg: str) -> str:
-    """One command-line override with an aliased key (:data:`KEY_ALIASES`) spelled as the config's key."""
+    """One command-line override with an aliased key (:data:`KEY_ALIASES`) spelled as the config's key.
+
+    Raises:
+        UserError: the key was removed (:data:`REMOVED_KEYS`), naming what replaced it.
+    """
     sign, key, rest = _OVERRIDE.match(arg).groups()  # type: ignore[union-attr]
+    if key in REMOVED_KEYS:
+        raise UserError(f"{key}: no longer exists: {REMOVED_KEYS[key]}")
     for old, new in KEY_ALIASES.items():
         if key == old:
             return f"{sign}{new}{rest}"
         if old.endswith(".") and key.startswith(old):
             return f"{sign}{new}{key[len(old) :]}{rest}"
     return arg
+
+
+def drop_removed_keys(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (plain run config, e.g. a checkpoint's) without the keys of :data:`REMOVED_KEYS`."""
+    out = copy.deepcopy(config)
+    for key in REMOVED_KEYS:
+        *parents, leaf = key.split(".")
+        node: Any = out
+        for name in parents:
+            node = node.get(name) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return out
 
 
 def alias_overrides(overrides: Sequence[str]) -> list[str]:

@@ -11,7 +11,8 @@ rebuild the same way on one device.
 The stored config names classes by their import path (``_target_``) at the time of writing; paths that
 have moved since are mapped to their new place when the file is read (:data:`MOVED_TARGETS`). A model
 config of the flat layout (``model.near_plane``, ``model.sample_budget``, ...) gets today's
-``renderer`` and ``step`` nodes, holding its values (:func:`upgrade_model_keys`).
+``renderer`` and ``step`` nodes, holding its values (:func:`upgrade_model_keys`); keys that were removed
+since are dropped (``run/config.py``'s ``REMOVED_KEYS``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from nerf_lightning.data.types import Capture
 from nerf_lightning.errors import UserError
 from nerf_lightning.run.checkpoint_callbacks import CHECKPOINT_KEY
 from nerf_lightning.run.checkpoint_io import read_checkpoint
-from nerf_lightning.run.config import CONF_DIR, KEY_ALIASES
+from nerf_lightning.run.config import CONF_DIR, KEY_ALIASES, drop_removed_keys
 
 __all__ = [
     "MOVED_TARGETS",
@@ -51,6 +52,15 @@ MOVED_TARGETS: dict[str, str] = {
     "nerf_lightning.utils.tracking.CSVLogger": "nerf_lightning.tracking.loggers.CSVLogger",
     "nerf_lightning.utils.tracking.TensorBoardLogger": "nerf_lightning.tracking.loggers.TensorBoardLogger",
     "nerf_lightning.utils.tracking.WandbLogger": "nerf_lightning.tracking.wandb_logger.WandbLogger",
+    "nerf_lightning.models.schedules.ngp_exponential_decay": (
+        "nerf_lightning.training.lr_schedules.ngp_exponential_decay"
+    ),
+    "nerf_lightning.render.occupancy.OccupancyGrid": "nerf_lightning.volume.occupancy.OccupancyGrid",
+    "nerf_lightning.render.renderer.build_renderer": "nerf_lightning.volume.renderer.build_renderer",
+    **{
+        f"nerf_lightning.utils.distributed.{name}": f"nerf_lightning.run.strategies.{name}"
+        for name in ("fsdp_full_precision", "fsdp_wrap_policy", "single_device_strategy", "slurm_environment")
+    },
 }
 
 
@@ -178,7 +188,7 @@ def load_run(ckpt: str | Path | None) -> RestoredRun:
     return RestoredRun(
         path=path,
         checkpoint=checkpoint,
-        config=OmegaConf.create(upgrade_model_keys(upgrade_targets(section["config"]))),
+        config=OmegaConf.create(drop_removed_keys(upgrade_model_keys(upgrade_targets(section["config"])))),
         instantiate_kwargs=dict(section.get("instantiate_kwargs") or {}),
     )
 

@@ -32,7 +32,7 @@ import lightning as L
 import torch
 
 from nerf_lightning.errors import UserError
-from nerf_lightning.models.feedback import TrainingFeedback
+from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.viewer.budget import BurstBudget
 from nerf_lightning.viewer.panels import TrainingStatus
 from nerf_lightning.viewer.ports import check_port
@@ -57,7 +57,7 @@ class ViewerCallback(L.Callback):
         stats_every_s: seconds between two readings of the training statistics.
         export_dir: where camera paths are written (the run folder).
         clock: seconds, monotonic (tests pass a simulated one).
-        feedback: the DataModule's :class:`~nerf_lightning.models.feedback.TrainingFeedback` (the train
+        feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback` (the train
             app passes it), which holds the capture the viewer shows.
     """
 

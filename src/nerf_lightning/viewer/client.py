@@ -28,7 +28,7 @@ import zstandard
 from viser import _messages as messages
 from websockets.sync.client import connect
 
-from nerf_lightning.viewer.cameras import wxyz_of
+from nerf_lightning.viewer.browser_camera import wxyz_of
 
 __all__ = ["Frame", "HeadlessClient"]
 

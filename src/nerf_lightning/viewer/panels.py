@@ -18,8 +18,8 @@ import numpy as np
 import viser
 
 from nerf_lightning.errors import UserError
-from nerf_lightning.viewer.camera_path import Keyframe, nerfstudio_camera_path, write_camera_path
-from nerf_lightning.viewer.cameras import c2w_of, wxyz_of
+from nerf_lightning.viewer.browser_camera import c2w_of, wxyz_of
+from nerf_lightning.viewer.keyframes import Keyframe, nerfstudio_camera_path, write_camera_path
 from nerf_lightning.viewer.scene import SceneInfo
 
 __all__ = ["CameraPathPanel", "TrainingPanel", "TrainingStatus"]

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nerf_lightning.render.camera_path import PathCamera, camera_rays
-from nerf_lightning.render.video import depth_range, turbo
+from nerf_lightning.video.camera_paths import PathCamera, camera_rays
+from nerf_lightning.video.writer import depth_range, turbo
 
 __all__ = ["OUTPUTS", "ChunkSizer", "ImageRender", "RenderFn", "composite"]
 

@@ -1,7 +1,7 @@
 """What the viewer draws around the rendered field: the training cameras, the scene box and the occupancy
 grid's occupied cells, each with a toggle; a click on a camera jumps there.
 
-Everything is in NGP space (see ``viewer/cameras.py``). The scene's up direction is the training
+Everything is in NGP space (see ``viewer/browser_camera.py``). The scene's up direction is the training
 cameras' mean up, so that the browser's orbit controls turn around the capture's vertical.
 """
 
@@ -15,8 +15,8 @@ import viser
 
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.data.types import Capture
-from nerf_lightning.render.camera_path import focus_point
-from nerf_lightning.viewer.cameras import fov_y_of, wxyz_of
+from nerf_lightning.video.camera_paths import focus_point
+from nerf_lightning.viewer.browser_camera import fov_y_of, wxyz_of
 
 __all__ = ["SceneInfo", "SceneWidgets"]
 

@@ -31,13 +31,13 @@ import viser
 from torch import Tensor
 
 from nerf_lightning.errors import UserError
-from nerf_lightning.render.geometry import occupied_cells
-from nerf_lightning.render.renderer import Renderer
-from nerf_lightning.viewer.cameras import ViewCamera, wxyz_of
+from nerf_lightning.mesh.extract import occupied_cells
+from nerf_lightning.viewer.browser_camera import ViewCamera, wxyz_of
 from nerf_lightning.viewer.panels import CameraPathPanel, TrainingPanel, TrainingStatus
 from nerf_lightning.viewer.ports import check_port
 from nerf_lightning.viewer.progressive import OUTPUTS, ChunkSizer, ImageRender, composite
 from nerf_lightning.viewer.scene import SceneInfo, SceneWidgets
+from nerf_lightning.volume.renderer import Renderer
 
 __all__ = ["RenderSource", "ViewerServer"]
 

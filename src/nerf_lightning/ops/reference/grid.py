@@ -1,7 +1,7 @@
 """The occupancy grid's math: cells and cascades, the density EMA, occupancy bits.
 
 Cascade ``c`` covers ``[0.5 - 2^c/2, 0.5 + 2^c/2]^3`` with ``G^3`` cells; a cell's flat index over the
-whole grid ``[C, G^3]`` is ``c * G^3 + (ix * G + iy) * G + iz``. ``render/occupancy.py`` decides when
+whole grid ``[C, G^3]`` is ``c * G^3 + (ix * G + iy) * G + iz``. ``volume/occupancy.py`` decides when
 and where to sample; these functions are the pure parts.
 """
 

@@ -12,7 +12,7 @@ from runs import run_ranks
 
 from nerf_lightning.models.module import _all_reduce_max
 from nerf_lightning.ops import reference as ref
-from nerf_lightning.render.occupancy import DEFAULT_THRESHOLD, OccupancyGrid
+from nerf_lightning.volume.occupancy import DEFAULT_THRESHOLD, OccupancyGrid
 
 
 def sphere_density(centre=(0.5, 0.5, 0.5), radius: float = 0.25, sigma: float = 100.0):
@@ -136,7 +136,7 @@ def test_shares_of_the_cells_merged_by_max_are_one_process_update() -> None:
 def test_the_cascades_running_counts_are_each_rows_own() -> None:
     """The occupied cells' running count along each cascade, from one scan over all of them: each row
     counted from its own start, as a scan of each row alone counts it."""
-    from nerf_lightning.render.occupancy import _cascade_cdf
+    from nerf_lightning.volume.occupancy import _cascade_cdf
 
     binaries = torch.rand(3, 4096, generator=torch.Generator().manual_seed(5)) < 0.3
     binaries[1] = False  # a cascade without occupied cells

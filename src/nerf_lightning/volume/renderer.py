@@ -74,7 +74,7 @@ class Renderer(nn.Module):
             weight is exactly 0) and run the differentiable pass on the rest only, as instant-ngp's
             training kernels do. Same outputs and gradients; far less work behind opaque surfaces.
         gradient_scaling_distance: when gradients are on, scale each sample's density and colour
-            gradient by ``min(1, (t / distance)^2)`` (``render/gradient_scaling.py``); None: off.
+            gradient by ``min(1, (t / distance)^2)`` (``volume/gradient_scaling.py``); None: off.
     """
 
     def __init__(

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from nerf_lightning.ops import reference as ref
-from nerf_lightning.render.occupancy import OccupancyGrid
+from nerf_lightning.volume.occupancy import OccupancyGrid
 
 __all__ = ["Mesh", "extract_mesh", "occupied_bounds", "occupied_cells", "occupied_mask", "render_point_cloud"]
 

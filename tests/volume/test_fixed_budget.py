@@ -7,8 +7,8 @@ import torch
 
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.train_step import FixedBudgetStep
-from nerf_lightning.render.occupancy import OccupancyGrid
-from nerf_lightning.render.renderer import Renderer, fixed_render_counts, ray_distortion
+from nerf_lightning.volume.occupancy import OccupancyGrid
+from nerf_lightning.volume.renderer import Renderer, fixed_render_counts, ray_distortion
 
 ENC = dict(n_levels=4, log2_hashmap_size=12, base_resolution=4, max_resolution=32, backend="torch")
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from nerf_lightning.render.geometry import extract_mesh, occupied_bounds, occupied_mask
-from nerf_lightning.render.occupancy import OccupancyGrid
+from nerf_lightning.mesh.extract import extract_mesh, occupied_bounds, occupied_mask
+from nerf_lightning.volume.occupancy import OccupancyGrid
 
 CENTRE = torch.tensor([0.45, 0.5, 0.55])
 RADIUS = 0.2

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from viser import transforms as tf
 
-from nerf_lightning.render.camera_path import PathCamera
+from nerf_lightning.video.camera_paths import PathCamera
 
 __all__ = ["ViewCamera", "c2w_of", "fov_y_of", "frame_size", "wxyz_of"]
 

@@ -1,10 +1,11 @@
 """The seam between the training data and what trains on it: :class:`TrainingFeedback`.
 
-The DataModule (``data/datamodule.py``) owns one from its construction and fills it in at ``setup``;
-the train app hands it to the model (``NeRFModule(feedback=...)``) and to every callback whose
-constructor takes a ``feedback`` argument. Through it the model reports each step's per-ray losses
-to the ray sampler and this rank's work share, and the callbacks read the sampler's view
-probabilities and the capture, instead of reaching into the DataModule through the trainer.
+The train app makes one around the run's training clock (``batch_rule``) and gives it to the
+DataModule (``NeRFDataModule(feedback=...)``, which fills it in at ``setup``), to the model
+(``NeRFModule(feedback=...)``) and to every callback whose constructor takes a ``feedback`` argument.
+Through it the model reports each step's per-ray losses to the ray sampler and this rank's work share,
+and the callbacks read the sampler's view probabilities and the capture, instead of reaching into the
+DataModule through the trainer.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Protocol
 
 from torch import Tensor
 
-from nerf_lightning.models.clock import Tick, TrainingClock
+from nerf_lightning.training.clock import Tick, TrainingClock
 
 __all__ = ["LossSampler", "TrainCameras", "TrainingFeedback"]
 
@@ -48,7 +49,7 @@ class TrainingFeedback:
     """What the model and the callbacks may know of the training data, and tell it.
 
     Args:
-        clock: the DataModule's batch-rule clock (``data.batch_scaling``).
+        clock: the run's training clock (``batch_rule``); default: one process's, ``per_device``.
 
     Before the DataModule's ``setup`` (or for a model trained without one) nothing is attached:
     the reports go nowhere and the reads return None.
@@ -56,7 +57,7 @@ class TrainingFeedback:
 
     def __init__(self, clock: TrainingClock | None = None) -> None:
         self.clock = clock if clock is not None else TrainingClock()
-        #: this rank's share of the work under ``data.batch_scaling=throughput`` (mean 1 over the ranks);
+        #: this rank's share of the work under ``batch_rule=throughput`` (mean 1 over the ranks);
         #: the DataModule's rays per step follow it when the step has no sample budget
         self.work_scale = 1.0
         #: the capture (``data/types.py``'s ``Capture``: cameras, splits, scene box) once read
@@ -70,8 +71,8 @@ class TrainingFeedback:
 
     @property
     def splits_by_throughput(self) -> bool:
-        """Whether the ranks' work is split by their measured speed (``data.batch_scaling=throughput``)."""
-        return self.clock.rule.split == "throughput"
+        """Whether the ranks' work is split by their measured speed (``batch_rule=throughput``)."""
+        return self.clock.splits_by_throughput
 
     def report_losses(
         self, view_ids: Tensor, px: Tensor, py: Tensor, per_ray: Tensor, valid: Tensor | None = None

@@ -1,15 +1,13 @@
-"""Learning-rate schedules."""
+"""Learning-rate schedules: instant-ngp's step decay, read on the training clock, with per-group factors."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
-if TYPE_CHECKING:  # a type only: the clock imports steps_of from this module
-    from nerf_lightning.models.clock import TrainingClock
+from nerf_lightning.training.clock import TrainingClock, steps_of
 
 
 def ngp_exponential_decay(
@@ -18,22 +16,20 @@ def ngp_exponential_decay(
     decay_start: float = 0.5,
     decay_interval: float = 0.15,
     decay_base: float = 0.33,
-    warmup_steps: int = 0,
 ) -> LambdaLR:
     """instant-ngp's step decay: lr * decay_base ** floor((step - start) / interval) after ``start``.
 
     instant-ngp uses start 20k / interval 10k steps for a 35k-step run; here ``decay_start`` and
     ``decay_interval`` are fractions of ``total_steps`` (values > 1 are taken as step counts), so the
-    same config works for a 1k-step CPU run and a 30k-step GPU run. ``warmup_steps`` ramps linearly.
+    same config works for a 1k-step CPU run and a 30k-step GPU run.
     """
     start = steps_of(decay_start, total_steps)
     interval = max(steps_of(decay_interval, total_steps), 1.0)
 
     def factor(step: int) -> float:
-        ramp = min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
         if step < start:
-            return ramp
-        return ramp * decay_base ** (int((step - start) // interval) + 1)
+            return 1.0
+        return decay_base ** (int((step - start) // interval) + 1)
 
     return LambdaLR(optimizer, factor)
 
@@ -53,8 +49,8 @@ def on_clock(optimizer: Optimizer, clock: TrainingClock, scheduler: LRScheduler 
         inner = list(scheduler.lr_lambdas)
     else:
         raise ValueError(
-            f"model.scheduler: data.batch_scaling={clock.rule.name} reads the schedule at reference "
-            f"positions, which needs a LambdaLR schedule (as models/schedules.py makes); got "
+            f"model.scheduler: batch_rule={clock.rule.name} reads the schedule at reference "
+            f"positions, which needs a LambdaLR schedule (as training/lr_schedules.py makes); got "
             f"{type(scheduler).__name__}"
         )
 
@@ -67,12 +63,6 @@ def on_clock(optimizer: Optimizer, clock: TrainingClock, scheduler: LRScheduler 
 
     parts = [g.get("lr_part") for g in optimizer.param_groups]
     return LambdaLR(optimizer, [on_positions(f, part) for f, part in zip(inner, parts, strict=True)])
-
-
-def steps_of(value: float, total_steps: int) -> float:
-    """A schedule length: a fraction of ``total_steps`` when <= 1, else a step count (the convention
-    of :func:`ngp_exponential_decay`)."""
-    return value * max(int(total_steps), 1) if value <= 1 else float(value)
 
 
 def exponential_lr_factor(
@@ -102,7 +92,8 @@ def with_group_lambdas(scheduler: LRScheduler, lambdas: dict[int, Callable[[int]
     if not isinstance(scheduler, LambdaLR):
         raise ValueError(
             "model.scheduler: the per-view parameter groups (model.camera_opt) need a LambdaLR schedule "
-            f"(models/schedules.py) to add their own learning-rate factor to, got {type(scheduler).__name__}"
+            f"(training/lr_schedules.py) to add their own learning-rate factor to, got "
+            f"{type(scheduler).__name__}"
         )
     factors = [lambdas.get(i, fn) for i, fn in enumerate(scheduler.lr_lambdas)]
     # A fresh LambdaLR on the same optimizer: it keeps each group's ``initial_lr`` (set by the first

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from walk import box_blur, encode_clip
 
-from nerf_lightning.capture.video import extract_frames, probe_video, window_of
+from nerf_lightning.capture.video_frames import extract_frames, probe_video, window_of
 from nerf_lightning.errors import UserError
 
 

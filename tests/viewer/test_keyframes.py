@@ -11,14 +11,14 @@ import pytest
 
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.errors import UserError
-from nerf_lightning.render.camera_path import look_at, read_nerfstudio_path
-from nerf_lightning.viewer.camera_path import (
+from nerf_lightning.video.camera_paths import look_at, read_nerfstudio_path
+from nerf_lightning.viewer.browser_camera import ViewCamera, c2w_of, frame_size, wxyz_of
+from nerf_lightning.viewer.keyframes import (
     Keyframe,
     interpolate_path,
     nerfstudio_camera_path,
     write_camera_path,
 )
-from nerf_lightning.viewer.cameras import ViewCamera, c2w_of, frame_size, wxyz_of
 
 
 def _ring(n: int) -> list[Keyframe]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nerf_lightning.models.schedules import ngp_exponential_decay
+from nerf_lightning.training.lr_schedules import ngp_exponential_decay
 
 
 def _lrs_of_a_run(n_steps: int, **kwargs) -> list[float]:
@@ -59,9 +59,3 @@ def test_fractions_of_the_run() -> None:
         assert lrs[step] == pytest.approx(1e-2 * factor, rel=1e-12), step
     # never zero, never increasing
     assert min(lrs) > 0 and all(b <= a for a, b in zip(lrs, lrs[1:], strict=False))
-
-
-def test_linear_warmup_then_decay() -> None:
-    lrs = _lrs_of_a_run(40, total_steps=40, decay_start=20, decay_interval=10, decay_base=0.5, warmup_steps=4)
-    assert lrs[:5] == pytest.approx([2.5e-3, 5e-3, 7.5e-3, 1e-2, 1e-2], rel=1e-12)
-    assert (lrs[19], lrs[20], lrs[30]) == pytest.approx((1e-2, 5e-3, 2.5e-3), rel=1e-12)

@@ -8,8 +8,9 @@ from omegaconf import OmegaConf
 from nerf_lightning.apps.train import instantiate_group
 from nerf_lightning.callbacks.sampler_monitor import SamplerMonitor
 from nerf_lightning.data.sampler import LossWeightedRaySampler
-from nerf_lightning.models.clock import Tick, TrainingClock, resolve_rule
-from nerf_lightning.models.feedback import TrainCameras, TrainingFeedback
+from nerf_lightning.training.batch_rules import throughput
+from nerf_lightning.training.clock import Tick, TrainingClock
+from nerf_lightning.training.feedback import TrainCameras, TrainingFeedback
 
 
 def _cameras(n: int) -> TrainCameras:
@@ -23,7 +24,7 @@ def test_an_unattached_feedback_takes_reports_and_reads_nothing() -> None:
     assert feedback.view_probabilities() is None
     assert feedback.cameras is None and feedback.capture is None
     assert not feedback.splits_by_throughput
-    assert TrainingFeedback(TrainingClock(resolve_rule("throughput"))).splits_by_throughput
+    assert TrainingFeedback(TrainingClock(throughput())).splits_by_throughput
 
 
 def test_reported_losses_reach_the_attached_sampler() -> None:

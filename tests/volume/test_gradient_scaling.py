@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from nerf_lightning.render.gradient_scaling import scale_near_gradients
-from nerf_lightning.render.occupancy import OccupancyGrid
-from nerf_lightning.render.renderer import Renderer
+from nerf_lightning.volume.gradient_scaling import scale_near_gradients
+from nerf_lightning.volume.occupancy import OccupancyGrid
+from nerf_lightning.volume.renderer import Renderer
 
 
 def test_values_pass_through_and_gradients_scale_quadratically_up_to_the_distance() -> None:

@@ -6,7 +6,7 @@ no cusps), orientations by spherical linear interpolation, the field of view lin
 takes the same time. With ``loop`` the path returns to the first keyframe.
 
 The file is what ``python -m nerf_lightning.render camera_path=FILE`` reads
-(``render/camera_path.py``): ``camera_type: perspective``, ``render_width``, ``render_height``,
+(``video/camera_paths.py``): ``camera_type: perspective``, ``render_width``, ``render_height``,
 ``fps``, ``seconds`` and per frame ``camera_to_world`` (16 numbers, row-major, NeRF/OpenGL camera) in
 the capture's own world frame, ``fov`` (vertical, degrees) and ``aspect``. The keyframes are kept in
 ``keyframes`` (same pose layout, not read by ``render``), so a path can be inspected or edited.
@@ -26,7 +26,7 @@ from viser import transforms as tf
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.errors import UserError
 from nerf_lightning.utils.io import atomic_write_json
-from nerf_lightning.viewer.cameras import wxyz_of
+from nerf_lightning.viewer.browser_camera import wxyz_of
 
 __all__ = ["Keyframe", "interpolate_path", "nerfstudio_camera_path", "write_camera_path"]
 

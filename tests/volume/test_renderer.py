@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from nerf_lightning.render.occupancy import OccupancyGrid
-from nerf_lightning.render.renderer import Renderer
+from nerf_lightning.volume.occupancy import OccupancyGrid
+from nerf_lightning.volume.renderer import Renderer
 
 
 class SphereField(nn.Module):
