@@ -39,7 +39,7 @@ PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 def census(path: str, precision: str, overrides: list[str], work: Path) -> dict[str, Any]:
     """Measure the step of ``path``'s default model at ``precision`` (see the module docstring)."""
 
-    from benchmarks.step_scaling import BudgetedStep
+    from benchmarks.step_harness import BudgetedStep
     from nerf_lightning.apps.train import build_datamodule
     from nerf_lightning.run.config import compose_train_config
 

@@ -84,7 +84,7 @@ def make_step(
 ) -> Callable[[], None]:
     """One optimizer step of the budgeted training step on a shell-shaped occupancy grid."""
     from nerf_lightning.models.field import NGPField
-    from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
+    from nerf_lightning.models.train_step import TrainStep, autocast_for, capture
     from nerf_lightning.volume.occupancy import OccupancyGrid
     from nerf_lightning.volume.renderer import Renderer
 
@@ -94,7 +94,7 @@ def make_step(
     ax = (torch.arange(128, device=device) + 0.5) / 128 - 0.5
     r = (ax[:, None, None] ** 2 + ax[None, :, None] ** 2 + ax[None, None, :] ** 2).sqrt()
     grid.binaries[0] = (r > 0.2) & (r < 0.35)
-    step = FixedBudgetStep(
+    step = TrainStep(
         field, Renderer(grid, ops_backend="auto"), sample_budget=budget, march_budget=4 * budget
     ).to(device)
     gen = torch.Generator(device=device).manual_seed(1)

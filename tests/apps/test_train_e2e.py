@@ -60,7 +60,9 @@ def test_training_raises_psnr_and_writes_run_outputs(
     # The learning rate of every logged step (the project's LR monitor, CSV logger) is the configured
     # instant-ngp step decay over trainer.max_steps: at 120 steps it decays at 60, 78, 96 and 114.
     with (run_dir / "csv" / "metrics.csv").open() as f:
-        logged = {int(r["step"]): float(r["lr-Adam/table"]) for r in csv.DictReader(f) if r.get("lr-Adam/table")}
+        logged = {
+            int(r["step"]): float(r["lr-Adam/table"]) for r in csv.DictReader(f) if r.get("lr-Adam/table")
+        }
     assert {9, 59, 69, 79, 99, 119} <= set(logged), sorted(logged)
     lr0 = cfg.model.optimizer.lr
     for step, lr in logged.items():

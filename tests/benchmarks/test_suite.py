@@ -132,7 +132,11 @@ def test_the_gpu_tests_leave_the_viewer_out_where_viser_is_missing(monkeypatch: 
     finally:
         monkeypatch.undo()
         with_viser = importlib.reload(experiments).EXPERIMENTS["cuda-tests"].jobs[0].argv
-    assert without[-3:] == ("tests", "--ignore=tests/viewer", "--ignore=tests/benchmarks/test_viewer_bench.py")
+    assert without[-3:] == (
+        "tests",
+        "--ignore=tests/viewer",
+        "--ignore=tests/benchmarks/test_viewer_bench.py",
+    )
     assert with_viser[-3:] == ("-m", "cuda", "tests")
 
 

@@ -18,7 +18,7 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU CI
 from nerf_lightning.models.appearance import PerViewExposure  # noqa: E402
 from nerf_lightning.models.camera_opt import CameraOptimizer  # noqa: E402
 from nerf_lightning.models.field import NGPField  # noqa: E402
-from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, budgeted_step, capture  # noqa: E402
+from nerf_lightning.models.train_step import TrainStep, autocast_for, capture, train_step  # noqa: E402
 from nerf_lightning.volume.occupancy import OccupancyGrid  # noqa: E402
 from nerf_lightning.volume.renderer import Renderer  # noqa: E402
 
@@ -49,7 +49,7 @@ def _setup(seed: int = 0):
         cam.adjustment.normal_(0.0, 0.01, generator=g)
         exposure.log_gain.normal_(0.0, 0.1, generator=g)
         exposure.offset.normal_(0.0, 0.01, generator=g)
-    step = FixedBudgetStep(
+    step = TrainStep(
         field, Renderer(grid, ops_backend="cuda"), "huber", 0.1, sample_budget=1 << 16, march_budget=1 << 18,
         n_rays_init=2048, jitter=False, camera_opt=cam, appearance=exposure,
     ).to(DEV)  # fmt: skip
@@ -162,7 +162,7 @@ def test_module_builds_the_components_into_its_graphed_step() -> None:
     module = NeRFModule(
         field=functools.partial(NGPField),
         optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
-        step=functools.partial(budgeted_step, sample_budget=1 << 16),
+        step=functools.partial(train_step, sample_budget=1 << 16),
         camera_opt=functools.partial(CameraOptimizer, enabled=True),
         appearance=functools.partial(PerViewExposure, enabled=True),
         n_train_views=N_VIEWS,

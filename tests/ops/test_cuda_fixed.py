@@ -16,10 +16,10 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU CI
     pytest.skip("needs an NVIDIA GPU", allow_module_level=True)
 
 from nerf_lightning.models.field import NGPField  # noqa: E402
-from nerf_lightning.models.train_step import FixedBudgetStep, capture  # noqa: E402
+from nerf_lightning.models.train_step import TrainStep, capture  # noqa: E402
 from nerf_lightning.ops import cuda as cu  # noqa: E402
 from nerf_lightning.volume.occupancy import OccupancyGrid  # noqa: E402
-from nerf_lightning.volume.renderer import Renderer  # noqa: E402
+from nerf_lightning.volume.renderer import Renderer, SampleBudget  # noqa: E402
 
 DEV = torch.device("cuda")
 
@@ -83,15 +83,15 @@ def _scene(seed: int = 0, aabb_scale: int = 1):
     return field, grid, o, d, bg, target
 
 
-def test_render_rays_fixed_cuda_equals_reference():
+def test_budgeted_render_cuda_equals_reference():
     field, grid, o, d, bg, _ = _scene()
     outs = []
     for backend in ("cuda", "torch"):
         field.encoding.backend = backend
         field.zero_grad(set_to_none=True)
         r = Renderer(grid, ops_backend=backend)
-        out = r.render_rays_fixed(
-            field, o, d, bg, march_capacity=1 << 19, sample_capacity=1 << 17, jitter=False
+        out = r.render_rays(
+            field, o, d, bg, jitter=False, budget=SampleBudget(1 << 19, 1 << 17)
         )
         (out["rgb"] * out["ray_valid"][:, None]).square().sum().backward()
         outs.append((out, [p.grad.clone() for p in field.parameters()]))
@@ -104,7 +104,7 @@ def test_render_rays_fixed_cuda_equals_reference():
 
 def _step(field, grid, jitter=False, distortion_weight=0.0):
     renderer = Renderer(grid, ops_backend="cuda")
-    return FixedBudgetStep(
+    return TrainStep(
         field, renderer, "huber", 0.1, sample_budget=1 << 16, march_budget=1 << 18, n_rays_init=2048,
         jitter=jitter, distortion_weight=distortion_weight,
     ).to(DEV)  # fmt: skip
@@ -192,14 +192,14 @@ def test_budget_step_with_distortion_runs_the_kernel_without_host_syncs(monkeypa
         torch.cuda.set_sync_debug_mode(0)
 
 
-def test_render_rays_fixed_distortion_cuda_equals_reference():
+def test_budgeted_render_distortion_cuda_equals_reference():
     """On a real fixed-layout render (compaction, terminated samples of weight 0, padding slots, rays
     dropped as invalid): the kernel's loss and its gradient w.r.t. the weights equal the reference's."""
     from nerf_lightning.volume.renderer import ray_distortion
 
     field, grid, o, d, bg, _ = _scene(seed=3)
     r = Renderer(grid, ops_backend="cuda")
-    out = r.render_rays_fixed(field, o, d, bg, march_capacity=1 << 19, sample_capacity=1 << 16, jitter=False)
+    out = r.render_rays(field, o, d, bg, jitter=False, budget=SampleBudget(1 << 19, 1 << 16))
     n_used = int(out["packed_info"][:, 1].sum())
     assert n_used <= out["weights"].shape[0] and not bool(out["ray_valid"].all())
     up = torch.rand(o.shape[0], device=DEV) + 0.1

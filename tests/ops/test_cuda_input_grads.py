@@ -159,12 +159,12 @@ def test_fused_mlp_gradient_of_the_second_input_equals_the_reference(dtype) -> N
     assert len(_support.ext().fused_mlp_bwd(*args, True)) == 4
 
 
-def test_render_rays_fixed_ray_gradients_cuda_equal_reference() -> None:
+def test_budgeted_render_ray_gradients_cuda_equal_reference() -> None:
     """The whole differentiable pass (positions, directions, field, compositing) w.r.t. the rays, as
     the pose corrections see it: the CUDA backend's gradient equals the reference backend's."""
     from nerf_lightning.models.field import NGPField
     from nerf_lightning.volume.occupancy import OccupancyGrid
-    from nerf_lightning.volume.renderer import Renderer
+    from nerf_lightning.volume.renderer import Renderer, SampleBudget
 
     torch.manual_seed(0)
     field = NGPField(aabb_scale=1, density_bias=1.0).to(DEV)
@@ -181,8 +181,8 @@ def test_render_rays_fixed_ray_gradients_cuda_equal_reference() -> None:
     for backend in ("cuda", "torch"):
         field.encoding.backend = backend
         ro, rd = o.clone().requires_grad_(), d.clone().requires_grad_()
-        out = Renderer(grid, ops_backend=backend).render_rays_fixed(
-            field, ro, rd, bg, march_capacity=1 << 19, sample_capacity=1 << 17, jitter=False
+        out = Renderer(grid, ops_backend=backend).render_rays(
+            field, ro, rd, bg, jitter=False, budget=SampleBudget(1 << 19, 1 << 17)
         )
         loss = (out["rgb"] * up * out["ray_valid"][:, None]).sum()
         results.append(torch.autograd.grad(loss, (ro, rd)))

@@ -46,7 +46,7 @@ def test_composed_configs_read_old_spellings(tmp_path: Path) -> None:
     module = hydra.utils.instantiate(model, aabb_scale=1)
     assert module.occupancy.resolution == 32 and module.renderer.step_size == pytest.approx(0.03)
     assert module.renderer.near_plane == 0.0 and module.renderer.gradient_scaling_distance is None
-    assert module.train_step_fn is None  # no sample budget: data.batch_size rays per step
+    assert not module.train_step_fn.budgeted  # no sample budget: data.batch_size rays per step
 
 
 def test_the_default_model_is_built_from_its_nodes(tmp_path: Path) -> None:

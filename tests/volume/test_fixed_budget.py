@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from nerf_lightning.models.field import NGPField
-from nerf_lightning.models.train_step import FixedBudgetStep
+from nerf_lightning.models.train_step import TrainStep
 from nerf_lightning.volume.occupancy import OccupancyGrid
-from nerf_lightning.volume.renderer import Renderer, fixed_render_counts, ray_distortion
+from nerf_lightning.volume.renderer import Renderer, SampleBudget, ray_distortion, render_counts
 
 ENC = dict(n_levels=4, log2_hashmap_size=12, base_resolution=4, max_resolution=32, backend="torch")
 
@@ -42,15 +42,15 @@ def test_fixed_render_equals_dynamic_render_when_everything_fits(compact: bool) 
     dyn["rgb"].square().sum().backward()
     g_dyn = _grads(field)
     field.zero_grad()
-    fixed = renderer.render_rays_fixed(
-        field, o, d, bg, march_capacity=4096, sample_capacity=4096, jitter=False
+    fixed = renderer.render_rays(
+        field, o, d, bg, jitter=False, budget=SampleBudget(4096, 4096)
     )
     fixed["rgb"].square().sum().backward()
     assert fixed["ray_valid"].all()
     assert fixed["t_starts"].shape == (4096,)
     torch.testing.assert_close(fixed["rgb"], dyn["rgb"], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fixed["depth"], dyn["depth"], rtol=1e-5, atol=1e-6)
-    counts = fixed_render_counts(fixed)
+    counts = render_counts(fixed)
     assert int(counts["n_samples"]) == int(dyn["n_samples"])
     assert int(counts["n_samples_rendered"]) == int(dyn["n_samples_rendered"])
     for a, b in zip(_grads(field), g_dyn, strict=True):
@@ -62,8 +62,8 @@ def test_fixed_render_drops_whole_rays_that_do_not_fit() -> None:
     dyn = renderer.render_rays(field, o, d, bg, jitter=False)
     rendered = dyn["packed_info"][:, 1]
     cap = int(rendered[:10].sum())
-    fixed = renderer.render_rays_fixed(
-        field, o, d, bg, march_capacity=4096, sample_capacity=cap, jitter=False
+    fixed = renderer.render_rays(
+        field, o, d, bg, jitter=False, budget=SampleBudget(4096, cap)
     )
     valid = fixed["ray_valid"]
     n_valid = int(valid.sum())
@@ -72,10 +72,10 @@ def test_fixed_render_drops_whole_rays_that_do_not_fit() -> None:
     torch.testing.assert_close(fixed["rgb"][valid], dyn["rgb"][valid], rtol=1e-5, atol=1e-6)
     # marching budget: rays are dropped before the density pass too
     marched = renderer.render_rays(field, o, d, bg, jitter=False)["n_samples"]
-    small = renderer.render_rays_fixed(
-        field, o, d, bg, march_capacity=int(marched) // 2, sample_capacity=4096, jitter=False
+    small = renderer.render_rays(
+        field, o, d, bg, jitter=False, budget=SampleBudget(int(marched) // 2, 4096)
     )
-    counts = fixed_render_counts(small)
+    counts = render_counts(small)
     assert 0 < int(counts["n_rays"]) < 24 and int(counts["n_samples"]) <= int(marched) // 2
 
 
@@ -86,7 +86,7 @@ def test_budget_step_loss_is_the_mean_over_valid_rays_and_the_ray_count_adapts()
     def per_ray(pred, tgt):
         return ((pred - tgt) ** 2).mean(-1)
 
-    step = FixedBudgetStep(
+    step = TrainStep(
         field,
         renderer,
         "mse",
@@ -114,12 +114,12 @@ def test_budget_step_adds_the_distortion_loss_of_the_valid_rays() -> None:
     field, renderer, o, d, bg = _setup()
     target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
     kw = dict(sample_budget=300, march_budget=1200, n_rays_init=24, min_rays=2, jitter=False)
-    plain, _, valid, _ = FixedBudgetStep(field, renderer, "mse", **kw)(o, d, target, bg)
-    step = FixedBudgetStep(field, renderer, "mse", distortion_weight=0.5, **kw)
+    plain, _, valid, _ = TrainStep(field, renderer, "mse", **kw)(o, d, target, bg)
+    step = TrainStep(field, renderer, "mse", distortion_weight=0.5, **kw)
     regularized, _, valid_r, _ = step(o, d, target, bg)
     assert torch.equal(valid, valid_r) and 0 < int(valid.sum()) < 24
-    fixed = renderer.render_rays_fixed(
-        field, o, d, bg, march_capacity=1200, sample_capacity=300, n_active=torch.tensor(24), jitter=False
+    fixed = renderer.render_rays(
+        field, o, d, bg, jitter=False, budget=SampleBudget(1200, 300, torch.tensor(24))
     )
     dist = ray_distortion(fixed)
     assert float(dist[valid].mean()) > 0
@@ -133,8 +133,8 @@ def test_budget_step_adds_the_opacity_loss_of_the_valid_rays() -> None:
     gen = torch.Generator().manual_seed(5)
     target, alpha = torch.rand(24, 3, generator=gen), torch.rand(24, generator=gen)
     kw = dict(sample_budget=300, march_budget=1200, n_rays_init=24, min_rays=2, jitter=False)
-    plain, _, valid, _ = FixedBudgetStep(field, renderer, "mse", **kw)(o, d, target, bg)
-    step = FixedBudgetStep(field, renderer, "mse", alpha_weight=0.5, **kw)
+    plain, _, valid, _ = TrainStep(field, renderer, "mse", **kw)(o, d, target, bg)
+    step = TrainStep(field, renderer, "mse", alpha_weight=0.5, **kw)
     views = torch.zeros(24, dtype=torch.int64)
     weighted, _, valid_a, _ = step(o, d, target, bg, views, alpha)
     assert torch.equal(valid, valid_a) and 0 < int(valid.sum()) < 24
@@ -162,9 +162,9 @@ def test_distortion_runs_through_the_renderers_ops(monkeypatch: pytest.MonkeyPat
     field, renderer, o, d, bg = _setup()
     target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
     kw = dict(sample_budget=300, march_budget=1200, n_rays_init=24, min_rays=2, jitter=False)
-    FixedBudgetStep(field, renderer, "mse", distortion_weight=0.5, **kw)(o, d, target, bg)
+    TrainStep(field, renderer, "mse", distortion_weight=0.5, **kw)(o, d, target, bg)
     assert calls == [(300,)]
-    FixedBudgetStep(field, renderer, "mse", **kw)(o, d, target, bg)
+    TrainStep(field, renderer, "mse", **kw)(o, d, target, bg)
     assert len(calls) == 1  # weight 0: not run
 
 
@@ -173,7 +173,7 @@ def test_budget_step_follows_the_batch_rule_capacity_and_the_clock_rate() -> Non
     (a step of two reference steps): the ray-count estimate keeps 0.5^2 of the previous one."""
     field, renderer, o, d, bg = _setup()
     target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
-    step = FixedBudgetStep(
+    step = TrainStep(
         field, renderer, "mse", sample_budget=150, march_budget=600, n_rays_init=12, min_rays=2, jitter=False
     )
     step.set_capacity_scale(2.0)

@@ -8,7 +8,7 @@ from torch import nn
 
 from nerf_lightning.volume.gradient_scaling import scale_near_gradients
 from nerf_lightning.volume.occupancy import OccupancyGrid
-from nerf_lightning.volume.renderer import Renderer
+from nerf_lightning.volume.renderer import Renderer, SampleBudget
 
 
 def test_values_pass_through_and_gradients_scale_quadratically_up_to_the_distance() -> None:
@@ -60,8 +60,8 @@ def _render(distance: float | None, fixed: bool):
     d = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
     bg = torch.tensor([1.0, 1.0, 1.0])
     if fixed:
-        out = renderer.render_rays_fixed(
-            field, o, d, bg, march_capacity=256, sample_capacity=256, jitter=False
+        out = renderer.render_rays(
+            field, o, d, bg, jitter=False, budget=SampleBudget(256, 256)
         )
     else:
         out = renderer.render_rays(field, o, d, bg, jitter=False)

@@ -17,12 +17,10 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import hydra
 import lightning as L
 import torch
-from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
@@ -31,6 +29,7 @@ from nerf_lightning.apps.entry import hydra_app
 from nerf_lightning.callbacks.grad_exchange import GradientExchange
 from nerf_lightning.data.refined import write_refined_capture
 from nerf_lightning.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, Diverged, Interrupted, UserError
+from nerf_lightning.lightning_compat import last_saved_step, slurm_detection_off
 from nerf_lightning.models.metrics import final_evaluation
 from nerf_lightning.run.checkpoint_callbacks import LastCheckpoint, RunState
 from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO
@@ -107,8 +106,8 @@ def _last_checkpoint_note(trainer: L.Trainer) -> str:
     for cb in trainer.checkpoint_callbacks:
         if isinstance(cb, LastCheckpoint):
             path = Path(cb.dirpath or ".") / "last.ckpt"
-            if path.is_file() and cb._last_global_step_saved >= 0:
-                return f"{path} holds step {cb._last_global_step_saved}"
+            if path.is_file() and last_saved_step(cb) >= 0:
+                return f"{path} holds step {last_saved_step(cb)}"
             return f"no {path} was written yet"
     return "no last.ckpt is written (callbacks.last_checkpoint is off)"
 
@@ -119,7 +118,7 @@ def validate_trained(trainer: L.Trainer, model: L.LightningModule, datamodule: A
     it detects SLURM, so detection is switched off for this call. Under FSDP the module first gets its
     full parameters back (``unshard_fsdp_root``)."""
     unshard_fsdp_root(trainer, model)
-    with mock.patch.object(SLURMEnvironment, "detect", staticmethod(lambda: False)):
+    with slurm_detection_off():
         return trainer.validate(model, datamodule=datamodule, verbose=False)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import inspect
+import functools
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -10,21 +10,26 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.lightning_compat import (
+    FastHookNames,
+    logs_this_step,
+    set_max_steps,
+    throttle_sigterm_broadcast,
+)
+from nerf_lightning.models import optimization
 from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
+from nerf_lightning.models.evaluation import render_view, save_panel
 from nerf_lightning.models.field import NGPField
-from nerf_lightning.models.metrics import METRICS, ViewMetrics, ngp_composite
-from nerf_lightning.models.train_step import FixedBudgetStep, autocast_for, capture
-from nerf_lightning.ops.reference import per_ray_loss
-from nerf_lightning.run.strategies import fsdp_full_copy, throttle_sigterm_broadcast
+from nerf_lightning.models.metrics import METRICS, ViewMetrics
+from nerf_lightning.models.train_step import TrainStep, autocast_for, capture, train_step
+from nerf_lightning.run.strategies import fsdp_full_copy
 from nerf_lightning.training.feedback import TrainingFeedback
-from nerf_lightning.training.lr_schedules import on_clock, with_group_lambdas
 from nerf_lightning.volume.occupancy import OccupancyGrid
-from nerf_lightning.volume.renderer import Renderer, build_renderer, opacity_error, ray_distortion
+from nerf_lightning.volume.renderer import Renderer, build_renderer
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +40,7 @@ THROUGHPUT_HEADROOM = 1.5
 RENDER_ALPHA_WEIGHT = 0.1
 
 
-class NeRFModule(L.LightningModule):
+class NeRFModule(FastHookNames, L.LightningModule):
     """instant-ngp NeRF training as a LightningModule.
 
     Args:
@@ -45,10 +50,9 @@ class NeRFModule(L.LightningModule):
             ``volume/renderer.py``'s ``build_renderer`` with its ``occupancy`` grid, whose update schedule
             this module follows), called with ``aabb_scale``. None: instant-ngp's defaults.
         scheduler: factory called with ``(optimizer, total_steps)``; stepped every optimizer step.
-        step: factory of the budgeted training step (``model.step``: ``models/train_step.py``'s
-            ``budgeted_step``), called with the field, the renderer, the loss and the per-view
-            components; it may return None (no sample budget). None: ``data.batch_size`` rays per step
-            with data-dependent shapes.
+        step: factory of the training step (``model.step``: ``models/train_step.py``'s ``train_step``),
+            called with the field, the renderer, the loss and the per-view components. None: a step
+            without a sample budget (``data.batch_size`` rays per step, data-dependent shapes).
         aabb_scale: outer box size (from the capture; see ``data/types.py``).
         loss: ``huber`` (instant-ngp's NeRF default, delta 0.1) or ``mse``.
         distortion_weight: weight of mip-NeRF 360's distortion loss (mean over the rays) added to the
@@ -101,7 +105,7 @@ class NeRFModule(L.LightningModule):
         optimizer: Callable[..., torch.optim.Optimizer],
         renderer: Callable[..., Renderer] | None = None,
         scheduler: Callable[..., Any] | None = None,
-        step: Callable[..., FixedBudgetStep | None] | None = None,
+        step: Callable[..., TrainStep] | None = None,
         aabb_scale: int = 1,
         loss: str = "huber",
         huber_delta: float = 0.1,
@@ -145,23 +149,22 @@ class NeRFModule(L.LightningModule):
         self.appearance: PerViewExposure | None = _if_enabled(
             appearance, n_views=n_train_views, photograph=photograph
         )
-        train_step = None
-        if step is not None:
-            train_step = step(
-                self.field,
-                self.renderer,
-                loss,
-                huber_delta,
-                jitter=jitter,
-                distortion_weight=distortion_weight,
-                alpha_weight=self.alpha_weight,
-                camera_opt=self.camera_opt,
-                appearance=self.appearance,
-            )
+        step_factory = step if step is not None else functools.partial(train_step, sample_budget=None)
+        step_module = step_factory(
+            self.field,
+            self.renderer,
+            loss,
+            huber_delta,
+            jitter=jitter,
+            distortion_weight=distortion_weight,
+            alpha_weight=self.alpha_weight,
+            camera_opt=self.camera_opt,
+            appearance=self.appearance,
+        )
         # Not a registered submodule: it shares the field and renderer, which must appear once in
-        # the state dict and the parameter list.
-        self.train_step_fn: nn.Module | None
-        object.__setattr__(self, "train_step_fn", train_step)
+        # the state dict and the parameter list. After capture it replays CUDA graphs.
+        self.train_step_fn: TrainStep
+        object.__setattr__(self, "train_step_fn", step_module)
         self._graphed = False
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
@@ -174,16 +177,6 @@ class NeRFModule(L.LightningModule):
         # Device-side counters read by the throughput callback (no host sync in the step).
         self.register_buffer("rays_seen", torch.zeros((), dtype=torch.float64), persistent=False)
         self.register_buffer("samples_seen", torch.zeros((), dtype=torch.float64), persistent=False)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # Lightning sets `_current_fx_name` before and after every hook it calls, about 36 times a training
-        # step, and nn.Module.__setattr__ first searches the parameters, buffers and submodules each time:
-        # host time, which sets the loop's pace below the full batch (run/loop.py). A hook's name is none
-        # of those.
-        if name == "_current_fx_name":
-            object.__setattr__(self, name, value)
-        else:
-            super().__setattr__(name, value)
 
     @property
     def occupancy(self) -> OccupancyGrid:
@@ -201,9 +194,8 @@ class NeRFModule(L.LightningModule):
         # Same initial weights everywhere (the strategy broadcasts them), different rays per rank.
         seed = torch.initial_seed() % (2**31)
         torch.manual_seed(seed + 1000 * self.global_rank)
-        if self.train_step_fn is not None:
-            self.train_step_fn.to(self.device)  # its own buffers (n_active); not a registered child
-            self._scale_budget_to_ranks()
+        self.train_step_fn.to(self.device)  # its own buffers (n_active); not a registered child
+        self._scale_budget_to_ranks()
         self._follow_clock_length()
         if self.trainer.world_size > 1:
             throttle_sigterm_broadcast(self.trainer, every_n_steps=self.hparams.sigterm_check_every)
@@ -216,12 +208,9 @@ class NeRFModule(L.LightningModule):
                 cameras.heights.to(self.device),
             )
 
-    def _step_buffers(self) -> dict[str, Tensor]:
-        step = self.train_step_fn
-        return {name: getattr(step, name) for name in ("n_active", "n_active_f") if hasattr(step, name)}
-
     def _scale_budget_to_ranks(self) -> None:
-        """Per-rank sample budget under the batch rule (before the step is captured)."""
+        """Per-rank sample budget under the batch rule (before the step is captured; nothing to scale
+        without a budget)."""
         if self._graphed:
             return
         clock, step = self.clock, self.train_step_fn
@@ -237,7 +226,7 @@ class NeRFModule(L.LightningModule):
         steps = self.clock.optimizer_steps()
         if steps is None or steps == self.trainer.max_steps:
             return
-        self.trainer.fit_loop.epoch_loop.max_steps = steps
+        set_max_steps(self.trainer, steps)
         if self.trainer.is_global_zero:
             log.info(
                 "batch_rule=%s: %d optimizer steps of %.4g reference batches see the rays of "
@@ -251,50 +240,12 @@ class NeRFModule(L.LightningModule):
     def set_work_scale(self, scale: float) -> None:
         """This rank's share of the work (mean 1 over the ranks) under ``batch_rule=throughput``:
         the fraction of the sample budget its ray count aims at, or its rays per step."""
-        if self.train_step_fn is not None:
+        if self.train_step_fn.budgeted:
             self.train_step_fn.target_fraction.fill_(min(scale, THROUGHPUT_HEADROOM) / THROUGHPUT_HEADROOM)
         else:
             self.feedback.work_scale = float(scale)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
-        if self.train_step_fn is not None:
-            return self._budgeted_training_step(batch)
-        rays_o, rays_d, view_ids = batch["rays_o"], batch["rays_d"], batch["view_ids"]
-        if self.camera_opt is not None:
-            rays_o, rays_d = self.camera_opt(view_ids, rays_o, rays_d)
-        out = self.renderer.render_rays(
-            self.field, rays_o, rays_d, batch["background"], jitter=self.hparams.jitter
-        )
-        if self.appearance is not None:
-            out["rgb"] = self.appearance(view_ids, out["rgb"], out["opacity"], batch["background"])
-        per_ray = per_ray_loss(out["rgb"], batch["rgb"], self.hparams.loss, self.hparams.huber_delta)
-        loss = per_ray.mean()
-        if self.hparams.distortion_weight > 0:
-            dist = ray_distortion(out, self.renderer.ops)
-            loss = loss + self.hparams.distortion_weight * dist.mean()
-        if self.alpha_weight > 0:
-            loss = loss + self.alpha_weight * opacity_error(out, _batch_alpha(batch)).mean()
-        self.feedback.report_losses(batch["view_ids"], batch["px"], batch["py"], per_ray.detach())
-        self.rays_seen += per_ray.shape[0]
-        self.samples_seen += out["n_samples"].detach().to(torch.float64)
-        if self._logging_step():
-            mse = ((out["rgb"].detach() - batch["rgb"]) ** 2).mean()
-            self.log("train/loss", loss.detach())
-            self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)))
-        return loss
-
-    def step_inputs(self, batch: dict[str, Any]) -> tuple[Tensor, ...]:
-        """The budgeted step's inputs from a training batch: rays, targets and background, then the
-        rays' views when per-view components or the opacity loss read them, then the rays' ``alpha``
-        when the opacity loss is on (``train_step_fn``'s signature, static inputs of its CUDA graph)."""
-        args = (batch["rays_o"], batch["rays_d"], batch["rgb"], batch["background"])
-        if self.view_components or self.alpha_weight > 0:
-            args = (*args, batch["view_ids"])
-        if self.alpha_weight > 0:
-            args = (*args, _batch_alpha(batch))
-        return args
-
-    def _budgeted_training_step(self, batch: dict[str, Any]) -> Tensor:
         args = self.step_inputs(batch)
         step = self.train_step_fn
         if not self._graphed and self._use_cuda_graph():
@@ -313,22 +264,27 @@ class NeRFModule(L.LightningModule):
         self.feedback.report_losses(batch["view_ids"], batch["px"], batch["py"], per_ray, valid=valid)
         self.rays_seen += stats[0]
         self.samples_seen += stats[1]
-        if self._logging_step():
+        if logs_this_step(self._trainer):
             mse = stats[3] / stats[0].clamp_min(1.0)
             self.log("train/loss", loss.detach())
             self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)).float())
             self.log("train/rays_per_step", stats[0].float())
         return loss
 
-    def _logging_step(self) -> bool:
-        """Whether the loggers write this step. ``self.log`` costs a host->device copy (a sync)
-        every time in Lightning, so the hot path logs only on the steps that are written."""
-        connector = getattr(self.trainer, "_logger_connector", None)
-        return bool(getattr(connector, "should_update_logs", True))
+    def step_inputs(self, batch: dict[str, Any]) -> tuple[Tensor, ...]:
+        """The training step's inputs from a training batch: rays, targets and background, then the
+        rays' views when per-view components or the opacity loss read them, then the rays' ``alpha``
+        when the opacity loss is on (``train_step_fn``'s signature, static inputs of its CUDA graph)."""
+        args = (batch["rays_o"], batch["rays_d"], batch["rgb"], batch["background"])
+        if self.view_components or self.alpha_weight > 0:
+            args = (*args, batch["view_ids"])
+        if self.alpha_weight > 0:
+            args = (*args, _batch_alpha(batch))
+        return args
 
     def _use_cuda_graph(self) -> bool:
         mode = self.hparams.cuda_graph
-        if mode is False or self.device.type != "cuda":
+        if mode is False or self.device.type != "cuda" or not self.train_step_fn.budgeted:
             return False
         from lightning.pytorch.strategies import FSDPStrategy
 
@@ -379,47 +335,20 @@ class NeRFModule(L.LightningModule):
 
     # -------------------------------------------------------------------------- evaluation
     def render_view(self, batch: dict[str, Any]) -> dict[str, Tensor]:
-        """Render one whole held-out view batch (``NeRFDataModule.val_batch`` layout).
-
-        Held-out and novel views are rendered with their given poses and the neutral exposure (nothing
-        applied, see ``models/appearance.py``); a training view (``batch["train_view"]`` >= 0, e.g.
-        under ``data.val_split=train``) with its own learned pose correction and exposure.
-
-        Returns:
-            ``rgb`` prediction [H, W, 3] in [0, 1] over the batch's background, ``gt`` ground truth
-            [H, W, 3], ``depth`` [H, W] (weighted sample distance, not normalized by opacity),
-            ``opacity`` [H, W] and ``ngp``: (prediction, ground truth) as instant-ngp scores them
-            (``metrics.ngp_composite``), when the batch carries the image's ``alpha``.
-        """
-        h, w = batch["height"], batch["width"]
+        """One held-out view batch rendered (``models/evaluation.py``'s ``render_view``), with the
+        field's full copy under FSDP."""
         field = self._eval_field if self._eval_field is not None else self.field
-        rays_o, rays_d, background = batch["rays_o"], batch["rays_d"], batch["background"]
-        train_view = int(batch.get("train_view", -1))
-        view_ids = torch.full((rays_o.shape[0],), max(train_view, 0), dtype=torch.long, device=rays_o.device)
-        if train_view >= 0 and self.camera_opt is not None:
-            rays_o, rays_d = self.camera_opt(view_ids, rays_o, rays_d)
-        out = self.renderer.render_image(field, rays_o, rays_d, background, chunk=self.hparams.val_chunk)
-        if train_view >= 0 and self.appearance is not None:
-            out["rgb"] = self.appearance(view_ids, out["rgb"], out["opacity"], background)
-        view = {
-            "rgb": out["rgb"].reshape(h, w, 3).clamp(0, 1),
-            "gt": batch["rgb"].reshape(h, w, 3),
-            "depth": out["depth"].reshape(h, w),
-            "opacity": out["opacity"].reshape(h, w),
-        }
-        if "alpha" in batch:
-            background = batch["background"][0]
-            view["ngp"] = (
-                ngp_composite(view["rgb"], view["opacity"], background),
-                ngp_composite(view["gt"], batch["alpha"].reshape(h, w), background),
-            )
-        return view
+        chunk = self.hparams.val_chunk
+        return render_view(self.renderer, field, batch, chunk, self.camera_opt, self.appearance)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
         view = self.render_view(batch)
         self.val_metrics.update(view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"))
         if self.hparams.save_val_images and batch_idx == 0 and self.trainer.is_global_zero:
-            self._save_panel(batch["view"], view["gt"], view["rgb"], view["depth"])
+            run_dir = Path(self.trainer.default_root_dir)
+            save_panel(
+                run_dir, batch["view"], self.global_step, view["gt"], view["rgb"], view["depth"], self.loggers
+            )
         # for callbacks (eval writes every view): prediction [H, W, 3], depth and opacity [H, W]
         return {k: view[k] for k in ("rgb", "depth", "opacity")}
 
@@ -460,30 +389,6 @@ class NeRFModule(L.LightningModule):
                 # every rank holds the gathered mean, so no further reduction
                 self.log(f"{stage}/{name}", result[name], prog_bar=name == "psnr", sync_dist=False)
 
-    def _save_panel(self, view: int, gt: Tensor, pred: Tensor, depth: Tensor) -> None:
-        """GT | prediction | depth | error as one PNG under ``<run>/val/``, and on the logger."""
-        import imageio.v3 as iio
-
-        d = depth / depth.max().clamp_min(1e-6)
-        err = (pred - gt).abs().mean(-1).clamp(0, 0.25) / 0.25
-        panel = torch.cat([gt, pred, d[..., None].expand(-1, -1, 3), err[..., None].expand(-1, -1, 3)], dim=1)
-        image = (panel.detach().float().cpu().numpy() * 255).round().astype(np.uint8)
-        run_dir = Path(self.trainer.default_root_dir)
-        out_dir = run_dir / "val"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / f"view{view:03d}_step{self.global_step:06d}.png"
-        iio.imwrite(path, image)
-        for logger in self.loggers:
-            log_image = getattr(logger, "log_image", None)
-            if callable(log_image):
-                log_image(
-                    key="val/panel",
-                    images=[image],
-                    step=self.global_step,
-                    caption=["GT | prediction | depth | error"],
-                )
-
-    # --------------------------------------------------------------------------- optimizer
     @property
     def view_components(self) -> list[CameraOptimizer | PerViewExposure]:
         """The enabled per-training-view components (camera corrections, exposure), in group order."""
@@ -493,44 +398,6 @@ class NeRFModule(L.LightningModule):
         """Sizes of the learned corrections and exposures (``metrics.json``)."""
         return {k: v for c in self.view_components for k, v in c.summary().items()}
 
-    def parameter_groups(self, total_steps: int = 10_000) -> list[dict[str, Any]]:
-        """The optimizer's parameter groups: the field's hash table (named ``table``), the field's
-        MLPs (``mlp``; the batch rule gives each part its own factor), then one group per
-        enabled per-view component (its own learning rate and L2). The layout is the same under every
-        rule and world size, so that a checkpoint resumes on any number of GPUs."""
-        views = [c.parameter_group(total_steps).as_dict() for c in self.view_components]
-        own = {id(p) for g in views for p in g["params"]}
-        mlps = {id(p) for p in self.field.mlp_parameters()}
-        table = [p for p in self.parameters() if id(p) not in own and id(p) not in mlps]
-        mlp = [p for p in self.parameters() if id(p) in mlps]
-        field = [
-            {"params": table, "name": "table", "lr_part": "table"},
-            {"params": mlp, "name": "mlp", "lr_part": "mlp"},
-        ]
-        return [*(g for g in field if g["params"]), *views]
-
-    def _rule_decay(self) -> dict[str, float]:
-        """The batch rule's learning-rate decay (``TrainingClock.decay``) as the scheduler's keywords; none
-        when the rule keeps the configured one. A scheduler without ``decay_start`` / ``decay_interval``
-        keeps its own schedule, with a warning."""
-        decay = self.clock.decay
-        if decay is None:
-            return {}
-        factory = self.scheduler_factory
-        accepts = inspect.signature(getattr(factory, "func", factory)).parameters
-        if not {"decay_start", "decay_interval"} <= set(accepts):
-            log.warning(
-                "batch_rule=%s moves the learning-rate decay to %g of the run (every %g), but "
-                "model.scheduler has no decay_start / decay_interval: it keeps its own schedule",
-                self.clock.rule.name, *decay,
-            )  # fmt: skip
-            return {}
-        log.info(
-            "batch_rule=%s: the learning-rate decay from %g of the run, every %g",
-            self.clock.rule.name, *decay,
-        )  # fmt: skip
-        return {"decay_start": decay[0], "decay_interval": decay[1]}
-
     def configure_optimizers(self) -> dict[str, Any]:
         clock = self.clock
         # in reference steps: the length this clock's positions run to
@@ -539,44 +406,25 @@ class NeRFModule(L.LightningModule):
             trainer = self._trainer
             max_steps = trainer.max_steps if trainer is not None else None
             total = max_steps if max_steps and max_steps > 0 else 10_000
-        groups = self.parameter_groups(total)
-        optimizer = self.optimizer_factory(params=groups)
-        # the per-view groups come last; those with a schedule of their own replace the main factor
-        first = len(groups) - len(self.view_components)
-        factors = [c.parameter_group(total).lr_lambda for c in self.view_components]
-        own = {first + i: f for i, f in enumerate(factors) if f is not None}
-        scheduler = None
-        if self.scheduler_factory is not None:
-            scheduler = self.scheduler_factory(optimizer=optimizer, total_steps=total, **self._rule_decay())
-        if own:
-            base = scheduler if scheduler is not None else torch.optim.lr_scheduler.LambdaLR(optimizer, _one)
-            scheduler = with_group_lambdas(base, own)
-        if not clock.trivial:
-            scheduler = on_clock(optimizer, clock, scheduler)
-        if scheduler is None:
-            return {"optimizer": optimizer}
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return optimization.configure(self, self.optimizer_factory, self.scheduler_factory, clock, total)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["training_clock"] = self.clock.state_dict(self.global_step)
         # The budgeted step's adapted ray count is state of the run (the step is not a registered
         # submodule, so the state dict does not hold it): a resumed run continues with it.
-        if self.train_step_fn is not None:
-            checkpoint["train_step"] = {k: v.detach().cpu().clone() for k, v in self._step_buffers().items()}
+        buffers = self.train_step_fn.state_buffers()
+        if buffers:
+            checkpoint["train_step"] = {k: v.detach().cpu().clone() for k, v in buffers.items()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if "training_clock" in checkpoint:
             self.clock.load_state_dict(checkpoint["training_clock"])
         saved = checkpoint.get("train_step")
-        if saved and self.train_step_fn is not None:
+        if saved:
             with torch.no_grad():
-                for name, buffer in self._step_buffers().items():
+                for name, buffer in self.train_step_fn.state_buffers().items():
                     if name in saved:
                         buffer.copy_(saved[name].to(buffer.device))
-
-
-def _one(step: int) -> float:
-    return 1.0
 
 
 def _if_enabled(factory: Callable[..., nn.Module] | None, **kwargs: Any) -> Any:

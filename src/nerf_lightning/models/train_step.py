@@ -1,15 +1,13 @@
-"""The training forward under a fixed sample budget: rays -> loss with static shapes, no host sync.
+"""The training forward: rays -> loss, one path for every configuration.
 
-instant-ngp and nerfacc train on a fixed number of samples per step (2^18) and let the number of
-rays follow: few rays early (every cell is still occupied, rays carry hundreds of samples), tens of
-thousands late. Here the batch holds ``R`` ray slots; the first ``n_active`` are marched and the
-renderer keeps rays in order while their samples fit (``Renderer.render_rays_fixed``). After each
-call ``n_active`` is re-estimated *on the device* from the measured samples per ray, so nothing is
-read back by the host.
-
-Because every shape is fixed, the whole forward (marching, the no-grad density pass, compaction,
-field, compositing, loss) and its backward can be captured once as CUDA graphs and replayed
-(:func:`capture`): one launch instead of ~150, so the GPU no longer waits for Python.
+:class:`TrainStep` applies the per-view corrections, renders, and computes the loss, the optional
+distortion and opacity terms and the step's statistics. With a sample budget (``model.step``'s
+default, instant-ngp's and nerfacc's 2^18 samples per step) the shapes are static: the batch holds
+``R`` ray slots, the first ``n_active`` are marched, and the renderer keeps rays in order while their
+samples fit. After each call ``n_active`` is re-estimated *on the device* from the measured samples
+per ray, so nothing is read back by the host, and the whole forward and its backward can be captured
+once as CUDA graphs and replayed (:func:`capture`): one launch instead of ~150. Without a budget
+(the CPU preset) every ray of the batch is rendered, with shapes that follow the data.
 """
 
 from __future__ import annotations
@@ -20,12 +18,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.volume.renderer import Renderer, opacity_error, ray_distortion
+from nerf_lightning.volume.renderer import Renderer, SampleBudget, opacity_error, ray_distortion
 
-__all__ = ["FixedBudgetStep", "budgeted_step", "capture", "autocast_for", "holds_tcnn", "warm_capture_stream"]
+__all__ = ["TrainStep", "train_step", "capture", "autocast_for", "holds_tcnn", "warm_capture_stream"]
 
 
-class FixedBudgetStep(nn.Module):
+class TrainStep(nn.Module):
     """``forward(rays_o, rays_d, target, background[, view_ids[, alpha]])``
     ``-> (loss, per_ray_loss, ray_valid, stats)``.
 
@@ -34,9 +32,10 @@ class FixedBudgetStep(nn.Module):
         renderer: the renderer (owns the occupancy grid and the ops backend), shared with the
             LightningModule.
         loss: ``huber`` (delta ``huber_delta``) or ``mse``, per ray the mean over the channels.
-        sample_budget: sample slots of the differentiable pass (instant-ngp: 2^18).
+        sample_budget: sample slots of the differentiable pass (instant-ngp: 2^18); None: no budget,
+            every ray of the batch is rendered.
         march_budget: sample slots of the marching / no-grad density pass (>= sample_budget).
-        n_rays_init: rays marched in the first step (then adapted; at most the batch's ray slots).
+        n_rays_init: rays marched in the first budgeted step (then adapted; at most the batch's slots).
         min_rays: lower bound of the adapted ray count.
         adapt_momentum: weight of the previous estimate when ``n_active`` is re-estimated.
         jitter: randomize each ray's first sample (training; off only for exact comparisons).
@@ -54,7 +53,7 @@ class FixedBudgetStep(nn.Module):
     Returns of ``forward``:
         loss: mean per-ray loss over the valid rays (scalar, differentiable);
         per_ray_loss: float [R], 0 for rays left out of the step (detached);
-        ray_valid: bool [R];
+        ray_valid: bool [R] (all True without a budget);
         stats: float64 [4] = (valid rays, marched samples, rendered samples, sum of squared error
             over valid rays, averaged over channels), detached.
 
@@ -63,9 +62,6 @@ class FixedBudgetStep(nn.Module):
     fifty elementwise kernels on scalars, whose launch boundaries cost more than their work.
     """
 
-    n_active: Tensor
-    n_active_f: Tensor
-
     def __init__(
         self,
         field: nn.Module,
@@ -73,8 +69,8 @@ class FixedBudgetStep(nn.Module):
         loss: str = "huber",
         huber_delta: float = 0.1,
         *,
-        sample_budget: int,
-        march_budget: int,
+        sample_budget: int | None,
+        march_budget: int | None = None,
         n_rays_init: int = 4096,
         min_rays: int = 64,
         adapt_momentum: float = 0.5,
@@ -85,19 +81,22 @@ class FixedBudgetStep(nn.Module):
         appearance: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        if sample_budget < 1 or march_budget < sample_budget:
-            raise ValueError(
-                f"model.step.sample_budget must be >= 1 and model.step.march_budget >= sample_budget, "
-                f"got {sample_budget} and {march_budget}"
-            )
+        if sample_budget is not None:
+            march_budget = 4 * sample_budget if march_budget is None else march_budget
+            if sample_budget < 1 or march_budget < sample_budget:
+                raise ValueError(
+                    f"model.step.sample_budget must be >= 1 and model.step.march_budget >= sample_budget, "
+                    f"got {sample_budget} and {march_budget}"
+                )
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field
         self.renderer = renderer
         self.loss, self.huber_delta = loss, float(huber_delta)
-        self.base_sample_budget, self.base_march_budget = int(sample_budget), int(march_budget)
-        self.sample_budget = int(sample_budget)
-        self.march_budget = int(march_budget)
+        #: whether the step runs under a fixed sample budget (static shapes)
+        self.budgeted = sample_budget is not None
+        self.base_sample_budget = self.sample_budget = int(sample_budget or 0)
+        self.base_march_budget = self.march_budget = int(march_budget or 0)
         self.min_rays = int(min_rays)
         self.base_adapt_momentum = self.adapt_momentum = float(adapt_momentum)
         self.n_rays_init = int(n_rays_init)
@@ -106,17 +105,20 @@ class FixedBudgetStep(nn.Module):
         self.alpha_weight = float(alpha_weight)
         self.camera_opt = camera_opt
         self.appearance = appearance
-        self.register_buffer("n_active", torch.tensor(int(n_rays_init), dtype=torch.int64))
-        self.register_buffer("n_active_f", torch.tensor(float(n_rays_init), dtype=torch.float32))
-        # share of the capacities the ray count aims at (< 1 leaves headroom for load balancing)
-        self.register_buffer("target_fraction", torch.tensor(1.0))
+        if self.budgeted:
+            self.register_buffer("n_active", torch.tensor(int(n_rays_init), dtype=torch.int64))
+            self.register_buffer("n_active_f", torch.tensor(float(n_rays_init), dtype=torch.float32))
+            # share of the capacities the ray count aims at (< 1 leaves headroom for load balancing)
+            self.register_buffer("target_fraction", torch.tensor(1.0))
 
     def set_capacity_scale(self, scale: float, target_fraction: float = 1.0) -> None:
         """Capacities = ``scale`` x the constructor's budgets; aim at ``target_fraction`` of them; the first
-        step marches ``n_rays_init`` x the work aimed at.
+        step marches ``n_rays_init`` x the work aimed at. Nothing to scale without a budget.
 
         Call before the first step (capacities are baked into a captured graph); the fraction is a
         buffer and may change at any time."""
+        if not self.budgeted:
+            return
         self.sample_budget = max(1, int(self.base_sample_budget * scale))
         self.march_budget = max(self.sample_budget, int(self.base_march_budget * scale))
         self.target_fraction.fill_(float(target_fraction))
@@ -132,6 +134,10 @@ class FixedBudgetStep(nn.Module):
         does on one GPU. Call before the first step (the momentum is baked into a captured graph)."""
         self.adapt_momentum = self.base_adapt_momentum ** float(rate)
 
+    def state_buffers(self) -> dict[str, Tensor]:
+        """The adapted ray count, state of the run (empty without a budget)."""
+        return {name: getattr(self, name) for name in ("n_active", "n_active_f") if self.budgeted}
+
     def forward(
         self,
         rays_o: Tensor,
@@ -141,36 +147,34 @@ class FixedBudgetStep(nn.Module):
         view_ids: Tensor | None = None,
         alpha: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        n_slots = rays_o.shape[0]
         ops = self.renderer.ops
         if view_ids is None and (self.camera_opt is not None or self.appearance is not None):
-            raise ValueError("FixedBudgetStep: the per-view corrections need the rays' view_ids")
+            raise ValueError("TrainStep: the per-view corrections need the rays' view_ids")
         if alpha is None and self.alpha_weight > 0:
-            raise ValueError("FixedBudgetStep: alpha_weight > 0 needs the rays' target alpha")
+            raise ValueError("TrainStep: alpha_weight > 0 needs the rays' target alpha")
         if self.camera_opt is not None:
             rays_o, rays_d = self.camera_opt(view_ids, rays_o, rays_d)
-        out = self.renderer.render_rays_fixed(
-            self.field,
-            rays_o,
-            rays_d,
-            background,
-            march_capacity=self.march_budget,
-            sample_capacity=self.sample_budget,
-            n_active=self.n_active,
-            jitter=self.jitter,
+        budget = None
+        if self.budgeted:
+            budget = SampleBudget(self.march_budget, self.sample_budget, self.n_active)
+        out = self.renderer.render_rays(
+            self.field, rays_o, rays_d, background, jitter=self.jitter, budget=budget
         )
         valid = out["ray_valid"]
         if self.appearance is not None:
             out["rgb"] = self.appearance(view_ids, out["rgb"], out["opacity"], background)
         loss, per_ray, aux = ops.masked_ray_loss(out["rgb"], target, valid, self.loss, self.huber_delta)
+        n_valid = aux[0].clamp_min(1.0).float()
         if self.distortion_weight > 0:
-            dist = ray_distortion(out, ops)
-            # mean over the valid rays (the others have no samples in the fixed layout: 0)
-            loss = loss + self.distortion_weight * dist.sum() / aux[0].clamp_min(1.0).float()
+            # the rays left out have no samples in the fixed layout: 0
+            loss = loss + self.distortion_weight * ray_distortion(out, ops).sum() / n_valid
         if self.alpha_weight > 0:
             # dropped rays render opacity 0; their slots are left out as in the photometric loss
             alpha_error = torch.where(valid, opacity_error(out, alpha), 0.0)
-            loss = loss + self.alpha_weight * alpha_error.sum() / aux[0].clamp_min(1.0).float()
+            loss = loss + self.alpha_weight * alpha_error.sum() / n_valid
+        if not self.budgeted:
+            counts = torch.stack([out["n_samples"], out["n_samples_rendered"]]).to(torch.float64)
+            return loss, per_ray, valid, torch.stack([aux[0], counts[0], counts[1], aux[1]])
         # The marching kernel clamps n_active to the ray slots itself; the update keeps it there.
         stats = ops.adapt_ray_count(
             aux,
@@ -183,32 +187,18 @@ class FixedBudgetStep(nn.Module):
             sample_budget=self.sample_budget,
             march_budget=self.march_budget,
             min_rays=self.min_rays,
-            n_slots=n_slots,
+            n_slots=rays_o.shape[0],
             momentum=self.adapt_momentum,
         )
         return loss, per_ray, valid, stats
 
 
-def budgeted_step(
-    field: nn.Module,
-    renderer: Renderer,
-    loss: str = "huber",
-    huber_delta: float = 0.1,
-    *,
-    sample_budget: int | None,
-    march_budget: int | None = None,
-    **kwargs: Any,
-) -> FixedBudgetStep | None:
-    """The training step of the ``model.step`` config node: a :class:`FixedBudgetStep` of
-    ``sample_budget`` samples (``march_budget`` default 4x that), or None when ``sample_budget`` is
-    None (then ``data.batch_size`` rays per step, with data-dependent shapes: the CPU preset).
-    ``NeRFModule`` passes the field, the renderer, the loss and the per-view components."""
-    if sample_budget is None:
-        return None
-    march = march_budget if march_budget is not None else 4 * sample_budget
-    return FixedBudgetStep(
-        field, renderer, loss, huber_delta, sample_budget=sample_budget, march_budget=march, **kwargs
-    )
+def train_step(
+    field: nn.Module, renderer: Renderer, loss: str = "huber", huber_delta: float = 0.1, **kwargs: Any
+) -> TrainStep:
+    """The ``model.step`` config node: a :class:`TrainStep` (``sample_budget: null``: no budget, the CPU
+    preset). ``NeRFModule`` passes the field, the renderer, the loss and the per-view components."""
+    return TrainStep(field, renderer, loss, huber_delta, **kwargs)
 
 
 def autocast_for(precision: str | int | None) -> Any:
@@ -224,7 +214,7 @@ def autocast_for(precision: str | int | None) -> Any:
 
 
 def capture(
-    step: FixedBudgetStep,
+    step: TrainStep,
     sample_args: tuple[Tensor, ...],
     precision: str | int | None,
     *,
@@ -238,7 +228,7 @@ def capture(
     optimizer steps and occupancy updates made between replays are seen.
 
     Args:
-        step: the budgeted step.
+        step: the training step, under a sample budget (static shapes).
         sample_args: ``(rays_o, rays_d, target, background[, view_ids[, alpha]])`` (int64 ``view_ids``
             [R]: the rays' training views, read by the per-view corrections; float ``alpha`` [R]: their
             target opacity, read by the opacity loss).

@@ -207,9 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"[nerf_lightning] CUDA extension ready in {cache_dir()}")
     if check:
-        from nerf_lightning.ops import cuda as cuda_ops
-
-        print("[nerf_lightning] is_available():", cuda_ops.is_available())
+        print("[nerf_lightning] is_available():", torch.cuda.is_available() and load() is not None)
     return 0
 
 

@@ -42,6 +42,12 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from nerf_lightning.lightning_compat import (
+    batch_in_flight,
+    epoch_batch_idx,
+    forget_last_save,
+    last_saved_step,
+)
 from nerf_lightning.utils.io import remove_stale_temporaries
 
 __all__ = ["CHECKPOINT_KEY", "FORMAT_VERSION", "LastCheckpoint", "RunState"]
@@ -140,7 +146,7 @@ class LastCheckpoint(ModelCheckpoint):
         super().on_train_batch_end(trainer, pl_module, *args)  # the step trigger, when set
         if self._time_is_due(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-        if self._last_global_step_saved == trainer.global_step:
+        if last_saved_step(self) == trainer.global_step:
             self._mid_batch_step = trainer.global_step
 
     def _save_last_now(self, trainer: L.Trainer) -> None:
@@ -148,7 +154,7 @@ class LastCheckpoint(ModelCheckpoint):
         # update (resumable, see RunState); now that the step is complete, write it again so that
         # eval/render/export of last.ckpt see exactly the model training ended with.
         if self._mid_batch_step == trainer.global_step and trainer.state.fn == TrainerFn.FITTING:
-            self._last_global_step_saved = -1
+            forget_last_save(self)
         if not self._should_skip_saving_checkpoint(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
             self._mid_batch_step = None
@@ -194,8 +200,7 @@ class RunState(Callback):
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        progress = trainer.fit_loop.epoch_loop.batch_progress.current
-        mid_batch_end = trainer.state.fn == TrainerFn.FITTING and progress.processed > progress.completed
+        mid_batch_end = trainer.state.fn == TrainerFn.FITTING and batch_in_flight(trainer)
         rng: dict[str, Any] = {"torch": torch.get_rng_state()}
         if pl_module.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(pl_module.device)
@@ -207,7 +212,7 @@ class RunState(Callback):
                 "world_size": int(trainer.world_size),
                 "rng": rng,
                 "replay_train_batch_end": bool(mid_batch_end),
-                "batch_idx": int(trainer.fit_loop.epoch_loop.batch_idx),
+                "batch_idx": epoch_batch_idx(trainer),
             },
         }
 

@@ -55,6 +55,8 @@ MOVED_TARGETS: dict[str, str] = {
     "nerf_lightning.models.schedules.ngp_exponential_decay": (
         "nerf_lightning.training.lr_schedules.ngp_exponential_decay"
     ),
+    # one step path for every configuration (issue 46): the budgeted step's factory became train_step
+    "nerf_lightning.models.train_step.budgeted_step": "nerf_lightning.models.train_step.train_step",
     "nerf_lightning.render.occupancy.OccupancyGrid": "nerf_lightning.volume.occupancy.OccupancyGrid",
     "nerf_lightning.render.renderer.build_renderer": "nerf_lightning.volume.renderer.build_renderer",
     **{

@@ -33,26 +33,6 @@ def slurm_environment(auto_requeue: bool = True, requeue_signal: str = "SIGUSR1"
     return SLURMEnvironment(auto_requeue=auto_requeue, requeue_signal=sig)
 
 
-def throttle_sigterm_broadcast(trainer: L.Trainer, every_n_steps: int) -> None:
-    """Run Lightning's cross-rank SIGTERM check every ``every_n_steps`` optimizer steps, not every step.
-
-    Lightning 2.x broadcasts a flag from rank 0 before each training batch under DDP/FSDP and reads
-    it back with ``.item()``: a host sync per step, so the host can never queue the next step while
-    the GPUs run this one. The check is kept (a SIGTERM stops all ranks together) on steps that
-    every rank shares, so the collective stays matched.
-    """
-    loop: Any = trainer.fit_loop.epoch_loop
-    original = getattr(type(loop), "_broadcast_sigterm_tensor", None)
-    if original is None or every_n_steps <= 1:
-        return
-
-    def throttled() -> None:
-        if trainer.global_step % every_n_steps == 0:
-            original(loop)
-
-    loop._broadcast_sigterm_tensor = throttled
-
-
 def fsdp_full_precision(grad_exchange: str = "fp32") -> Any:
     """FSDP's ``MixedPrecision`` with float32 parameters, gradient reduction and buffers (``strategy=fsdp``).
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,10 +26,33 @@ __all__ = [
     "LARGE_SCENE_CONE_ANGLE",
     "Renderer",
     "build_renderer",
-    "fixed_render_counts",
+    "SampleBudget",
+    "render_counts",
     "opacity_error",
     "ray_distortion",
 ]
+
+
+@dataclass(frozen=True)
+class SampleBudget:
+    """A fixed sample layout for :meth:`Renderer.render_rays` (static shapes, no host sync).
+
+    Attributes:
+        march_capacity: sample slots of the marching pass (>= 1).
+        sample_capacity: sample slots of the differentiable pass (>= 1).
+        n_active: int64 scalar tensor, the rays to march (None: all).
+    """
+
+    march_capacity: int
+    sample_capacity: int
+    n_active: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.march_capacity < 1 or self.sample_capacity < 1:
+            raise ValueError(
+                f"SampleBudget: capacities must be >= 1, got {self.march_capacity}, {self.sample_capacity}"
+            )
+
 
 #: instant-ngp's cone angle for scenes larger than the unit cube (``aabb_scale > 1``)
 LARGE_SCENE_CONE_ANGLE = 1.0 / 256
@@ -121,8 +145,23 @@ class Renderer(nn.Module):
         background: Tensor | None,
         *,
         jitter: bool,
+        budget: SampleBudget | None = None,
     ) -> dict[str, Tensor]:
-        """Render a batch of rays.
+        """Render a batch of rays: march, (compact), field, composite.
+
+        Without a ``budget`` every ray is marched and the shapes follow the data. With one, the shapes
+        are static and nothing is read back by the host (instant-ngp's and nerfacc's training path, which
+        a CUDA graph can capture):
+
+        1. rays ``0 .. budget.n_active - 1`` are marched into ``budget.march_capacity`` sample slots
+           (``ops.march_rays_fixed``; rays that do not fit are dropped, in index order);
+        2. the kept samples are repacked into ``budget.sample_capacity`` slots (``ops.repack``; rays
+           that do not fit are dropped) for the differentiable pass.
+
+        Dropped rays have ``ray_valid`` False and must be left out of the loss; the padding slots of the
+        fixed layout have zero length, so they add nothing to outputs or gradients. With
+        ``compact_samples`` and gradients on, samples behind the early-termination point (weight
+        exactly 0) are left out of the differentiable pass in both layouts.
 
         Args:
             field: see the module docstring.
@@ -130,53 +169,128 @@ class Renderer(nn.Module):
             rays_d: float32 [R, 3] unit directions.
             background: float32 [R, 3], [3] or None (black).
             jitter: shift each ray's first sample by a uniform fraction of a step (training).
+            budget: the fixed sample layout, or None.
 
         Returns:
-            dict with
-              ``rgb`` float32 [R, 3], ``opacity`` [R, 1], ``depth`` [R, 1] (weighted sum of sample
-              midpoints, not normalized by opacity), ``n_samples`` int64 scalar tensor (kept
-              samples, on device: no host sync), and the packed samples for losses:
-              ``weights`` [S], ``sigmas`` [S], ``ray_indices`` int64 [S], ``t_starts`` [S],
-              ``t_ends`` [S], ``packed_info`` int64 [R, 2].
+            dict with ``rgb`` float32 [R, 3], ``opacity`` [R, 1], ``depth`` [R, 1] (weighted sum of
+            sample midpoints, not normalized by opacity), ``ray_valid`` bool [R], ``marched_counts``
+            int64 [R] (samples each ray got in the marching pass), and the samples of the
+            differentiable pass for losses: ``weights`` [S], ``sigmas`` [S], ``ray_indices`` int64
+            [S], ``t_starts`` [S], ``t_ends`` [S], ``packed_info`` int64 [R, 2]. Without a budget also
+            ``n_samples`` (marched) and ``n_samples_rendered``, int64 scalar tensors on the device;
+            with one, :func:`render_counts` gives them (the training step reduces them in its own
+            kernel).
         """
+        # the differentiable pass alone needs no samples behind the early-termination point
+        compact = self.compact_samples and torch.is_grad_enabled()
+        with torch.no_grad():
+            if budget is None:
+                marched, valid, marched_counts = self._march(field, rays_o, rays_d, jitter, compact)
+            else:
+                marched, valid, marched_counts = self._march_budgeted(
+                    field, rays_o, rays_d, jitter, compact, budget
+                )
+        ray_indices, t_starts, t_ends, packed_info = marched
+        out = self._composite(field, rays_o, rays_d, background, ray_indices, t_starts, t_ends, packed_info)
+        out.update(ray_valid=valid, marched_counts=marched_counts)
+        if budget is None:
+            out.update(n_samples=marched_counts.sum(), n_samples_rendered=packed_info[:, 1].sum())
+        return out
+
+    def _march(
+        self, field: Any, rays_o: Tensor, rays_d: Tensor, jitter: bool, compact: bool
+    ) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], Tensor, Tensor]:
+        """Every ray marched into packed samples (``compact``: without the terminated ones), all rays
+        valid, and the samples each ray got in the marching pass."""
         ops = self.ops
         n_rays = rays_o.shape[0]
-        with torch.no_grad():
-            t_near, t_far, _ = ops.ray_aabb_intersect(rays_o, rays_d, self.occupancy.aabb)
-            t_jitter = torch.rand(n_rays, device=rays_o.device) if jitter else None
-            packed = ops.march_rays(
-                rays_o,
-                rays_d,
-                t_near,
-                t_far,
-                self.occupancy.binaries,
-                step_size=self.step_size,
-                cone_angle=self.cone_angle,
-                max_samples_per_ray=self.max_samples_per_ray,
-                near_plane=self.near_plane,
-                t_jitter=t_jitter,
-            )
+        t_near, t_far, _ = ops.ray_aabb_intersect(rays_o, rays_d, self.occupancy.aabb)
+        t_jitter = torch.rand(n_rays, device=rays_o.device) if jitter else None
+        packed = ops.march_rays(
+            rays_o,
+            rays_d,
+            t_near,
+            t_far,
+            self.occupancy.binaries,
+            step_size=self.step_size,
+            cone_angle=self.cone_angle,
+            max_samples_per_ray=self.max_samples_per_ray,
+            near_plane=self.near_plane,
+            t_jitter=t_jitter,
+        )
         ray_indices, t_starts, t_ends, packed_info = packed
-        n_marched = packed_info[:, 1].sum()
-        if self.compact_samples and torch.is_grad_enabled() and t_starts.shape[0] > 0:
-            ray_indices, t_starts, t_ends, packed_info = self._drop_terminated(
-                field, rays_o, rays_d, ray_indices, t_starts, t_ends, packed_info
+        marched_counts = packed_info[:, 1]
+        if compact and t_starts.shape[0] > 0:
+            packed = self._drop_terminated(field, rays_o, rays_d, ray_indices, t_starts, t_ends, packed_info)
+        valid = torch.ones(n_rays, dtype=torch.bool, device=rays_o.device)
+        return tuple(packed), valid, marched_counts  # type: ignore[return-value]
+
+    def _march_budgeted(
+        self, field: Any, rays_o: Tensor, rays_d: Tensor, jitter: bool, compact: bool, budget: SampleBudget
+    ) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], Tensor, Tensor]:
+        """The first ``budget.n_active`` rays marched into the budget's fixed layouts, which rays fit,
+        and the samples each ray got in the marching pass."""
+        ops = self.ops
+        n_rays = rays_o.shape[0]
+        t_near, t_far, _ = ops.ray_aabb_intersect(rays_o, rays_d, self.occupancy.aabb)
+        t_jitter = torch.rand(n_rays, device=rays_o.device) if jitter else None
+        marched, valid = ops.march_rays_fixed(
+            rays_o,
+            rays_d,
+            t_near,
+            t_far,
+            self.occupancy.binaries,
+            capacity=budget.march_capacity,
+            n_active=budget.n_active,
+            step_size=self.step_size,
+            cone_angle=self.cone_angle,
+            max_samples_per_ray=self.max_samples_per_ray,
+            near_plane=self.near_plane,
+            t_jitter=t_jitter,
+        )
+        if compact:
+            positions, _ = ops.sample_points(rays_o, rays_d, *marched[:3])
+            sigmas = field.density(positions).reshape(-1).float()
+            _, transmittance = ops.render_weights(
+                sigmas,
+                marched.t_starts,
+                marched.t_ends,
+                marched.ray_indices,
+                n_rays,
+                packed_info=marched.packed_info,
+                early_stop_eps=self.early_stop_eps,
             )
+            keep = transmittance >= self.early_stop_eps
+        else:
+            keep = torch.ones_like(marched.ray_indices, dtype=torch.bool)
+        packed, valid = ops.repack(marched, keep, budget.sample_capacity, valid)
+        return tuple(packed[:4]), valid, marched.packed_info[:, 1]  # type: ignore[return-value]
+
+    def _composite(
+        self,
+        field: Any,
+        rays_o: Tensor,
+        rays_d: Tensor,
+        background: Tensor | None,
+        ray_indices: Tensor,
+        t_starts: Tensor,
+        t_ends: Tensor,
+        packed_info: Tensor,
+    ) -> dict[str, Tensor]:
+        """The differentiable pass: the field at the samples, then compositing."""
+        ops = self.ops
+        connect = None
         if t_starts.shape[0] > 0:
             positions, dirs = ops.sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
             sigmas, rgbs = field(positions, dirs)
             sigmas, rgbs = self._scale_gradients(sigmas.reshape(-1), rgbs.reshape(-1, 3), t_starts, t_ends)
-            connect = None
         else:
             # No samples at all: skip the field (empty batches break some encodings), but keep the
             # outputs connected to its parameters (zero gradient) so backward/DDP see a graph.
             sigmas = torch.zeros(0, device=rays_o.device)
             rgbs = torch.zeros(0, 3, device=rays_o.device)
-            connect = None
             if torch.is_grad_enabled():
-                dummy_p = torch.full((1, 3), 0.5, device=rays_o.device)
-                dummy_d = torch.tensor([[0.0, 0.0, 1.0]], device=rays_o.device)
-                s0, c0 = field(dummy_p, dummy_d)
+                s0, c0 = field(rays_o.new_full((1, 3), 0.5), rays_o.new_tensor([[0.0, 0.0, 1.0]]))
                 connect = (s0.sum() + c0.sum()) * 0.0
         out = ops.volume_render(
             sigmas,
@@ -184,7 +298,7 @@ class Renderer(nn.Module):
             t_starts,
             t_ends,
             ray_indices,
-            n_rays,
+            rays_o.shape[0],
             packed_info=packed_info,
             background=background,
             early_stop_eps=self.early_stop_eps,
@@ -192,121 +306,7 @@ class Renderer(nn.Module):
         if connect is not None:
             out["rgb"] = out["rgb"] + connect
         out.update(
-            n_samples=n_marched,
-            n_samples_rendered=packed_info[:, 1].sum(),
-            sigmas=sigmas,
-            ray_indices=ray_indices,
-            t_starts=t_starts,
-            t_ends=t_ends,
-            packed_info=packed_info,
-        )
-        return out
-
-    def render_rays_fixed(
-        self,
-        field: Any,
-        rays_o: Tensor,
-        rays_d: Tensor,
-        background: Tensor | None,
-        *,
-        march_capacity: int,
-        sample_capacity: int,
-        n_active: Tensor | None = None,
-        jitter: bool = True,
-    ) -> dict[str, Tensor]:
-        """Render a batch of rays with static shapes: a fixed sample budget, no host synchronization.
-
-        The training path of instant-ngp and nerfacc, with shapes that never depend on data (so the
-        step can be captured in a CUDA graph):
-
-        1. march rays ``0 .. n_active - 1`` into ``march_capacity`` sample slots
-           (``ops.march_rays_fixed``; rays that do not fit are dropped, in index order);
-        2. if ``compact_samples``: densities without gradients on all slots, then keep only samples
-           before the early-termination point (their weight is exactly 0 otherwise);
-        3. repack the kept samples into ``sample_capacity`` slots (``ops.repack``; rays that do not fit
-           are dropped) and run the differentiable field and compositing on those slots.
-
-        Dropped rays have ``ray_valid`` False and must be left out of the loss; the padding slots
-        of the fixed layout have zero length, so they add nothing to outputs or gradients.
-
-        Args:
-            field, rays_o, rays_d, background: as :meth:`render_rays`.
-            march_capacity: sample slots of the marching pass (>= 1).
-            sample_capacity: sample slots of the differentiable pass (>= 1).
-            n_active: int64 scalar tensor, rays to march (None: all).
-            jitter: shift each ray's first sample by a uniform fraction of a step.
-
-        Returns:
-            dict with ``rgb`` [R, 3], ``opacity`` [R, 1], ``depth`` [R, 1], ``ray_valid`` bool [R],
-            ``marched_counts`` int64 [R] (samples each ray got in the marching pass; count only the
-            valid rays), the fixed-layout samples ``weights`` / ``sigmas`` / ``ray_indices`` /
-            ``t_starts`` / ``t_ends`` [sample_capacity] and ``packed_info`` [R, 2] (its counts are the
-            samples in the differentiable pass). No scalar sums: the training step reduces the
-            counts in its own kernel; :func:`fixed_render_counts` gives them otherwise.
-        """
-        if march_capacity < 1 or sample_capacity < 1:
-            raise ValueError(
-                f"render_rays_fixed: capacities must be >= 1, got {march_capacity}, {sample_capacity}"
-            )
-        ops = self.ops
-        n_rays = rays_o.shape[0]
-        with torch.no_grad():
-            t_near, t_far, _ = ops.ray_aabb_intersect(rays_o, rays_d, self.occupancy.aabb)
-            t_jitter = torch.rand(n_rays, device=rays_o.device) if jitter else None
-            marched, valid = ops.march_rays_fixed(
-                rays_o,
-                rays_d,
-                t_near,
-                t_far,
-                self.occupancy.binaries,
-                capacity=march_capacity,
-                n_active=n_active,
-                step_size=self.step_size,
-                cone_angle=self.cone_angle,
-                max_samples_per_ray=self.max_samples_per_ray,
-                near_plane=self.near_plane,
-                t_jitter=t_jitter,
-            )
-            if self.compact_samples:
-                positions, _ = ops.sample_points(rays_o, rays_d, *marched[:3])
-                sigmas = field.density(positions).reshape(-1).float()
-                _, transmittance = ops.render_weights(
-                    sigmas,
-                    marched.t_starts,
-                    marched.t_ends,
-                    marched.ray_indices,
-                    n_rays,
-                    packed_info=marched.packed_info,
-                    early_stop_eps=self.early_stop_eps,
-                )
-                keep = transmittance >= self.early_stop_eps
-            else:
-                keep = torch.ones_like(marched.ray_indices, dtype=torch.bool)
-            packed, valid = ops.repack(marched, keep, sample_capacity, valid)
-        positions, dirs = ops.sample_points(rays_o, rays_d, *packed[:3])
-        sigmas, rgbs = field(positions, dirs)
-        sigmas, rgbs = self._scale_gradients(
-            sigmas.reshape(-1), rgbs.reshape(-1, 3), packed.t_starts, packed.t_ends
-        )
-        out = ops.volume_render(
-            sigmas,
-            rgbs,
-            packed.t_starts,
-            packed.t_ends,
-            packed.ray_indices,
-            n_rays,
-            packed_info=packed.packed_info,
-            background=background,
-            early_stop_eps=self.early_stop_eps,
-        )
-        out.update(
-            ray_valid=valid,
-            marched_counts=marched.packed_info[:, 1],
-            sigmas=sigmas,
-            ray_indices=packed.ray_indices,
-            t_starts=packed.t_starts,
-            t_ends=packed.t_ends,
-            packed_info=packed.packed_info,
+            sigmas=sigmas, ray_indices=ray_indices, t_starts=t_starts, t_ends=t_ends, packed_info=packed_info
         )
         return out
 
@@ -393,7 +393,7 @@ class Renderer(nn.Module):
 
 
 def ray_distortion(out: dict[str, Tensor], ops: Any | None = None) -> Tensor:
-    """Distortion loss [R] of a :meth:`Renderer.render_rays` / ``render_rays_fixed`` result
+    """Distortion loss [R] of a :meth:`Renderer.render_rays` result
     (``ops.distortion_loss`` over its packed samples), differentiable.
 
     Args:
@@ -413,8 +413,8 @@ def opacity_error(out: dict[str, Tensor], alpha: Tensor) -> Tensor:
     return (out["opacity"].reshape(-1) - alpha).square()
 
 
-def fixed_render_counts(out: dict[str, Tensor]) -> dict[str, Tensor]:
-    """int64 scalar tensors of a :meth:`Renderer.render_rays_fixed` result: ``n_rays`` (valid rays),
+def render_counts(out: dict[str, Tensor]) -> dict[str, Tensor]:
+    """int64 scalar tensors of a :meth:`Renderer.render_rays` result: ``n_rays`` (valid rays),
     ``n_samples`` (marched samples of the valid rays), ``n_samples_rendered`` (samples in the
     differentiable pass)."""
     valid = out["ray_valid"]
