@@ -7,7 +7,8 @@ Reads the benchmark runner's rows (experiments ``batch-rule-*``, ``benchmarks/ex
 
 A. **step rows** (``benchmarks.step_scaling``): the graphed step alone at ``s`` x the batch (s = 1, 1/2, 1/4,
    1/8), its gradient's bytes and the fraction of hash-table rows one step's gradient touches;
-B. **curve rows** (one GPU, ``data.batch_multiple=k`` with a rule's learning rate and schedule unit): the
+B. **curve rows** (one GPU drawing k batches, ``benchmarks.batch_rules.imitated``; rows before 2026-12-05:
+``data.batch_multiple=k``): the
    held-out PSNR every 1000 reference steps; the optimizer steps to each target are read off by linear
    interpolation between the two validations around the first crossing;
 B, sized (experiment ``batch-rule-sized``): runs of one k and rule sized to several lengths; the shortest

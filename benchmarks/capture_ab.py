@@ -1,6 +1,7 @@
 """A/B of training variants on one capture: held-out vs training PSNR after a fixed number of steps.
 
-Built to find out why a real capture does not reconstruct (the ``fruit`` phone capture, ``docs/fruit.md``):
+Built to find out why a real capture does not reconstruct (the ``fruit`` phone capture,
+``docs/investigations/2026-11-30-fruit-failure.md``):
 held-out PSNR at the level of a constant image while the training PSNR climbs is the signature of a
 model that memorizes the views instead of forming geometry. Each variant is the default training
 (``NeRFModule.training_step``, whatever the current recipe) plus a few config overrides::
@@ -10,8 +11,10 @@ model that memorizes the views instead of forming geometry. Each variant is the 
     python -m benchmarks.capture_ab --path CAPTURE --variant mse="model.loss=mse"
     python -m benchmarks.capture_ab --path ../shared/data/fruit --cpu-repro --steps 400
 
-``--cpu-repro`` adds :data:`CPU_REPRO` to every variant: the fruit failure's reproduction on a CPU at 1/16
-resolution (a few minutes per variant on 2 cores; the table is in ``docs/fruit.md``).
+``--cpu-repro`` adds :data:`CPU_REPRO` to every variant: the fruit failure's reproduction on a CPU at
+1/16
+resolution (a few minutes per variant on 2 cores; the table is in
+``docs/investigations/2026-11-30-fruit-failure.md``).
 
 Prints one row per variant: mean per-image held-out PSNR / SSIM (``models/metrics.py``), the
 training-batch PSNR of the last steps, the gap between the two, and the constant-colour baseline (the

@@ -18,7 +18,7 @@ without its 1/16 downscale), seed 42, 400 steps, three variants:
 If one of these halves fails, that mechanism no longer reaches the renderer (``tests/render`` checks that
 the defaults switch both on; with a mechanism cut off, its run would equal the failing run bit for bit).
 The combination is not pinned here; on the real capture on a GPU it reconstructs every seed measured
-(``docs/fruit.md``).
+(``docs/investigations/2026-11-30-fruit-failure.md``).
 
 **Each run is pinned to one arithmetic.** This early training is chaotic: the last bit of a sum decides
 which cells the occupancy grid keeps, and the runs part from there. Seed 42, held-out / training PSNR
@@ -38,7 +38,8 @@ the same, ``MKL_CBWR=COMPATIBLE``        21.86 / 24.33 23.09 / 24.92 20.75 / 21.
 Unpinned, the failing run's held-out PSNR spans 18.8-22.0 dB (with ``default`` kernels the capture does
 not fail at all) and gradient scaling's 19.7-22.1 dB, so the verdict of one unpinned run is a draw. In
 every row where the capture fails, the near plane gains 3.8-5.3 dB held out and gradient scaling shrinks
-the memorization gap by 1.7-3.5 dB. Other seeds spread as widely (``docs/fruit.md``: seed 0 does not fail,
+the memorization gap by 1.7-3.5 dB. Other seeds spread as widely
+(``docs/investigations/2026-11-30-fruit-failure.md``: seed 0 does not fail,
 seed 1 fails with every variant). So every variant runs in a fresh interpreter with
 ``ATEN_CPU_CAPABILITY=avx2`` (ATen's vector kernels of one instruction set, whatever the CPU offers beyond
 it), ``MKL_CBWR=COMPATIBLE`` (MKL's conditional numerical reproducibility: the same results on Intel and

@@ -10,7 +10,7 @@ gradient, so a relative error of that size changes an update by about as much.
 
 - DDP: :class:`GradientExchange` registers the hook on the wrapped model when fitting starts (on every
   device: Lightning's own ``ddp_comm_hook`` argument is only registered on GPUs);
-- FSDP: the same key sets ``MixedPrecision.reduce_dtype`` (``utils/distributed.fsdp_full_precision``).
+- FSDP: the same key sets ``MixedPrecision.reduce_dtype`` (``run/strategies.fsdp_full_precision``).
 
 ``fp32`` (the default) leaves DDP's own all-reduce alone.
 """

@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 #: Under batch_rule=throughput a rank may take up to this many times its even share.
 THROUGHPUT_HEADROOM = 1.5
 #: ``model.alpha_weight=auto`` for renders: lego over black gains 7.4 dB at 20k steps for no loss over
-#: white (docs/real_captures.md, section 8); photographs have no transparent pixels to learn from.
+#: white (docs/investigations/2026-12-03-empty-space-in-renders.md); photographs have no transparent pixels
+#: to learn from.
 RENDER_ALPHA_WEIGHT = 0.1
 
 

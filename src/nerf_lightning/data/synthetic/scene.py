@@ -217,7 +217,8 @@ class FruitBedScene(SyntheticScene):
     the same rig reconstructs with any grid. What it shares with ``fruit`` and the default scene lacks
     is a background with almost no texture: the bed looks the same from wherever it is seen, so the
     training views do not pin its depth, and a grid with enough collision-free fine cells explains each
-    view with density of its own instead of one surface. See ``docs/fruit.md``.
+    view with density of its own instead of one surface. See
+    ``docs/investigations/2026-11-30-fruit-failure.md``.
     """
 
     def __init__(
