@@ -75,6 +75,7 @@ PEERS_DIR = Path(".peers")
 #: per scene: the first guess of this project's steps/s (``bench.curve --rate``) and its own overrides
 SCENES: dict[str, dict[str, Any]] = {
     "lego": {"rate": 340.0, "overrides": ["experiment=blender"]},
+    "lego_official": {"rate": 340.0, "overrides": ["experiment=blender"]},
     "fox": {"rate": 300.0, "overrides": []},
     "fruit": {"rate": 270.0, "overrides": []},
 }

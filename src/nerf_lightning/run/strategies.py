@@ -52,13 +52,17 @@ def fsdp_full_precision(grad_exchange: str = "fp32") -> Any:
     return MixedPrecision(param_dtype=torch.float32, reduce_dtype=reduce, buffer_dtype=torch.float32)
 
 
-def fsdp_wrap_policy() -> Any:
-    """FSDP unit per hash encoding: the table is sharded and gathered on its own (``strategy=fsdp``)."""
+#: the module class that is an FSDP unit of its own: the hash encoding, whose table is sharded
+HASH_ENCODING = "nerf_lightning.models.encoding.HashEncoding"
+
+
+def fsdp_wrap_policy(unit: str = HASH_ENCODING) -> Any:
+    """One FSDP unit per ``unit`` module (a class path; ``strategy=fsdp`` names the hash encoding): its
+    parameters are sharded and gathered on their own."""
+    import hydra
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-    from nerf_lightning.models.encoding import HashEncoding
-
-    return ModuleWrapPolicy({HashEncoding})
+    return ModuleWrapPolicy({hydra.utils.get_class(unit)})
 
 
 def unshard_fsdp_root(trainer: L.Trainer, module: torch.nn.Module) -> None:

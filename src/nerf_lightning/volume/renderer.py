@@ -202,22 +202,9 @@ class Renderer(nn.Module):
     ) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], Tensor, Tensor]:
         """Every ray marched into packed samples (``compact``: without the terminated ones), all rays
         valid, and the samples each ray got in the marching pass."""
-        ops = self.ops
         n_rays = rays_o.shape[0]
-        t_near, t_far, _ = ops.ray_aabb_intersect(rays_o, rays_d, self.occupancy.aabb)
-        t_jitter = torch.rand(n_rays, device=rays_o.device) if jitter else None
-        packed = ops.march_rays(
-            rays_o,
-            rays_d,
-            t_near,
-            t_far,
-            self.occupancy.binaries,
-            step_size=self.step_size,
-            cone_angle=self.cone_angle,
-            max_samples_per_ray=self.max_samples_per_ray,
-            near_plane=self.near_plane,
-            t_jitter=t_jitter,
-        )
+        options = self._march_options(jitter, n_rays, rays_o.device)
+        packed = self.ops.march_rays(*self._march_inputs(rays_o, rays_d), **options)
         ray_indices, t_starts, t_ends, packed_info = packed
         marched_counts = packed_info[:, 1]
         if compact and t_starts.shape[0] > 0:
@@ -232,21 +219,11 @@ class Renderer(nn.Module):
         and the samples each ray got in the marching pass."""
         ops = self.ops
         n_rays = rays_o.shape[0]
-        t_near, t_far, _ = ops.ray_aabb_intersect(rays_o, rays_d, self.occupancy.aabb)
-        t_jitter = torch.rand(n_rays, device=rays_o.device) if jitter else None
         marched, valid = ops.march_rays_fixed(
-            rays_o,
-            rays_d,
-            t_near,
-            t_far,
-            self.occupancy.binaries,
+            *self._march_inputs(rays_o, rays_d),
             capacity=budget.march_capacity,
             n_active=budget.n_active,
-            step_size=self.step_size,
-            cone_angle=self.cone_angle,
-            max_samples_per_ray=self.max_samples_per_ray,
-            near_plane=self.near_plane,
-            t_jitter=t_jitter,
+            **self._march_options(jitter, n_rays, rays_o.device),
         )
         if compact:
             positions, _ = ops.sample_points(rays_o, rays_d, *marched[:3])
@@ -265,6 +242,21 @@ class Renderer(nn.Module):
             keep = torch.ones_like(marched.ray_indices, dtype=torch.bool)
         packed, valid = ops.repack(marched, keep, budget.sample_capacity, valid)
         return tuple(packed[:4]), valid, marched.packed_info[:, 1]  # type: ignore[return-value]
+
+    def _march_inputs(self, rays_o: Tensor, rays_d: Tensor) -> tuple[Tensor, ...]:
+        """The marching ops' positional inputs: rays, their entry and exit of the outer box, the grid."""
+        t_near, t_far, _ = self.ops.ray_aabb_intersect(rays_o, rays_d, self.occupancy.aabb)
+        return rays_o, rays_d, t_near, t_far, self.occupancy.binaries
+
+    def _march_options(self, jitter: bool, n_rays: int, device: torch.device) -> dict[str, Any]:
+        """The marching ops' keywords: the step rule, and each ray's random first offset (training)."""
+        return {
+            "step_size": self.step_size,
+            "cone_angle": self.cone_angle,
+            "max_samples_per_ray": self.max_samples_per_ray,
+            "near_plane": self.near_plane,
+            "t_jitter": torch.rand(n_rays, device=device) if jitter else None,
+        }
 
     def _composite(
         self,
