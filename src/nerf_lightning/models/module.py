@@ -25,20 +25,20 @@ from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.evaluation import render_view, save_panel
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.metrics import METRICS, ViewMetrics
-from nerf_lightning.models.train_step import TrainStep, autocast_for, capture, train_step
-from nerf_lightning.run.strategies import fsdp_full_copy
+from nerf_lightning.models.train_step import (
+    TrainStep,
+    autocast_for,
+    batch_alpha,
+    capture,
+    resolve_alpha_weight,
+    train_step,
+)
+from nerf_lightning.run.strategies import fsdp_full_copy, full_parameters
 from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import Renderer, build_renderer
 
 log = logging.getLogger(__name__)
-
-#: Under batch_rule=throughput a rank may take up to this many times its even share.
-THROUGHPUT_HEADROOM = 1.5
-#: ``model.alpha_weight=auto`` for renders: lego over black gains 7.4 dB at 20k steps for no loss over
-#: white (docs/investigations/2026-12-03-empty-space-in-renders.md); photographs have no transparent pixels
-#: to learn from.
-RENDER_ALPHA_WEIGHT = 0.1
 
 
 class NeRFModule(FastHookNames, L.LightningModule):
@@ -61,19 +61,15 @@ class NeRFModule(FastHookNames, L.LightningModule):
         alpha_weight: weight of the opacity loss, the mean over the rays of ``(opacity - alpha)^2``
             against the training images' alpha (the batch's ``alpha``: captures whose images carry
             alpha only). A training background the colour of the evaluation background never charges
-            faint density in empty space (invisible over that background, visible over any other);
-            this does. ``auto`` (``model.alpha_weight``'s default): :data:`RENDER_ALPHA_WEIGHT` for
-            renders, 0 for photographs (``photograph``). 0: off. The resolved weight is
-            :attr:`alpha_weight`.
+            faint density in empty space; this does. ``auto`` (the default): ``RENDER_ALPHA_WEIGHT`` of
+            ``train_step.py`` for renders, 0 for photographs. The resolved weight: :attr:`alpha_weight`.
         cuda_graph: ``auto`` (capture the budgeted step as CUDA graphs on a GPU, except under FSDP,
             whose parameters are re-gathered every step), ``true`` or ``false``.
-        jitter: shift each training ray's first sample by a random fraction of a step (off only for
-            deterministic comparisons).
-        sigterm_check_every: under DDP/FSDP, Lightning checks every step whether a rank received
-            SIGTERM, with a broadcast and a host sync; this runs it every N optimizer steps instead
-            (a SIGTERM is then honoured within N steps).
-        val_chunk: rays per chunk when rendering validation images.
-        save_val_images: write ``val/view{v}_step{s}.png`` (GT | prediction | depth | error).
+        jitter: shift each training ray's first sample by a random fraction of a step.
+        sigterm_check_every: under DDP/FSDP, run Lightning's cross-rank SIGTERM check (a host sync)
+            every N optimizer steps instead of every step.
+        val_chunk: rays per chunk when rendering validation images; save_val_images: write
+            ``val/view{v}_step{s}.png`` (GT | prediction | depth | error).
         lpips: LPIPS in the evaluation metrics: ``null`` (VGG, as nerfacc, when its weights are local),
             ``false``, or a torchmetrics net name (``vgg``, ``alex``, ``squeeze``).
         camera_opt: factory of the learned camera-pose corrections (``models/camera_opt.py``), called
@@ -87,12 +83,9 @@ class NeRFModule(FastHookNames, L.LightningModule):
         photograph: whether the capture is photographs (the components' ``enabled=auto`` and
             ``alpha_weight=auto``).
         feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback`, shared with the
-            DataModule (the train app makes it): its training clock (``batch_rule``: this rank's batch,
-            and the reference position that the learning-rate schedule, the sampler's windows and the
-            run's length follow), where each step's per-ray losses go (the ray sampler), this rank's
-            work share under ``batch_rule=throughput`` without a sample budget, and the training
-            cameras, whose unseen cells the occupancy grid marks at the first step. None: one process's
-            clock of optimizer steps and a feedback attached to nothing.
+            DataModule: the training clock of ``batch_rule``, the ray sampler that gets each step's
+            per-ray losses, and the training cameras (the occupancy grid marks their unseen cells).
+            None: one process's clock of optimizer steps, attached to nothing.
 
     Evaluation (``validation_step`` / ``test_step``, one whole held-out image per batch): PSNR, SSIM
     (and LPIPS) per image, logged at the end of the pass as their means over the views
@@ -140,7 +133,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
         object.__setattr__(self, "_eval_field", None)
         self.renderer = (renderer or build_renderer)(aabb_scale=aabb_scale)
         #: the opacity loss's weight, ``model.alpha_weight`` resolved (0: off, the batches carry no alpha)
-        self.alpha_weight = _resolve_alpha_weight(alpha_weight, photograph)
+        self.alpha_weight = resolve_alpha_weight(alpha_weight, photograph)
         if cuda_graph not in (True, False, "auto"):
             raise ValueError(f"model.cuda_graph must be true, false or auto, got {cuda_graph!r}")
         # Learned per-training-view state: submodules (state dict, parameters, DDP) only when enabled.
@@ -196,7 +189,8 @@ class NeRFModule(FastHookNames, L.LightningModule):
         seed = torch.initial_seed() % (2**31)
         torch.manual_seed(seed + 1000 * self.global_rank)
         self.train_step_fn.to(self.device)  # its own buffers (n_active); not a registered child
-        self._scale_budget_to_ranks()
+        if not self._graphed:  # the capacities are baked into a captured graph
+            self.train_step_fn.follow_clock(self.clock)
         self._follow_clock_length()
         if self.trainer.world_size > 1:
             throttle_sigterm_broadcast(self.trainer, every_n_steps=self.hparams.sigterm_check_every)
@@ -209,18 +203,6 @@ class NeRFModule(FastHookNames, L.LightningModule):
                 cameras.heights.to(self.device),
             )
 
-    def _scale_budget_to_ranks(self) -> None:
-        """Per-rank sample budget under the batch rule (before the step is captured; nothing to scale
-        without a budget)."""
-        if self._graphed:
-            return
-        clock, step = self.clock, self.train_step_fn
-        if clock.splits_by_throughput:
-            step.set_capacity_scale(clock.rank_multiple * THROUGHPUT_HEADROOM, 1.0 / THROUGHPUT_HEADROOM)
-        else:
-            step.set_capacity_scale(clock.rank_multiple)
-        step.set_clock_rate(clock.rate)
-
     def _follow_clock_length(self) -> None:
         """When the schedules count rays, ``trainer.max_steps`` counts reference steps: the run ends after
         the optimizer steps that see as many rays (``TrainingClock.optimizer_steps``)."""
@@ -229,21 +211,14 @@ class NeRFModule(FastHookNames, L.LightningModule):
             return
         set_max_steps(self.trainer, steps)
         if self.trainer.is_global_zero:
-            log.info(
-                "batch_rule=%s: %d optimizer steps of %.4g reference batches see the rays of "
-                "trainer.max_steps=%d reference steps",
-                self.clock.rule.name,
-                steps,
-                self.clock.k,
-                self.clock.total,
-            )
+            clock = self.clock
+            msg = "batch_rule=%s: %d optimizer steps of %.4g reference batches (trainer.max_steps=%d)"
+            log.info(msg, clock.rule.name, steps, clock.k, clock.total)
 
     def set_work_scale(self, scale: float) -> None:
         """This rank's share of the work (mean 1 over the ranks) under ``batch_rule=throughput``:
         the fraction of the sample budget its ray count aims at, or its rays per step."""
-        if self.train_step_fn.budgeted:
-            self.train_step_fn.target_fraction.fill_(min(scale, THROUGHPUT_HEADROOM) / THROUGHPUT_HEADROOM)
-        else:
+        if not self.train_step_fn.set_work_share(scale):
             self.feedback.work_scale = float(scale)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
@@ -280,7 +255,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
         if self.view_components or self.alpha_weight > 0:
             args = (*args, batch["view_ids"])
         if self.alpha_weight > 0:
-            args = (*args, _batch_alpha(batch))
+            args = (*args, batch_alpha(batch))
         return args
 
     def _use_cuda_graph(self) -> bool:
@@ -314,25 +289,10 @@ class NeRFModule(FastHookNames, L.LightningModule):
             # Each rank evaluates its share of the cells and the maximum over the ranks merges them:
             # N ranks sample the grid as one process does, in 1/N of its time each.
             world = self.trainer.world_size
-            with self._full_parameters():
+            with full_parameters(self.trainer):
                 self.occupancy.update(self.global_step, self.field.density, share=(self.global_rank, world))
             if world > 1:
                 self.occupancy.sync_(_all_reduce_max)
-
-    def _full_parameters(self) -> Any:
-        """A context in which the field holds its whole hash table.
-
-        FSDP keeps only this rank's shard of each parameter between forward passes; the occupancy
-        update evaluates the field outside one, so the table is gathered for it (every rank takes
-        part: the update runs on the same steps everywhere)."""
-        from lightning.pytorch.strategies import FSDPStrategy
-
-        strategy = self.trainer.strategy
-        if not isinstance(strategy, FSDPStrategy):
-            return nullcontext()
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        return FullyShardedDataParallel.summon_full_params(strategy.model, writeback=False)
 
     # -------------------------------------------------------------------------- evaluation
     def render_view(self, batch: dict[str, Any]) -> dict[str, Tensor]:
@@ -438,23 +398,3 @@ def _if_enabled(factory: Callable[..., nn.Module] | None, **kwargs: Any) -> Any:
 
 def _all_reduce_max(tensor: Tensor) -> None:
     torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
-
-
-def _resolve_alpha_weight(alpha_weight: float | str, photograph: bool) -> float:
-    """``model.alpha_weight``: a weight >= 0, or ``auto`` (:data:`RENDER_ALPHA_WEIGHT` for renders, 0 for
-    photographs)."""
-    if alpha_weight == "auto":
-        return 0.0 if photograph else RENDER_ALPHA_WEIGHT
-    if isinstance(alpha_weight, bool) or not isinstance(alpha_weight, int | float) or alpha_weight < 0:
-        raise ValueError(f"model.alpha_weight must be a number >= 0 or auto, got {alpha_weight!r}")
-    return float(alpha_weight)
-
-
-def _batch_alpha(batch: dict[str, Any]) -> Tensor:
-    """The training batch's ``alpha`` [R], which ``model.alpha_weight`` needs."""
-    if "alpha" not in batch:
-        raise ValueError(
-            "model.alpha_weight > 0 needs the batch's alpha: images that carry alpha, drawn with "
-            "NeRFDataModule.alpha_targets on (the train app sets it)"
-        )
-    return batch["alpha"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import signal
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import lightning as L
@@ -139,3 +140,19 @@ def fsdp_full_copy(
         for name, value in found.items():
             targets[name].data = value  # the gathered clones become the copy's own tensors
     return copy.eval()
+
+
+def full_parameters(trainer: L.Trainer) -> Any:
+    """A context in which the module holds its whole parameters.
+
+    FSDP keeps only this rank's shard of each parameter between forward passes; work outside one (the
+    occupancy update evaluates the field) gathers them first, on every rank at once. A no-op under
+    other strategies."""
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    strategy = trainer.strategy
+    if not isinstance(strategy, FSDPStrategy):
+        return nullcontext()
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return FullyShardedDataParallel.summon_full_params(strategy.model, writeback=False)
