@@ -23,6 +23,8 @@ from typing import Any
 import lightning as L
 import torch
 
+from nerf_lightning.utils.units import si_number
+
 log = logging.getLogger(__name__)
 
 # Per-rank window record, gathered across ranks: [rays, samples, seconds, steps, util %, peak GB, used GB].
@@ -102,7 +104,7 @@ class ThroughputMonitor(L.Callback):
         self._util: list[float] = []
         self._mem_peak = 0.0
         self._gpu: _GpuCounters | None = None
-        self._pbar: dict[str, float] = {}
+        self._pbar: dict[str, float | str] = {}
         #: the latest reading, for other consumers (the Prometheus exporter): its optimizer step (-1: none
         #: yet), this rank's own window (``rays``, ``samples``, ``seconds``, ``steps``, ``gpu_util``,
         #: ``mem_peak_gb``, ``mem_used_gb``; -1 = unknown; ``rays_seen``/``samples_seen`` since the
@@ -227,13 +229,16 @@ class ThroughputMonitor(L.Callback):
         if trainer.is_global_zero:
             for lg in trainer.loggers:
                 lg.log_metrics(metrics, step=step)
-        self._pbar = {"rays/s": metrics["perf/rays_per_s"], "samples/s": metrics["perf/samples_per_s"],
+        # rates with a unit that fits (a CPU's 576 rays/s, a GPU's 12.3 M): the viewer's panel says the same
+        self._pbar = {"rays/s": si_number(metrics["perf/rays_per_s"]),
+                      "samples/s": si_number(metrics["perf/samples_per_s"]),
                       "ms/step": metrics["perf/step_time_ms"]}
         if "gpu/utilization" in metrics:
             self._pbar["gpu%"] = metrics["gpu/utilization"]
 
-    def progress_bar_metrics(self) -> dict[str, float]:
-        """The latest reading as plain floats, for ``callbacks.progress.ProgressBar``.
+    def progress_bar_metrics(self) -> dict[str, float | str]:
+        """The latest reading as plain values for ``callbacks.progress.ProgressBar``: the rates as text
+        with their unit (:func:`~nerf_lightning.utils.units.si_number`), the rest as floats.
 
         Not logged through ``LightningModule.log(prog_bar=True)``: Lightning stores logged values as
         device tensors and reads them back at every refresh of the bar, a host sync each time."""
