@@ -11,7 +11,10 @@ covers the window since the previous one:
   (NVML, whole device); under DDP the per-rank values are gathered to rank 0 (``perf/rank{r}/...``)
   and the totals are sums over ranks;
 - ``summary()`` (what ``train.py`` writes into ``metrics.json``): whole-run averages of the training
-  loop (validation excluded), summed over ranks.
+  loop (validation excluded), summed over ranks. ``time/train_s`` is the training time of every
+  process that trained the run (each checkpoint stores the time up to it, a resumed run adds its own),
+  ``time/train_s_this_process`` this process's part; the rates and ``perf/step_time_ms`` are this
+  process's.
 """
 
 from __future__ import annotations
@@ -97,6 +100,8 @@ class ThroughputMonitor(L.Callback):
         self._samples = 0.0
         self._steps = 0
         self._steps_at_start = 0
+        #: training seconds before this process (restored from the checkpoint a resumed run starts from)
+        self._train_s_before = 0.0
         # aggregated over ranks by on_train_end
         self._total: dict[str, float] | None = None
         # current window: (time, rays, samples, global_step) at its start; None = start at next reading
@@ -199,6 +204,16 @@ class ThroughputMonitor(L.Callback):
         gathered = trainer.strategy.all_gather(local)
         return gathered.reshape(trainer.world_size, -1)
 
+    # ------------------------------------------------------------------- checkpoint state
+    def state_dict(self) -> dict[str, float]:
+        """Into every checkpoint: the training seconds that led to its weights (earlier processes' and
+        this one's so far; the clock is read without a device sync, a checkpoint is no hot path)."""
+        running = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
+        return {"train_s": self._train_s_before + self._train_s + running}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._train_s_before = float(state_dict.get("train_s", 0.0))
+
     # ---------------------------------------------------------------------------- readings
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -284,7 +299,8 @@ class ThroughputMonitor(L.Callback):
             "train/rays_per_s": total["rays_per_s"],
             "train/samples_per_s": total["samples_per_s"],
             "train/samples_per_ray": total["samples"] / max(total["rays"], 1.0),
-            "time/train_s": total["train_s"],
+            "time/train_s": self._train_s_before + total["train_s"],  # across resumes
+            "time/train_s_this_process": total["train_s"],
             "steps": self._steps,
         }
         if steps_run > 0:
