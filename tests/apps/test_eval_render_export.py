@@ -92,6 +92,26 @@ def test_eval_splits(trained_run, app_cfg) -> None:
         evaluate(app_cfg("eval", "ckpt=/nope", out="missing"))
 
 
+def test_eval_scores_as_many_final_evaluation_views_as_training(
+    trained_run, tiny_scene: Path, app_cfg
+) -> None:
+    """split=auto is the final evaluation's views: at most data.max_test_views of them (3 held out here);
+    split=val keeps data.max_val_views."""
+    run_dir, _ = trained_run
+    held_out = [f.image_path.stem for f in load_capture(tiny_scene).val]
+    auto = evaluate(
+        app_cfg("eval", f"ckpt={run_dir}", "save_images=false", "++data.max_test_views=2", out="a")
+    )
+    assert [v["name"] for v in auto["views"]] == [held_out[0], held_out[1]]  # 3 / 2: views 0 and 1.5 -> 1
+    assert (auto["n_views"], auto["n_split_views"]) == (2, 3)
+    val = evaluate(
+        app_cfg(
+            "eval", f"ckpt={run_dir}", "split=val", "save_images=false", "++data.max_test_views=2", out="v"
+        )
+    )
+    assert [v["name"] for v in val["views"]] == held_out and val["n_split_views"] == 3
+
+
 # ------------------------------------------------------------------------------------------- render
 def test_render_writes_mp4s_with_the_requested_frames(trained_run, app_cfg) -> None:
     run_dir, _ = trained_run

@@ -54,6 +54,37 @@ def test_throughput_summary_counts_this_sessions_steps_after_a_resume() -> None:
     assert out["train/rays_per_s"] == pytest.approx(640 / out["time/train_s"])
 
 
+def test_throughput_train_time_adds_up_over_a_resume() -> None:
+    """A run trained 0.05 s, checkpointed mid-training (its clock running) and resumed for 0.02 s:
+    ``time/train_s`` is the whole, ``time/train_s_this_process`` the resumed part."""
+    trainer = SimpleNamespace(global_step=0, log_every_n_steps=50, state=SimpleNamespace(fn="fit"),
+                              strategy=SimpleNamespace(root_device=torch.device("cpu")))
+    module = SimpleNamespace(rays_seen=torch.tensor(0.0), samples_seen=torch.tensor(0.0))
+    first = ThroughputMonitor()
+    first.on_fit_start(trainer, module)
+    first.on_train_start(trainer, module)
+    first.on_train_epoch_start(trainer, module)
+    t0 = time.perf_counter()
+    time.sleep(0.05)
+    saved = first.state_dict()  # a last.ckpt written while training
+    assert 0.05 <= saved["train_s"] <= time.perf_counter() - t0
+    resumed = ThroughputMonitor()
+    resumed.load_state_dict(saved)
+    trainer.global_step = 100
+    resumed.on_fit_start(trainer, module)
+    resumed.on_train_start(trainer, module)
+    resumed.on_train_epoch_start(trainer, module)
+    time.sleep(0.02)
+    trainer.global_step = 110
+    resumed.on_train_epoch_end(trainer, module)
+    out = resumed.summary()
+    this = out["time/train_s_this_process"]
+    assert 0.02 <= this < 0.5
+    assert out["time/train_s"] == pytest.approx(saved["train_s"] + this)
+    assert out["perf/step_time_ms"] == pytest.approx(this / 10 * 1e3)  # this process's 10 steps
+    assert resumed.state_dict()["train_s"] == pytest.approx(out["time/train_s"])  # the next checkpoint's
+
+
 def test_sampler_stats() -> None:
     uniform = SamplerMonitor.stats(torch.full((8,), 1 / 8))
     assert uniform["sampler/effective_views"] == pytest.approx(8.0)

@@ -112,6 +112,33 @@ def test_train_reports_test_split_and_per_view_numbers(tmp_path: Path, compose_c
     assert metrics["eval/split"] == "test"
 
 
+def test_max_test_views_thins_the_final_evaluation_and_names_its_views(
+    tmp_path: Path, compose_cfg, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = _blender(tmp_path / "lego", {"train": 3, "val": 2, "test": 5})
+    dm = NeRFDataModule(path=str(root), max_test_views=3, cache_dir=str(tmp_path / "c"))
+    dm.setup("fit")
+    assert _names(dm.test_set.frames) == ["r_0.png", "r_1.png", "r_3.png"]  # 5 / 3: every 1.67th view
+    assert _names(dm.val_set.frames) == ["r_0.png", "r_1.png"]  # validation keeps its own limit
+    cfg = compose_cfg(f"data.path={root}", f"data.cache_dir={tmp_path / 'c'}", "data.max_test_views=2", *TINY)
+    with caplog.at_level("INFO", logger="nerf_lightning.models.metrics"):
+        metrics = train(cfg)
+    written = json.loads((Path(cfg.paths.output_dir) / "metrics.json").read_text())
+    assert written["test/per_view"]["image"] == ["r_0.png", "r_2.png"]  # 5 / 2: views 0 and 2.5 -> 2
+    assert written["eval/views"] == ["r_0.png", "r_2.png"] == metrics["eval/views"]
+    assert (written["eval/n_views"], written["eval/n_split_views"]) == (2, 5)
+    assert written["test/psnr"] == pytest.approx(sum(written["test/per_view"]["psnr"]) / 2, abs=1e-4)
+    assert "final evaluation: 2 of 5 test views (data.max_test_views=2; null: all): r_0.png, r_2.png" in (
+        caplog.text
+    )
+
+
+def test_the_cpu_preset_scores_a_handful_of_test_views_and_a_gpu_all(compose_cfg) -> None:
+    assert compose_cfg("experiment=cpu").data.max_test_views == 8
+    assert compose_cfg().data.max_test_views is None
+    assert compose_cfg("experiment=blender").data.max_test_views is None
+
+
 @pytest.mark.parametrize(("n_views", "world"), [(13, 2), (7, 3), (2, 3), (4, 4)])
 def test_held_out_views_shard_over_ranks_in_equal_counts(tmp_path: Path, n_views: int, world: int) -> None:
     """Every view on some rank, the same number of views on every rank (an FSDP validation step is a

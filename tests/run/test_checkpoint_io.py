@@ -130,3 +130,20 @@ def test_writes_round_trip_with_ordinary_permissions(tmp_path: Path) -> None:
     expected_mode = stat.S_IMODE((tmp_path / "reference.bin").stat().st_mode)
     for p in (path, tmp_path / "plain.bin"):
         assert stat.S_IMODE(p.stat().st_mode) == expected_mode, oct(p.stat().st_mode)
+
+
+def test_a_checkpoint_of_non_finite_weights_is_never_written(tmp_path: Path) -> None:
+    """The last line of defence: Lightning calls no callback's ``on_save_checkpoint`` for a weights-only
+    checkpoint, so the divergence guard never sees it; the writer itself refuses NaN/inf weights."""
+    from nerf_lightning.errors import Diverged
+
+    path = tmp_path / "last.ckpt"
+    old = _write_old_checkpoint(path)
+    bad = {"state_dict": {"w": torch.tensor([1.0, float("nan")]), "b": torch.ones(2), "n": torch.tensor([3])}}
+    with pytest.raises(Diverged, match=rf"NaN/inf in w at step 30 \({path} was not written\); lower the"):
+        AtomicCheckpointIO().save_checkpoint({**bad, "global_step": 30}, path)
+    _assert_old_checkpoint(path, old)
+    inf = {"state_dict": {"a": torch.tensor([float("inf")]), "b": torch.tensor([-float("inf")])}}
+    with pytest.raises(Diverged, match=r"NaN/inf in a, b at step \?"):
+        AtomicCheckpointIO().save_checkpoint(inf, tmp_path / "new.ckpt")
+    assert not (tmp_path / "new.ckpt").exists()

@@ -20,6 +20,7 @@ import pytest
 import torch
 from runs import TINY_TRAIN, fork_app
 
+from nerf_lightning.apps.train import train
 from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from nerf_lightning.run.resume import comparable, find_matching_run, resolve_ckpt_path
 from nerf_lightning.utils.io import remove_stale_temporaries
@@ -320,3 +321,20 @@ def test_resume_with_learned_poses_and_exposure_is_exact(tiny_scene: Path, tmp_p
     assert len(refined.train) == len(original.train) and len(refined.val) == len(original.val)
     metrics = json.loads((split / "metrics.json").read_text())
     assert metrics["camera_opt/rotation_deg_max"] > 0 and "appearance/stops_std" in metrics
+
+
+@pytest.mark.slow
+def test_a_resumed_run_reports_the_training_time_of_both_processes(tiny_scene: Path, compose_cfg) -> None:
+    """20 steps, then the same run continued to 40 (``ckpt_path=last``): ``time/train_s`` of the second
+    metrics.json is the first process's training time (stored in ``last.ckpt``) plus the second's."""
+    torch.set_num_threads(2)
+    args = [*TINY_TRAIN, f"data.path={tiny_scene}", "logger=none"]
+    first = train(compose_cfg(*args, "trainer.max_steps=20"))
+    last = Path(compose_cfg(*args).paths.output_dir) / "checkpoints" / "last.ckpt"
+    stored = read_checkpoint(last)["callbacks"]["ThroughputMonitor"]["train_s"]
+    assert stored >= first["time/train_s"] > 0  # its write at the end follows the training loop's last step
+    assert first["time/train_s"] == first["time/train_s_this_process"]
+    second = train(compose_cfg(*args, "trainer.max_steps=40", "ckpt_path=last"))
+    assert second["steps"] == 40
+    this = second["time/train_s_this_process"]
+    assert 0 < this and second["time/train_s"] == pytest.approx(stored + this)

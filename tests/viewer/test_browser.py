@@ -3,8 +3,8 @@
 A ``view`` process serves the shared short training; the page must show the scene (its canvas against a
 frame rendered directly from the same camera), follow a camera drag, toggle the scene widgets and export
 a camera path from its buttons that ``render`` renders. Skips with one line without Chromium and
-chromedriver (``.ci/run`` installs them). The page's screenshot is what ``docs/images/viewer.png`` shows:
-``VIEWER_SCREENSHOT=docs/images/viewer.png pytest tests/viewer/test_browser.py`` writes it there.
+chromedriver (``.ci/run`` installs them). ``VIEWER_SCREENSHOT=PATH`` writes the page's screenshot
+(a 64-pixel frame of the tiny run) to PATH; the README's picture is ``scripts/viewer_screenshot.py``'s.
 """
 
 from __future__ import annotations

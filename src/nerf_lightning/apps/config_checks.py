@@ -121,6 +121,7 @@ DATA: tuple[Rule, ...] = (
     _int("data.batch_size", 1, note="rays per step"),
     _int("data.steps_per_epoch", 1),
     _int("data.max_val_views", 1, null=True, note="null: every held-out view"),
+    _int("data.max_test_views", 1, null=True, note="null: every view of the final evaluation"),
     _int("data.downscale", 1),
     _int("data.test_every", 0, note="0: no holdout"),
     Rule("data.aabb_scale", "pow2", high=128, null=True, note="null: the capture's own"),

@@ -9,8 +9,11 @@ strategy and precision the checkpoint was trained with (eval runs on one device,
 
 Writes into its run folder (``outputs/runs/eval/<date>_<time>/`` unless ``hydra.run.dir=...``):
 ``metrics.json`` (``<split>/psnr``, ``<split>/ssim``, ... as logged by the model, plus ``views``: one
-entry per view with its image and PSNR), ``views/<frame>.png`` (prediction) and
-``views/<frame>_depth.png`` (expected depth, 16-bit, normalized per view).
+entry per view with its image and PSNR; ``n_views`` of the split's ``n_split_views``),
+``views/<frame>.png`` (prediction) and ``views/<frame>_depth.png`` (expected depth, 16-bit,
+normalized per view). ``split=auto`` and ``split=test`` score at most ``data.max_test_views`` views
+(evenly spaced), as the final evaluation of training does; ``val`` and ``train`` at most
+``data.max_val_views``.
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ from omegaconf import DictConfig
 
 from nerf_lightning.apps.config_checks import EVAL, check_config
 from nerf_lightning.apps.entry import hydra_app, nested_overrides
+from nerf_lightning.data.heldout import validation_frames
 from nerf_lightning.errors import UserError
 from nerf_lightning.run.restore import load_run
 from nerf_lightning.utils.io import atomic_write_json
 
 log = logging.getLogger("nerf_lightning.eval")
+
 
 class ViewWriter(L.Callback):
     """Per-view outputs of a validation pass: prediction / depth PNGs and each view's PSNR.
@@ -100,6 +105,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
     data_overrides = nested_overrides(cfg.get("data"))
     data_overrides["val_split"] = split
+    if split in ("auto", "test"):  # the final evaluation's views: as many as training scored
+        data_overrides["max_val_views"] = run.node("data", data_overrides).get("max_test_views")
     datamodule = run.build_datamodule(data_overrides)
     datamodule.prepare_data()
     try:
@@ -110,6 +117,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     if val_set is None or not val_set.frames:
         raise UserError(f"split={split}: the capture has no such views; try split=val or split=train")
     used = "test" if split == "auto" and datamodule.capture.test else ("val" if split == "auto" else split)
+    n_split = len(validation_frames(datamodule.capture, split, datamodule.resolve_path()))
+    shown = ", ".join(Path(f.image_path).name for f in val_set.frames)
+    log.info("scoring %d of %d %s views: %s", len(val_set.frames), n_split, used, shown)
 
     model = run.build_model(nested_overrides(cfg.get("model")))
     if "save_val_images" in model.hparams:
@@ -129,6 +139,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "checkpoint": str(run.path),
         "step": run.global_step,
         "n_views": len(writer.rows),
+        "n_split_views": n_split,
         "views": sorted(writer.rows, key=lambda r: r["view"]),
     }
     atomic_write_json(out_dir / "metrics.json", doc)

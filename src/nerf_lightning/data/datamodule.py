@@ -17,9 +17,9 @@ validation / test ``dict`` (one whole held-out view):
 
 Splits: ``val`` is what validation during training renders (the capture's val split, else its test
 split, at most ``max_val_views`` of them); ``test`` is the final evaluation (``trainer.test``): the
-capture's test split when it has one, else the same views as ``val``. :attr:`NeRFDataModule.eval_split`
-names which. A capture without any held-out view is refused in ``setup`` (a run that validates on
-nothing would report a NaN PSNR).
+capture's test split when it has one, else the held-out views (at most ``max_test_views`` of them).
+:attr:`NeRFDataModule.eval_split` names which. A capture without any held-out view is refused in
+``setup`` (a run that validates on nothing would report a NaN PSNR).
 
 The loaders only yield small index tensors; all pixels (uint8) live on the device, so a training step
 costs no host->device copy and no host synchronization.
@@ -40,7 +40,12 @@ from torch.utils.data import DataLoader
 from nerf_lightning.data.batch_graphs import BatchGraphs
 from nerf_lightning.data.capture_kind import CaptureKind, classify_pixels
 from nerf_lightning.data.formats import CaptureError, load_capture
-from nerf_lightning.data.heldout import capture_camera_model, no_heldout_message, validation_frames
+from nerf_lightning.data.heldout import (
+    capture_camera_model,
+    evenly_spaced,
+    no_heldout_message,
+    validation_frames,
+)
 from nerf_lightning.data.images import load_images
 from nerf_lightning.data.loaders import StepIndices, StepLoader, ViewIndices
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
@@ -72,6 +77,8 @@ class NeRFDataModule(L.LightningDataModule):
         sampler: name of the training ray sampler, a key of ``samplers``.
         samplers: ``RaySampler`` factories (``_partial_`` configs) taking ``widths``/``heights``.
         max_val_views: validate on at most this many held-out views (evenly spaced); ``None`` = all.
+        max_test_views: the final evaluation renders at most this many of its views (evenly spaced);
+            ``None`` = all.
         val_split: which frames validation renders: ``val`` (the held-out views; the test split when
             the capture has no val split), ``test`` (the test split; an error when there is none),
             ``auto`` (test split if there is one, else ``val``), ``train`` (the training views).
@@ -106,6 +113,7 @@ class NeRFDataModule(L.LightningDataModule):
         sampler: str = "uniform",
         samplers: Mapping[str, Callable[..., RaySampler]] | None = None,
         max_val_views: int | None = None,
+        max_test_views: int | None = None,
         min_sharpness: float | None = None,
         image_workers: int | None = None,
         cache_dir: str | None = None,
@@ -157,6 +165,7 @@ class NeRFDataModule(L.LightningDataModule):
         self.sampler_name = sampler
         self.sampler_factory = factories[sampler]
         self.max_val_views = max_val_views
+        self.max_test_views = max_test_views
         self.min_sharpness = min_sharpness
         self.image_workers = image_workers
         self.cache_dir = Path(cache_dir) if cache_dir else None
@@ -210,13 +219,11 @@ class NeRFDataModule(L.LightningDataModule):
         val_frames = validation_frames(capture, self.val_split, path)
         if not val_frames:
             raise CaptureError(no_heldout_message(path, capture, self.test_every))
-        if self.max_val_views is not None and len(val_frames) > self.max_val_views:
-            stride = len(val_frames) / self.max_val_views
-            val_frames = [val_frames[int(i * stride)] for i in range(self.max_val_views)]
+        val_frames = evenly_spaced(val_frames, self.max_val_views)
         self.val_set = ViewSet(
             val_frames, load_images(val_frames, self.downscale, self.image_workers, self.cache_dir), model
         )
-        test_frames = capture.test or capture.val
+        test_frames = evenly_spaced(capture.test or capture.val, self.max_test_views)
         if [f.image_path for f in test_frames] == [f.image_path for f in val_frames]:
             self.test_set = self.val_set  # the same views: keep one copy of their pixels
         else:

@@ -7,7 +7,7 @@ from pathlib import Path
 from nerf_lightning.data.transforms_json import CaptureError
 from nerf_lightning.data.types import Capture, Frame
 
-__all__ = ["capture_camera_model", "no_heldout_message", "validation_frames"]
+__all__ = ["capture_camera_model", "evenly_spaced", "no_heldout_message", "validation_frames"]
 
 
 def validation_frames(capture: Capture, split: str, path: Path) -> list[Frame]:
@@ -22,6 +22,14 @@ def validation_frames(capture: Capture, split: str, path: Path) -> list[Frame]:
     if split == "train":
         return capture.train
     return capture.val or capture.test
+
+
+def evenly_spaced(frames: list[Frame], limit: int | None) -> list[Frame]:
+    """At most ``limit`` of ``frames``, evenly spaced from the first (``None``: all of them)."""
+    if limit is None or len(frames) <= limit:
+        return list(frames)
+    stride = len(frames) / limit
+    return [frames[int(i * stride)] for i in range(limit)]
 
 
 def no_heldout_message(path: Path, capture: Capture, test_every: int) -> str:

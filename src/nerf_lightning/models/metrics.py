@@ -252,12 +252,26 @@ def final_evaluation(trainer: Any, model: Any, datamodule: Any) -> dict[str, Any
     Returns:
         ``val/per_view`` (and ``test/*`` with ``test/per_view`` when the test stage ran), plus the
         headline ``eval/psnr``, ``eval/ssim`` (``eval/lpips``, ``eval/psnr_ngp``) and ``eval/split``
-        (``"test"`` or ``"val"``): the split the final numbers come from.
+        (``"test"`` or ``"val"``): the split the final numbers come from; ``eval/views`` the images
+        scored, ``eval/n_views`` their number of the split's ``eval/n_split_views``
+        (``data.max_test_views`` thins them).
     """
     out: dict[str, Any] = {}
     results = model.eval_results
     if "val" in results:
         out["val/per_view"] = per_view_table(results["val"], _names(datamodule.val_set))
+    scored = _names(datamodule.test_set) or []
+    capture = datamodule.capture
+    out["eval/views"] = scored
+    out["eval/n_views"] = len(scored)
+    of = out["eval/n_split_views"] = len(capture.test or capture.val) if capture is not None else len(scored)
+    if getattr(trainer, "is_global_zero", True):
+        limit = getattr(datamodule, "max_test_views", None)
+        thinned = f" (data.max_test_views={limit}; null: all)" if len(scored) < of else ""
+        log.info(
+            "final evaluation: %d of %d %s views%s: %s",
+            len(scored), of, datamodule.eval_split, thinned, ", ".join(scored),
+        )  # fmt: skip
     stage = "val"
     if datamodule.test_set is not datamodule.val_set:
         tested = trainer.test(model, datamodule=datamodule, verbose=False)

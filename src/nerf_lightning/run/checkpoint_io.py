@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from nerf_lightning.errors import UserError
+from nerf_lightning.errors import Diverged, UserError
 from nerf_lightning.utils.io import atomic_write_bytes
 
 __all__ = ["AtomicCheckpointIO", "read_checkpoint"]
@@ -128,11 +128,23 @@ def _pickle_globals(path: Path) -> tuple[list[str], bool]:
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Atomic ``save_checkpoint`` (a crash never corrupts ``last.ckpt``); weights-only ``load_checkpoint``."""
+    """Atomic ``save_checkpoint`` (a crash never corrupts ``last.ckpt``); weights-only ``load_checkpoint``.
+
+    A checkpoint whose weights are not finite is never written (:class:`Diverged` instead). The
+    ``DivergenceGuard`` checks the weights before every checkpoint through ``on_save_checkpoint``, but
+    Lightning calls no callback's hook for a weights-only checkpoint (``save_weights_only=true``):
+    this check is the one that holds for every file."""
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
     ) -> None:
+        bad = _non_finite(checkpoint.get("state_dict") or {})
+        if bad:
+            shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+            raise Diverged(
+                f"training diverged: NaN/inf in {shown} at step {checkpoint.get('global_step', '?')} ({path} "
+                "was not written); lower the learning rate (model.optimizer.lr)"
+            )
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         atomic_write_bytes(path, buffer.getvalue())
@@ -143,3 +155,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if weights_only is False:  # an explicit request of the caller
             return super().load_checkpoint(path, map_location=map_location, weights_only=False)
         return read_checkpoint(path, map_location=map_location or (lambda storage, loc: storage))
+
+
+def _non_finite(state_dict: dict[str, Any]) -> list[str]:
+    """Names of the floating-point tensors of ``state_dict`` holding a NaN or an infinity."""
+    tensors = [(k, v) for k, v in state_dict.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    if not tensors:
+        return []
+    flags = [~torch.isfinite(v.detach()).all() for _, v in tensors]
+    read = torch.stack([f.to(flags[0].device) for f in flags]).cpu()  # one read
+    return [name for (name, _), bad in zip(tensors, read.tolist(), strict=True) if bad]

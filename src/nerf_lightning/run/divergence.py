@@ -120,23 +120,31 @@ class DivergenceGuard(L.Callback):
         tensors: list[tuple[str, Tensor]],
         writing: bool,
     ) -> str:
-        what = f"training diverged at step {trainer.global_step}"
+        now = int(trainer.global_step)
+        what, first_bad = f"training diverged at step {now}", now
         for loss, step in zip(losses, steps, strict=True):
             value = float(loss.detach().float())
             if not math.isfinite(value):
                 shown = "NaN" if math.isnan(value) else f"{value:g}"
-                what = f"training diverged: the loss was {shown} at step {step}"
+                what, first_bad = f"training diverged: the loss was {shown} at step {step}", step
                 break
         else:
             names = [n for n, t in tensors if not bool(torch.isfinite(t.detach()).all())]
             if names:
                 shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-                what = f"training diverged: NaN/inf in {shown} at step {trainer.global_step}"
+                what = f"training diverged: NaN/inf in {shown} at step {now}"
             elif trainer.world_size > 1:
-                what = f"training diverged on another rank (checked at step {trainer.global_step})"
+                what = f"training diverged on another rank (checked at step {now})"
+        notes = []
+        if first_bad != now:  # how far the run went on: at most check_every_n_steps further
+            max_steps = getattr(trainer, "max_steps", None)
+            of = f" of {max_steps}" if max_steps and max_steps > 0 else ""
+            notes.append(f"stopped at step {now}{of}")
         if writing:
-            what += " (the checkpoint of that step was not written)"
-        return f"{what}; {_lr_advice(trainer)}"
+            notes.append(
+                "its checkpoint was not written" if notes else "the checkpoint of that step was not written"
+            )
+        return what + (f" ({'; '.join(notes)})" if notes else "") + f"; {_lr_advice(trainer)}"
 
 
 def _weights(pl_module: L.LightningModule) -> list[tuple[str, Tensor]]:

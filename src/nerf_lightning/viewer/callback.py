@@ -23,6 +23,7 @@ viewer is refused there.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +38,7 @@ from nerf_lightning.viewer.budget import BurstBudget
 from nerf_lightning.viewer.panels import TrainingStatus
 from nerf_lightning.viewer.ports import check_port
 
-__all__ = ["ViewerCallback"]
+__all__ = ["ViewerCallback", "next_validation_step"]
 
 log = logging.getLogger(__name__)
 
@@ -245,13 +246,16 @@ class ViewerCallback(L.Callback):
             v = metrics.get(key)
             return None if v is None else float(v)
 
+        val_psnr = value("val/psnr")
         return TrainingStatus(
             step=int(trainer.global_step),
             max_steps=trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None,
             loss=value("train/loss"),
-            val_psnr=value("val/psnr"),
+            val_psnr=val_psnr,
             rays_per_s=rays_per_s,
             state=state,
+            train_psnr=value("train/psnr"),
+            first_val_step=next_validation_step(trainer) if val_psnr is None else None,
         )
 
     def summary(self) -> dict[str, float]:
@@ -264,3 +268,32 @@ class ViewerCallback(L.Callback):
             "viewer/bursts": float(b.bursts if b else 0),
             "viewer/paused_s": self.paused_s,
         }
+
+
+def next_validation_step(trainer: L.Trainer) -> int | None:
+    """The optimizer step at which the next held-out PSNR is computed: the fit loop's next validation
+    (the end of every ``check_val_every_n_epoch``-th epoch, or every ``val_check_interval`` batches) or
+    the end of training (``max_steps``: the train app validates then), whichever comes first. ``None``
+    when neither is known (no ``max_steps`` and a time-based or unsized validation interval)."""
+    end = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+    per_epoch, every_batch = trainer.num_training_batches, trainer.val_check_batch
+    every_epoch = trainer.check_val_every_n_epoch
+    sized = every_batch is not None and math.isfinite(per_epoch) and math.isfinite(every_batch)
+    timed = getattr(trainer, "_val_check_time_interval", None) is not None
+    if not trainer.enable_validation or not sized or timed:
+        return end
+    per_epoch, every_batch = int(per_epoch), max(1, int(every_batch))
+    accumulate = max(1, int(trainer.accumulate_grad_batches))
+    done = int(trainer.global_step) * accumulate  # training batches so far
+    if every_epoch is None:  # every val_check_interval batches, counted over the whole run
+        at = (done // every_batch + 1) * every_batch
+    else:  # after batches every_batch, 2 every_batch, ... <= per_epoch of every every_epoch-th epoch
+        epoch = done // per_epoch
+        epoch += (every_epoch - (epoch + 1) % every_epoch) % every_epoch  # the next validating epoch
+        start = epoch * per_epoch
+        batch = (max(done - start, 0) // every_batch + 1) * every_batch
+        if batch > per_epoch:  # none left in this epoch: the first of the next validating one
+            start, batch = start + every_epoch * per_epoch, every_batch
+        at = start + batch
+    step = -(-at // accumulate)
+    return step if end is None else min(step, end)
