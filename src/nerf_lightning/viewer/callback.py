@@ -275,9 +275,13 @@ def next_validation_step(trainer: L.Trainer) -> int | None:
     (the end of every ``check_val_every_n_epoch``-th epoch, or every ``val_check_interval`` batches) or
     the end of training (``max_steps``: the train app validates then), whichever comes first. ``None``
     when neither is known (no ``max_steps`` and a time-based or unsized validation interval)."""
-    end = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-    per_epoch, every_batch = trainer.num_training_batches, trainer.val_check_batch
-    every_epoch = trainer.check_val_every_n_epoch
+    max_steps = getattr(trainer, "max_steps", None)
+    end = max_steps if max_steps and max_steps > 0 else None
+    per_epoch = getattr(trainer, "num_training_batches", None)
+    every_batch = getattr(trainer, "val_check_batch", None)
+    every_epoch = getattr(trainer, "check_val_every_n_epoch", None)
+    if per_epoch is None:  # not a fitting trainer (a stand-in): only the end is known
+        return end
     sized = every_batch is not None and math.isfinite(per_epoch) and math.isfinite(every_batch)
     timed = getattr(trainer, "_val_check_time_interval", None) is not None
     if not trainer.enable_validation or not sized or timed:
