@@ -109,3 +109,8 @@ def test_slurm_detection_is_off_inside_the_context(monkeypatch: pytest.MonkeyPat
     with compat.slurm_detection_off():
         assert not SLURMEnvironment.detect()
     assert SLURMEnvironment.detect()
+
+
+def test_validation_by_time_is_told_from_validation_by_batches(tmp_path: Path) -> None:
+    assert compat.validates_by_time(_trainer(tmp_path, 1, logger=False, val_check_interval={"minutes": 5}))
+    assert not compat.validates_by_time(_trainer(tmp_path, 1, logger=False, val_check_interval=10))

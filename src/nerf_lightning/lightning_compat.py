@@ -14,6 +14,7 @@ Lightning, so an upgrade that moves one fails there, by name, instead of somewhe
   (``fit_loop.epoch_loop.batch_progress`` / ``batch_idx``).
 - :func:`last_saved_step` / :func:`forget_last_save`: the step ``ModelCheckpoint`` last wrote
   (``_last_global_step_saved``).
+- :func:`validates_by_time`: whether ``val_check_interval`` is a duration (``_val_check_time_interval``).
 - :func:`slurm_detection_off`: ``trainer.validate(ckpt_path=None)`` would load a SLURM ``hpc_ckpt``.
 
 ``run/checkpoint_callbacks.py`` also overrides ``ModelCheckpoint``'s protected methods
@@ -41,6 +42,7 @@ __all__ = [
     "set_max_steps",
     "slurm_detection_off",
     "throttle_sigterm_broadcast",
+    "validates_by_time",
 ]
 
 
@@ -109,6 +111,12 @@ def last_saved_step(callback: ModelCheckpoint) -> int:
 def forget_last_save(callback: ModelCheckpoint) -> None:
     """Make ``callback`` write again at a step it already wrote (it skips a step it has saved)."""
     callback._last_global_step_saved = -1
+
+
+def validates_by_time(trainer: Any) -> bool:
+    """Whether the trainer validates after a duration (``val_check_interval`` as a time), not after a
+    number of batches."""
+    return getattr(trainer, "_val_check_time_interval", None) is not None
 
 
 @contextmanager

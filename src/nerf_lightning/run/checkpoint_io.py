@@ -22,6 +22,7 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from nerf_lightning.errors import Diverged, UserError
+from nerf_lightning.run.divergence import first_names, non_finite
 from nerf_lightning.utils.io import atomic_write_bytes
 
 __all__ = ["AtomicCheckpointIO", "read_checkpoint"]
@@ -138,12 +139,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
     ) -> None:
-        bad = _non_finite(checkpoint.get("state_dict") or {})
+        bad = non_finite(list((checkpoint.get("state_dict") or {}).items()))
         if bad:
-            shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+            step = checkpoint.get("global_step", "?")
             raise Diverged(
-                f"training diverged: NaN/inf in {shown} at step {checkpoint.get('global_step', '?')} ({path} "
-                "was not written); lower the learning rate (model.optimizer.lr)"
+                f"training diverged: NaN/inf in {first_names(bad)} at step {step} ({path} was not "
+                "written); lower the learning rate (model.optimizer.lr)"
             )
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
@@ -155,13 +156,3 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if weights_only is False:  # an explicit request of the caller
             return super().load_checkpoint(path, map_location=map_location, weights_only=False)
         return read_checkpoint(path, map_location=map_location or (lambda storage, loc: storage))
-
-
-def _non_finite(state_dict: dict[str, Any]) -> list[str]:
-    """Names of the floating-point tensors of ``state_dict`` holding a NaN or an infinity."""
-    tensors = [(k, v) for k, v in state_dict.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
-    if not tensors:
-        return []
-    flags = [~torch.isfinite(v.detach()).all() for _, v in tensors]
-    read = torch.stack([f.to(flags[0].device) for f in flags]).cpu()  # one read
-    return [name for (name, _), bad in zip(tensors, read.tolist(), strict=True) if bad]

@@ -129,10 +129,9 @@ class DivergenceGuard(L.Callback):
                 what, first_bad = f"training diverged: the loss was {shown} at step {step}", step
                 break
         else:
-            names = [n for n, t in tensors if not bool(torch.isfinite(t.detach()).all())]
+            names = non_finite(tensors)
             if names:
-                shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-                what = f"training diverged: NaN/inf in {shown} at step {now}"
+                what = f"training diverged: NaN/inf in {first_names(names)} at step {now}"
             elif trainer.world_size > 1:
                 what = f"training diverged on another rank (checked at step {now})"
         notes = []
@@ -145,6 +144,23 @@ class DivergenceGuard(L.Callback):
                 "its checkpoint was not written" if notes else "the checkpoint of that step was not written"
             )
         return what + (f" ({'; '.join(notes)})" if notes else "") + f"; {_lr_advice(trainer)}"
+
+
+def non_finite(named: list[tuple[str, Tensor]]) -> list[str]:
+    """The names of the floating-point tensors of ``named`` that hold a NaN or an infinity (one host
+    read for all of them)."""
+    tensors = [(n, t) for n, t in named if isinstance(t, Tensor) and t.is_floating_point() and t.numel() > 0]
+    if not tensors:
+        return []
+    flags = [~torch.isfinite(t.detach()).all() for _, t in tensors]
+    read = torch.stack([f.to(flags[0].device) for f in flags]).cpu().tolist()
+    return [name for (name, _), bad in zip(tensors, read, strict=True) if bad]
+
+
+def first_names(names: list[str], shown: int = 3) -> str:
+    """``a, b, c and 2 more``: the first ``shown`` of ``names`` for a one-line message."""
+    rest = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {rest} more" if rest > 0 else "")
 
 
 def _weights(pl_module: L.LightningModule) -> list[tuple[str, Tensor]]:

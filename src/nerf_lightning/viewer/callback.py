@@ -33,6 +33,7 @@ import lightning as L
 import torch
 
 from nerf_lightning.errors import UserError
+from nerf_lightning.lightning_compat import validates_by_time
 from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.viewer.budget import BurstBudget
 from nerf_lightning.viewer.panels import TrainingStatus
@@ -283,8 +284,7 @@ def next_validation_step(trainer: L.Trainer) -> int | None:
     if per_epoch is None:  # not a fitting trainer (a stand-in): only the end is known
         return end
     sized = every_batch is not None and math.isfinite(per_epoch) and math.isfinite(every_batch)
-    timed = getattr(trainer, "_val_check_time_interval", None) is not None
-    if not trainer.enable_validation or not sized or timed:
+    if not trainer.enable_validation or not sized or validates_by_time(trainer):
         return end
     per_epoch, every_batch = int(per_epoch), max(1, int(every_batch))
     accumulate = max(1, int(trainer.accumulate_grad_batches))

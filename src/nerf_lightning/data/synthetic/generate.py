@@ -32,10 +32,9 @@ Scenes (``scene=``):
 ``fruit_bed``
     :class:`~nerf_lightning.data.synthetic.scene.FruitBedScene`: an apple and a banana on a near-white
     bed that fills the view, like the shared ``fruit`` capture. With the ``phone`` rig it reproduces
-    the fruit capture's failure (``docs/investigations/2026-11-30-fruit-failure.md``): without a near plane
-    the default hash grid
-    memorizes the training views instead of forming geometry (:data:`FRUIT_FAILURE` is the capture of
-    the CPU test ``tests/data/test_fruit_failure.py``).
+    the fruit capture's failure (``docs/investigations/2026-11-30-fruit-failure.md``): without a near
+    plane the default hash grid memorizes the training views instead of forming geometry
+    (:data:`FRUIT_FAILURE` is the capture of the CPU test ``tests/data/test_fruit_failure.py``).
 """
 
 from __future__ import annotations
@@ -103,8 +102,7 @@ _SCENE_TYPES: dict[str, type[SyntheticScene]] = {"default": SyntheticScene, "fru
 SCENES = tuple(_SCENE_TYPES)
 #: the fruit capture's failure class, generated: the phone rig over the fruit-bed scene, 40 views at
 #: the fruit capture's 1/16 resolution (37x50), 5 of them held out. On a CPU (``bench.capture_ab``'s
-#: ``CPU_REPRO`` without the downscale) and without a near plane the default hash grid fails on
-#: the
+#: ``CPU_REPRO`` without the downscale) and without a near plane the default hash grid fails on the
 #: held-out views; the default near plane (0.2) reconstructs them
 #: (``docs/investigations/2026-11-30-fruit-failure.md``)
 FRUIT_FAILURE = {"rig": "phone", "scene": "fruit_bed", "n_views": 40, "width": 37, "height": 50, "seed": 0}
