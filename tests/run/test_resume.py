@@ -121,16 +121,22 @@ def test_kill_9_then_same_command_resumes_exactly(tiny_scene: Path, tmp_path: Pa
     assert min(steps) < saved["global_step"] and max(steps) >= STEPS - 4
 
 
-def _writer(path: str, ready) -> None:
-    """Save checkpoints to ``path`` forever (the first small, then 24 MB ones: each write takes a while)."""
+def _writer(path: str, ready, stalled) -> None:
+    """Save a small checkpoint to ``path``, then start a 24 MB one that stalls before its rename.
+
+    The stall is at ``fsync``: the temporary file holds the new bytes, ``path`` still the old ones.
+    Killing the process there is the moment a crash loses the most.
+    """
     io = AtomicCheckpointIO()
     io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}, "global_step": 1}, path)
     ready.set()
-    big = torch.randn(6 << 20)
-    step = 2
-    while True:
-        io.save_checkpoint({"state_dict": {"w": big}, "global_step": step}, path)
-        step += 1
+
+    def stall(fd: int) -> None:
+        stalled.set()
+        time.sleep(3600)
+
+    os.fsync = stall  # this forked child only
+    io.save_checkpoint({"state_dict": {"w": torch.randn(6 << 20)}, "global_step": 2}, path)
 
 
 def test_kill_during_checkpoint_write_keeps_previous_checkpoint(tmp_path: Path) -> None:
@@ -138,24 +144,17 @@ def test_kill_during_checkpoint_write_keeps_previous_checkpoint(tmp_path: Path) 
 
     ctx = mp.get_context("fork")  # a real process, killed with SIGKILL, without interpreter start-up
     path = tmp_path / "checkpoints" / "last.ckpt"
-    for _attempt in range(5):
-        ready = ctx.Event()
-        proc = ctx.Process(target=_writer, args=(str(path), ready))
-        proc.start()
-        assert ready.wait(timeout=60)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not list(path.parent.glob(".last.ckpt.*.tmp")):
-            time.sleep(0.001)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.join(timeout=30)
-        partial = list(path.parent.glob(".last.ckpt.*.tmp"))
-        if partial:  # killed while a write was in progress
-            break
-    else:
-        pytest.fail("never caught the writer mid-write")
+    ready, stalled = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_writer, args=(str(path), ready, stalled))
+    proc.start()
+    assert ready.wait(timeout=60) and stalled.wait(timeout=60)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(timeout=30)
+    assert proc.exitcode == -signal.SIGKILL
+    partial = list(path.parent.glob(".last.ckpt.*.tmp"))
+    assert len(partial) == 1 and partial[0].stat().st_size > 24 << 20  # the new bytes, never renamed
     ckpt = read_checkpoint(path)  # the previous complete checkpoint, intact
-    assert ckpt["global_step"] >= 1
-    assert ckpt["global_step"] == 1 or ckpt["state_dict"]["w"].numel() == 6 << 20
+    assert ckpt["global_step"] == 1 and torch.equal(ckpt["state_dict"]["w"], torch.zeros(3))
     assert remove_stale_temporaries(path.parent) == partial and not list(path.parent.glob("*.tmp"))
     assert read_checkpoint(path)["global_step"] == ckpt["global_step"]
 
