@@ -155,7 +155,7 @@ def test_auto_recipe_follows_the_images_not_the_layout(
     random colours, in whichever file layout. The batch equals the one drawn with the recipe spelled
     out, and differs from the other recipe's; setup logs the choice and its reason."""
     path = request.getfixturevalue(capture)
-    with caplog.at_level(logging.INFO, logger="nerf_lightning.data.datamodule"):
+    with caplog.at_level(logging.INFO, logger="nerf_lightning.data"):
         dm, auto = _batch_with_seed(path, tmp_path)
     expected, other = (RENDER_RECIPE, PHOTO_RECIPE) if kind == "render" else (PHOTO_RECIPE, RENDER_RECIPE)
     assert dm.capture_kind.kind == kind

@@ -47,7 +47,8 @@ from nerf_lightning.data.heldout import (
     validation_frames,
 )
 from nerf_lightning.data.images import load_images
-from nerf_lightning.data.loaders import StepIndices, StepLoader, ViewIndices
+from nerf_lightning.data.loaders import StepIndices, StepLoader, ViewIndices, rank_views
+from nerf_lightning.data.ray_batches import TRAIN_BACKGROUNDS, image_batch, resolve_recipe, training_rays
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
 from nerf_lightning.data.types import Capture
 from nerf_lightning.data.view_set import ViewSet
@@ -57,9 +58,6 @@ log = logging.getLogger(__name__)
 
 #: values of ``data.val_split``
 VAL_SPLITS = ("val", "test", "auto", "train")
-
-
-TRAIN_BACKGROUNDS = ("random", "eval", "auto")
 
 
 class NeRFDataModule(L.LightningDataModule):
@@ -86,14 +84,8 @@ class NeRFDataModule(L.LightningDataModule):
             launch instead of ~40, the batch lands in the same buffers every step), ``true`` or
             ``false``.
         image_workers / cache_dir: parallel decoding and the uint8 image cache.
-        pixel_jitter: ``True``: training rays go through uniformly random points of their pixels
-            (instant-ngp; the targets are area-averaged pixels); ``False``: through the pixel
-            centres, where evaluation renders (nerfacc's lego recipe); ``auto``: ``False`` for
-            renders, ``True`` for photographs, as :attr:`capture_kind` says.
-        train_background: the colour under each training ray: ``random`` (a random colour per ray,
-            as instant-ngp: RGBA targets are composited over it, RGB captures learn to be opaque),
-            ``eval`` (the evaluation background, white for Blender captures: nerfacc's lego recipe)
-            or ``auto`` (``eval`` for renders, ``random`` for photographs).
+        pixel_jitter / train_background: the training recipe, ``true|false|auto`` and
+            ``random|eval|auto`` (``data/ray_batches.py``; ``auto``: as :attr:`capture_kind` says).
         aabb_scale: override the capture's ``aabb_scale`` (outer box and occupancy cascades); ``None``
             keeps the value of the transforms file (or the format's default).
         feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback` (the train app
@@ -250,20 +242,9 @@ class NeRFDataModule(L.LightningDataModule):
         )
 
     def _resolve_recipe(self, kind: CaptureKind) -> None:
-        """``data.pixel_jitter`` / ``data.train_background`` as configured; ``auto``: renders train
-        through the pixel centres over the evaluation background, photographs through random points
-        of their pixels over random colours (``kind``, from the training images, decides)."""
         self.capture_kind = kind
-        jitter, background = self._pixel_jitter_cfg, self._train_background_cfg
-        self.pixel_jitter = (not kind.is_render) if jitter == "auto" else bool(jitter)
-        auto_background = "eval" if kind.is_render else "random"
-        self.train_background = auto_background if background == "auto" else background
-        log.info(
-            "capture kind: %s (%s); training rays through %s, over %s",
-            kind.kind,
-            kind.reason,
-            "random points of their pixels" if self.pixel_jitter else "the pixel centres",
-            "random backgrounds" if self.train_background == "random" else "the evaluation background",
+        self.pixel_jitter, self.train_background = resolve_recipe(
+            kind, self._pixel_jitter_cfg, self._train_background_cfg
         )
 
     @property
@@ -327,11 +308,7 @@ class NeRFDataModule(L.LightningDataModule):
         return StepLoader(StepIndices(steps), batch_size=None, num_workers=0, generator=torch.Generator())
 
     def val_dataloader(self) -> DataLoader:
-        """Each held-out view counted exactly once over all ranks: rank r renders views r, r + W, ...
-        (padded to equal counts per rank with repeats that the metrics drop, see ``_view_loader``).
-
-        (Lightning's DistributedSampler would pad the list to a multiple of the world size and count
-        the repeated views twice; ``trainer.use_distributed_sampler`` is off.)"""
+        """Each held-out view counted exactly once over all ranks (``loaders.rank_views``)."""
         return self._view_loader(self.val_set)
 
     def test_dataloader(self) -> DataLoader:
@@ -341,17 +318,11 @@ class NeRFDataModule(L.LightningDataModule):
 
     def _view_loader(self, views_set: ViewSet | None) -> DataLoader:
         n = len(views_set.frames) if views_set is not None else 0
-        trainer = self.trainer
-        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-        views = list(range(rank, n, world))
-        # Every rank renders the same number of views, ceil(n / world): the ranks with fewer views
-        # render their last one (or view rank % n) again, and ViewMetrics counts a view once. Under
-        # FSDP each validation step is a collective (the root unit gathers its shard), so unequal
-        # counts would hang; under DDP the padding costs no wall time (the busiest rank sets it).
-        per_rank = -(-n // world)
-        while n > 0 and len(views) < per_rank:
-            views.append(views[-1] if views else rank % n)
-        return DataLoader(ViewIndices(views), batch_size=None, num_workers=0, generator=torch.Generator())
+        rank, world = (
+            (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
+        )
+        views = ViewIndices(rank_views(n, rank, world))
+        return DataLoader(views, batch_size=None, num_workers=0, generator=torch.Generator())
 
     # -------------------------------------------------------------------------- device batches
     def _ensure_device(self, device: torch.device) -> None:
@@ -378,15 +349,8 @@ class NeRFDataModule(L.LightningDataModule):
         return self.val_batch(int(batch))
 
     def rays_per_step(self) -> int:
-        """This rank's rays per step: ``batch_size`` as the batch rule and ``feedback.work_scale`` say
-        (scaled sizes are multiples of 1/64 of the batch, so that batch graphs are captured for at
-        most ~100 distinct sizes)."""
-        n = int(round(self.batch_size * self.clock.rank_multiple))
-        scale = self.feedback.work_scale
-        if scale != 1.0:
-            quantum = max(1, n // 64)
-            n = max(quantum, int(round(n * scale / quantum)) * quantum)
-        return n
+        """This rank's rays per step (``data.batch_size`` under the batch rule: ``feedback``)."""
+        return self.feedback.rays_per_step(self.batch_size)
 
     # ------------------------------------------------------------------ batch drawing
     def draw(self, n_rays: int) -> dict[str, Any]:
@@ -398,27 +362,19 @@ class NeRFDataModule(L.LightningDataModule):
         return self.train_batch(n_rays)
 
     def train_batch(self, n_rays: int) -> dict[str, Any]:
-        """Draw ``n_rays`` training rays on the data's device (no host sync)."""
+        """Draw ``n_rays`` training rays on the data's device (no host sync): ``data/ray_batches.py``."""
         ts, sampler = self.train_set, self.sampler
-        assert ts is not None and sampler is not None
-        view_ids, ix, iy = sampler.sample(n_rays)
+        assert ts is not None and sampler is not None and self.pixel_jitter is not None
         device = ts.pixels.device
-        # Photographs: random sub-pixel positions (a pixel integrates light over its area). Renders: the
-        # pixel centres, where evaluation renders (data.pixel_jitter=auto).
-        if self.pixel_jitter:
-            ux = torch.rand(n_rays, device=device)
-            uy = torch.rand(n_rays, device=device)
-        else:
-            ux = uy = torch.full((n_rays,), 0.5, device=device)
-        # Random backgrounds (photographs, as instant-ngp): on opaque RGB targets any leftover
-        # transparency is penalized, so the field learns to be opaque and renders the same over
-        # whatever background evaluation uses. Renders (data.train_background=auto) train over the
-        # evaluation background, as nerfacc.
-        if self.train_background == "random":
-            background = torch.rand(n_rays, 3, device=device)
-        else:
-            background = self.eval_background(device).expand(n_rays, 3).contiguous()
-        return ts.train_rays(view_ids, ix, iy, ux, uy, background, with_alpha=self.alpha_targets)
+        background = None if self.train_background == "random" else self.eval_background(device)
+        return training_rays(
+            ts,
+            sampler,
+            n_rays,
+            pixel_jitter=self.pixel_jitter,
+            eval_background=background,
+            with_alpha=self.alpha_targets,
+        )
 
     def val_batch(self, view: int) -> dict[str, Any]:
         """All pixels of validation view ``view`` (row-major), composited over the eval background."""
@@ -431,17 +387,8 @@ class NeRFDataModule(L.LightningDataModule):
         return self._image_batch(self.test_set, view)
 
     def _image_batch(self, vs: ViewSet, view: int) -> dict[str, Any]:
-        device = vs.pixels.device
-        h, w = int(vs.heights[view]), int(vs.widths[view])
-        iy, ix = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
-        ix, iy = ix.reshape(-1), iy.reshape(-1)
-        view_ids = torch.full_like(ix, view)
-        background = self.eval_background(device).expand(ix.shape[0], 3)
-        batch = vs.batch(view_ids, ix, iy, ix.float() + 0.5, iy.float() + 0.5, background, with_alpha=True)
-        alpha = batch.pop("alpha", None)  # RGB images: opaque
-        alpha = torch.ones_like(ix, dtype=torch.float32) if alpha is None else alpha
         train_view = self._train_index.get(Path(vs.frames[view].image_path), -1)
-        return {**batch, "alpha": alpha, "height": h, "width": w, "view": view, "train_view": train_view}
+        return image_batch(vs, view, self.eval_background(vs.pixels.device), train_view)
 
     # ------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

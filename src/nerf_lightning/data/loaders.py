@@ -10,7 +10,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-__all__ = ["StepIndices", "StepLoader", "ViewIndices"]
+__all__ = ["StepIndices", "StepLoader", "ViewIndices", "rank_views"]
 
 
 class StepIndices(IterableDataset):
@@ -57,3 +57,20 @@ class ViewIndices(Dataset):
 
     def __getitem__(self, i: int) -> int:
         return self.views[i]
+
+
+def rank_views(n: int, rank: int, world: int) -> list[int]:
+    """The held-out views (of ``n``) that process ``rank`` of ``world`` renders: ``rank, rank + world, ...``.
+
+    Every rank renders the same number of views, ceil(n / world): the ranks with fewer views render
+    their last one (or view ``rank % n``) again, and ViewMetrics counts a view once. Under FSDP each
+    validation step is a collective (the root unit gathers its shard), so unequal counts would hang;
+    under DDP the padding costs no wall time (the busiest rank sets it). (Lightning's
+    DistributedSampler would count the repeated views twice; ``trainer.use_distributed_sampler`` is
+    off.)
+    """
+    views = list(range(rank, n, world))
+    per_rank = -(-n // world)
+    while n > 0 and len(views) < per_rank:
+        views.append(views[-1] if views else rank % n)
+    return views

@@ -69,6 +69,16 @@ class TrainingFeedback:
         """Called by the DataModule's ``setup`` once the capture is read."""
         self.capture, self.cameras, self.sampler = capture, cameras, sampler
 
+    def rays_per_step(self, batch_size: int) -> int:
+        """This rank's rays per step for a configured ``batch_size``: as the batch rule's clock and
+        :attr:`work_scale` say (scaled sizes are multiples of 1/64 of the batch, so that batch graphs
+        are captured for at most ~100 distinct sizes)."""
+        n = int(round(batch_size * self.clock.rank_multiple))
+        if self.work_scale != 1.0:
+            quantum = max(1, n // 64)
+            n = max(quantum, int(round(n * self.work_scale / quantum)) * quantum)
+        return n
+
     @property
     def splits_by_throughput(self) -> bool:
         """Whether the ranks' work is split by their measured speed (``batch_rule=throughput``)."""
