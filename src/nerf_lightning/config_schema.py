@@ -69,7 +69,9 @@ class PowerOfTwo:
 class Formerly:
     """An earlier spelling of this key, from the config's root (``model.grid_resolution``): a command
     line or a checkpoint's config that uses it is read as today's key. On a parameter that receives a
-    node, every key under the old node maps to the same key under the new one."""
+    node, every key under the old node maps to the same key under the new one. Read on the parameters
+    of the training config's ``data`` and ``model`` nodes, for old keys under those nodes
+    (``run/config_tree.key_aliases``)."""
 
     key: str
 

@@ -14,7 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 from nerf_lightning.errors import UserError
-from nerf_lightning.run.config_tree import CONF_DIR, key_aliases
+from nerf_lightning.run.config_tree import CONF_DIR, REFERENCE_NODES, key_aliases
 from nerf_lightning.run.run_dir import register_resolvers
 
 _BATCH_RULE = "the batch rule is the config group batch_rule=auto|per_device|large_batch|throughput"
@@ -58,6 +58,8 @@ def alias_override(arg: str) -> str:
     sign, key, rest = _OVERRIDE.match(arg).groups()  # type: ignore[union-attr]
     if key in REMOVED_KEYS:
         raise UserError(f"{key}: no longer exists: {REMOVED_KEYS[key]}")
+    if not key.startswith(tuple(f"{node}." for node in REFERENCE_NODES)):
+        return arg  # not a key the aliases can hold: no need to import the constructors to know
     for old, new in key_aliases().items():
         if key == old:
             return f"{sign}{new}{rest}"
