@@ -152,9 +152,10 @@ def key_aliases() -> dict[str, str]:
 
 def aliases_of(cfg: DictConfig) -> dict[str, str]:
     """``{old key: today's key}`` of every :class:`~nerf_lightning.config_schema.Formerly` on a
-    parameter that receives a key of ``cfg``. An old key must lie under a :data:`REFERENCE_NODES` node
-    (``alias_override`` looks no further, so that other apps' keys import no constructor). A node's old spelling maps every key under it
-    (``model.encoding.`` -> ``model.field.encoding.``)."""
+    parameter that receives a key of ``cfg``. A node's old spelling maps every key under it
+    (``model.encoding.`` -> ``model.field.encoding.``). For :func:`key_aliases`, an old key lies under a
+    :data:`REFERENCE_NODES` node: ``alias_override`` looks no further, so that other keys import no
+    constructor."""
     out: dict[str, str] = {}
     for entry in entries(cfg):
         old = formerly(entry.annotation)
