@@ -1,5 +1,7 @@
 """Bad config values fail before any work starts, with one line naming the key (apps/config_checks.py).
 
+What a key may hold is read from the parameter that receives it (config_schema.py).
+
 Each training case also points ``data.path`` at a capture that does not exist: if the value were
 checked only after the data loaded (or not at all), the error would be the capture's.
 """
@@ -12,8 +14,9 @@ import pytest
 import torch
 from hydra.core.global_hydra import GlobalHydra
 
-from nerf_lightning.apps.config_checks import RENDER, TRAIN, check_config, check_devices
-from nerf_lightning.apps.train import train
+from nerf_lightning.apps.config_checks import check_config, check_devices
+from nerf_lightning.apps.render import RenderOptions
+from nerf_lightning.apps.train import TrainOptions, train
 from nerf_lightning.errors import UserError
 from nerf_lightning.run.config import compose_app_config
 
@@ -36,8 +39,11 @@ NO_DATA = "data.path=/no/such/capture"
         ("overwrite=maybe", "overwrite=maybe: expected true or false"),
         ("resume=sometimes", "resume=sometimes: expected one of never, auto"),
         ("grad_exchange=fp16", "grad_exchange=fp16: expected one of fp32, bf16"),
-        ("model.alpha_weight=sometimes", "model.alpha_weight=sometimes: expected a number >= 0 or auto "
-         "(auto: 0.1 on renders, 0 on photographs)"),
+        (
+            "model.alpha_weight=sometimes",
+            "model.alpha_weight=sometimes: expected a number >= 0 or auto "
+            "(auto: 0.1 on renders, 0 on photographs)",
+        ),
         ("model.alpha_weight=-1", "model.alpha_weight=-1: expected a number >= 0 or auto"),
         ("devices=4", "devices=4: strategy=single trains on one device; for 4 processes use strategy=ddp"),
         ("devices=two", "devices=two: expected auto, a number of devices >= 1"),
@@ -74,7 +80,7 @@ def test_a_gpu_that_is_not_there_is_refused(compose_cfg) -> None:
 )
 def test_every_shipped_preset_passes(compose_cfg, overrides: list[str]) -> None:
     cfg = compose_cfg(*overrides)
-    check_config(cfg, TRAIN)
+    check_config(cfg, TrainOptions)
 
 
 def _app_cfg(app: str, tmp_path: Path, *overrides: str):
@@ -113,7 +119,7 @@ def test_bad_app_values_fail_before_the_checkpoint_is_read(
 
 
 def test_the_app_defaults_pass(tmp_path: Path) -> None:
-    check_config(_app_cfg("render", tmp_path), RENDER)
+    check_config(_app_cfg("render", tmp_path), RenderOptions)
     with pytest.raises(UserError, match="no such file"):  # the defaults go on to the checkpoint
         from nerf_lightning.apps.render import render_video
 

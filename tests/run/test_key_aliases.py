@@ -1,4 +1,6 @@
-"""The flat model keys of earlier configs still work, on the command line and in composed configs."""
+"""The flat model keys of earlier configs still work, on the command line and in composed configs.
+
+The old spellings are read from ``Formerly`` on the parameters the config reaches (run/config_tree.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,34 @@ import pytest
 from omegaconf import OmegaConf
 
 from nerf_lightning.apps.entry import normalize_argv
-from nerf_lightning.run.config import KEY_ALIASES, alias_override, compose_train_config
+from nerf_lightning.run.config import alias_override, compose_train_config
+from nerf_lightning.run.config_tree import key_aliases
+
+#: every old spelling the project has accepted since the model's nodes were introduced, written out
+EXPECTED_ALIASES = {
+    "model.encoding.": "model.field.encoding.",
+    "model.grid_resolution": "model.renderer.occupancy.resolution",
+    "model.grid_update_every": "model.renderer.occupancy.update_every",
+    "model.grid_warmup_steps": "model.renderer.occupancy.warmup_steps",
+    "model.grid_decay": "model.renderer.occupancy.decay",
+    "model.grid_threshold": "model.renderer.occupancy.density_threshold",
+    "model.step_size": "model.renderer.step_size",
+    "model.cone_angle": "model.renderer.cone_angle",
+    "model.large_scene_cone_angle": "model.renderer.large_scene_cone_angle",
+    "model.max_samples_per_ray": "model.renderer.max_samples_per_ray",
+    "model.near_plane": "model.renderer.near_plane",
+    "model.gradient_scaling_distance": "model.renderer.gradient_scaling_distance",
+    "model.early_stop_eps": "model.renderer.early_stop_eps",
+    "model.compact_samples": "model.renderer.compact_samples",
+    "model.ops_backend": "model.renderer.ops_backend",
+    "model.sample_budget": "model.step.sample_budget",
+    "model.march_budget": "model.step.march_budget",
+    "model.n_rays_init": "model.step.n_rays_init",
+}
+
+
+def test_the_aliases_derived_from_the_parameters_are_the_project_s_old_spellings() -> None:
+    assert key_aliases() == EXPECTED_ALIASES
 
 
 def test_old_keys_map_to_the_nodes() -> None:
@@ -21,6 +50,9 @@ def test_old_keys_map_to_the_nodes() -> None:
     assert alias_override("model.step_size_x=1") == "model.step_size_x=1"
     assert alias_override("data.path=/x/model.near_plane") == "data.path=/x/model.near_plane"
     assert alias_override("model.renderer.near_plane=0") == "model.renderer.near_plane=0"
+    # a node's old spelling maps every key under it (Formerly on NGPField's encoding parameter)
+    assert alias_override("model.encoding.n_levels=8") == "model.field.encoding.n_levels=8"
+    assert alias_override("+model.encoding.backend=torch") == "+model.field.encoding.backend=torch"
     assert normalize_argv(["model.ops_backend=torch"], open_nodes=("model",)) == [
         "++model.renderer.ops_backend=torch"
     ]
@@ -28,7 +60,7 @@ def test_old_keys_map_to_the_nodes() -> None:
 
 def test_every_alias_names_a_key_of_the_config(tmp_path: Path) -> None:
     cfg = compose_train_config([], tmp_path)
-    for old, new in KEY_ALIASES.items():
+    for old, new in key_aliases().items():
         node, _, key = new.rstrip(".").rpartition(".")
         assert key in OmegaConf.select(cfg, node), (old, new)
 

@@ -23,10 +23,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.errors import EXIT_DIVERGED, EXIT_USER_ERROR, Interrupted, user_errors
-from nerf_lightning.run.config import CONF_DIR, KEY_ALIASES, alias_override
+from nerf_lightning.run.config import CONF_DIR, alias_override
 from nerf_lightning.run.run_dir import register_resolvers
 
-__all__ = ["KEY_ALIASES", "device_of", "hydra_app", "nested_overrides", "normalize_argv"]
+__all__ = ["device_of", "hydra_app", "nested_overrides", "normalize_argv"]
 
 #: Config nodes of the apps that work on a checkpoint (eval, render, export) that hold overrides of the
 #: *checkpoint's* config: empty in the app's own config, so an override must be allowed to add keys.
@@ -41,7 +41,7 @@ def normalize_argv(
     """The command line as Hydra should read it.
 
     - a leading bare word -> ``<positional>=word`` (``python -m nerf_lightning.export mesh ...``);
-    - an aliased key (:data:`~nerf_lightning.run.config.KEY_ALIASES`) -> the config's key
+    - an old key (``Formerly`` on its parameter: ``run/config_tree.key_aliases``) -> the config's key
       (``model.encoding.x`` -> ``model.field.encoding.x``, ``model.renderer.near_plane`` ->
       ``model.renderer.near_plane``);
     - ``precision=32`` -> ``precision='32'`` (a choice of the ``precision`` group; Hydra would parse an int);

@@ -19,8 +19,9 @@ normalized per view). ``split=auto`` and ``split=test`` score at most ``data.max
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import hydra
 import lightning as L
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from nerf_lightning.apps.config_checks import EVAL, check_config
+from nerf_lightning.apps.config_checks import check_config
 from nerf_lightning.apps.entry import hydra_app, nested_overrides
 from nerf_lightning.data.heldout import validation_frames
 from nerf_lightning.errors import UserError
@@ -95,10 +96,18 @@ def _expected_depth(outputs: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.where(opacity > 1e-3, depth / opacity.float().clamp_min(1e-3), torch.zeros_like(depth))
 
 
+@dataclass(frozen=True)
+class EvalOptions:
+    """The evaluation's own keys (``conf/eval.yaml``, where each is described)."""
+
+    split: Literal["auto", "val", "test", "train"]
+    save_images: bool
+
+
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Run the evaluation described by ``cfg`` (see ``conf/eval.yaml``); returns what metrics.json holds."""
-    check_config(cfg, EVAL)
-    split = str(cfg.split)
+    opts = check_config(cfg, EvalOptions)
+    split = opts.split
     out_dir = Path(cfg.paths.output_dir)
     run = load_run(cfg.ckpt)
     log.info("checkpoint %s (step %d)", run.path, run.global_step)
@@ -127,7 +136,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     names = [Path(f.image_path).stem for f in val_set.frames]
     if len(set(names)) < len(names):  # same file names in different folders
         names = [f"{i:03d}_{n}" for i, n in enumerate(names)]
-    writer = ViewWriter(out_dir / "views" if cfg.save_images else None, names)
+    writer = ViewWriter(out_dir / "views" if opts.save_images else None, names)
     callbacks = [hydra.utils.instantiate(c) for c in cfg.trainer.get("callbacks") or []]
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=[*callbacks, writer])
     results = trainer.validate(model, datamodule=datamodule, verbose=False)

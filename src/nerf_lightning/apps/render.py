@@ -17,15 +17,17 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from nerf_lightning.apps.config_checks import RENDER, check_background, check_config
+from nerf_lightning.apps.config_checks import check_background, check_config
 from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
+from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.data.types import Capture
 from nerf_lightning.errors import UserError
@@ -37,41 +39,63 @@ from nerf_lightning.video.writer import VideoWriter, turbo
 
 log = logging.getLogger("nerf_lightning.render")
 
+#: orbit/spiral image size
+_Side = Annotated[int | None, Range(low=1), Note("null: the first training view's")]
 
-def path_cameras(cfg: DictConfig, capture: Capture) -> tuple[list[PathCamera], float | None]:
-    """The cameras of ``cfg.camera_path`` (and a file's own fps)."""
-    kind = str(cfg.camera_path)
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """The render's own keys (``conf/render.yaml``, where each is described)."""
+
+    camera_path: str
+    camera_path_space: Literal["capture", "ngp"]
+    frames: Annotated[int, Range(low=1)]
+    fps: Annotated[float | None, Range(above=0), Note("null: a file's own, else 30")]
+    width: _Side
+    height: _Side
+    fov: Annotated[float | None, Range(above=0, below=180), Note("vertical, degrees")]
+    spiral_height: float
+    chunk: Annotated[int, Range(low=1)]
+    depth: bool
+    save_frames: bool
+    quality: Annotated[int, Range(low=0, high=10)]
+    background: list[float] | None  # checked by check_background
+
+
+def path_cameras(opts: RenderOptions, capture: Capture) -> tuple[list[PathCamera], float | None]:
+    """The cameras of ``opts.camera_path`` (and a file's own fps)."""
+    kind = str(opts.camera_path)
     if kind in ("orbit", "spiral"):
         if not capture.train:
             raise UserError(f"{capture.root}: no training views to place an {kind} around")
         f0 = capture.train[0].intrinsics
-        width = int(cfg.width or (round(cfg.height * f0.width / f0.height) if cfg.height else f0.width))
-        height = int(cfg.height or round(width * f0.height / f0.width))
-        fov = math.radians(float(cfg.fov)) if cfg.fov else 2 * math.atan(0.5 * f0.height / f0.fy)
+        width = int(opts.width or (round(opts.height * f0.width / f0.height) if opts.height else f0.width))
+        height = int(opts.height or round(width * f0.height / f0.width))
+        fov = math.radians(float(opts.fov)) if opts.fov else 2 * math.atan(0.5 * f0.height / f0.fy)
         fy = 0.5 * height / math.tan(fov / 2)
         c2w = np.stack([np.asarray(f.c2w) for f in capture.train])
         cams = orbit_path(
-            c2w, int(cfg.frames), width, height, fy * f0.fx / f0.fy, fy, kind, float(cfg.spiral_height)
+            c2w, opts.frames, width, height, fy * f0.fx / f0.fy, fy, kind, float(opts.spiral_height)
         )
         return cams, None
-    space = str(cfg.camera_path_space)
-    return read_nerfstudio_path(kind, SceneSpace.of(capture) if space == "capture" else None)
+    space = SceneSpace.of(capture) if opts.camera_path_space == "capture" else None
+    return read_nerfstudio_path(kind, space)
 
 
 def render_video(cfg: DictConfig) -> dict[str, Any]:
     """Render the video described by ``cfg`` (see ``conf/render.yaml``); returns render.json's content."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    check_config(cfg, RENDER, (check_background,))
+    opts = check_config(cfg, RenderOptions, (check_background,))
     out_dir = Path(cfg.paths.output_dir)
     run = load_run(cfg.ckpt)
     device = device_of(str(cfg.accelerator))
     capture = run.load_capture(nested_overrides(cfg.get("data")))
-    cams, file_fps = path_cameras(cfg, capture)
-    fps = float(cfg.fps or file_fps or 30)
+    cams, file_fps = path_cameras(opts, capture)
+    fps = float(opts.fps or file_fps or 30)
     model = run.build_model(nested_overrides(cfg.get("model"))).to(device)
     bg = torch.tensor(
-        list(cfg.background) if cfg.background is not None else list(capture.eval_background),
+        opts.background if opts.background is not None else list(capture.eval_background),
         dtype=torch.float32,
         device=device,
     )
@@ -88,8 +112,8 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
     depth_range: tuple[float, float] | None = None
     render_s = 0.0
     start = time.perf_counter()
-    rgb_video = VideoWriter(out_dir / "rgb.mp4", fps, int(cfg.quality))
-    depth_video = VideoWriter(out_dir / "depth.mp4", fps, int(cfg.quality)) if cfg.depth else None
+    rgb_video = VideoWriter(out_dir / "rgb.mp4", fps, opts.quality)
+    depth_video = VideoWriter(out_dir / "depth.mp4", fps, opts.quality) if opts.depth else None
     columns = (TextColumn("render"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     try:
         with Progress(*columns, transient=False) as progress, torch.inference_mode():
@@ -97,7 +121,7 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
             for i, cam in enumerate(cams):
                 t0 = time.perf_counter()
                 rays_o, rays_d = camera_rays(cam, device)
-                out = model.renderer.render_image(model.field, rays_o, rays_d, bg, chunk=int(cfg.chunk))
+                out = model.renderer.render_image(model.field, rays_o, rays_d, bg, chunk=opts.chunk)
                 rgb = out["rgb"].reshape(cam.height, cam.width, 3).clamp(0, 1)
                 opacity = out["opacity"].reshape(cam.height, cam.width)
                 depth = torch.where(
@@ -114,7 +138,7 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
                         depth_range = writer.depth_range(depth_np, opacity.cpu().numpy())
                     lo, hi = depth_range
                     depth_video.append(turbo((depth_np - lo) / (hi - lo)))
-                if cfg.save_frames:
+                if opts.save_frames:
                     import imageio.v3 as iio
 
                     (out_dir / "frames").mkdir(parents=True, exist_ok=True)
@@ -132,7 +156,7 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
     info: dict[str, Any] = {
         "checkpoint": str(run.path),
         "step": run.global_step,
-        "camera_path": str(cfg.camera_path),
+        "camera_path": str(opts.camera_path),
         "frames": len(cams),
         "width": cams[0].width,
         "height": cams[0].height,

@@ -15,8 +15,9 @@ import logging
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import hydra
 import lightning as L
@@ -24,9 +25,10 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
-from nerf_lightning.apps.config_checks import TRAIN, check_config, check_devices
+from nerf_lightning.apps.config_checks import check_config, check_devices
 from nerf_lightning.apps.entry import hydra_app
-from nerf_lightning.callbacks.grad_exchange import GradientExchange
+from nerf_lightning.callbacks.grad_exchange import Exchange, GradientExchange
+from nerf_lightning.config_schema import Range
 from nerf_lightning.data.refined import write_refined_capture
 from nerf_lightning.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, Diverged, Interrupted, UserError
 from nerf_lightning.lightning_compat import last_saved_step, slurm_detection_off
@@ -43,6 +45,23 @@ from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.utils.io import atomic_write_json
 
 log = logging.getLogger("nerf_lightning.train")
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """The training config's own top-level keys (``conf/train.yaml``, where each is described); its
+    nodes are checked against their ``_target_``. ``accumulate_grad_batches``, ``num_nodes`` and
+    ``dist_timeout_s`` reach the Trainer and the strategy through interpolations."""
+
+    seed: Annotated[int, Range(low=0)]
+    ckpt_path: str | None
+    resume: Literal["never", "auto"]
+    overwrite: bool
+    grad_exchange: Exchange
+    dist_timeout_s: Annotated[float, Range(above=0)]
+    accumulate_grad_batches: Annotated[int, Range(low=1)]
+    num_nodes: Annotated[int, Range(low=1)]
+
 
 # Known-harmless noise: our step loader is an IterableDataset with __len__ (no workers), and a
 # deprecation inside Lightning's own pytree helper.
@@ -177,13 +196,13 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     """
     output_dir = Path(cfg.paths.output_dir)
     plain_config = run_config(cfg)  # resolves every value first: an unset one names its key here
-    check_config(cfg, TRAIN, (check_devices,))  # types and ranges, before the data loads
-    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), str(cfg.get("resume") or "never"), output_dir)
+    opts = check_config(cfg, TrainOptions, (check_devices,))  # types and ranges, before the data loads
+    ckpt_path = resolve_ckpt_path(opts.ckpt_path, opts.resume, output_dir)
     if ckpt_path is not None:
         log.info("resuming from %s", ckpt_path)
-    elif cfg.get("ckpt_path") == "last":
+    elif opts.ckpt_path == "last":
         log.info("ckpt_path=last: no %s yet, starting from scratch", output_dir / "checkpoints" / "last.ckpt")
-    L.seed_everything(cfg.seed, workers=True)
+    L.seed_everything(opts.seed, workers=True)
 
     datamodule = build_datamodule(cfg)
     # The model's box (aabb_scale) comes from the capture, so read the capture first.
@@ -198,8 +217,8 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     callbacks = instantiate_group(cfg.get("callbacks"), feedback=datamodule.feedback)
     callbacks += extra_callbacks or []
     # Always on: the run's config and exact-resume state go into every checkpoint; the gradient exchange.
-    callbacks.append(RunState(plain_config, {"model": model_kwargs}, seed=int(cfg.seed)))
-    callbacks.append(GradientExchange(str(cfg.get("grad_exchange") or "fp32")))
+    callbacks.append(RunState(plain_config, {"model": model_kwargs}, seed=opts.seed))
+    callbacks.append(GradientExchange(opts.grad_exchange))
     callbacks.append(DivergenceGuard())  # NaN/inf loss or weights: stop, never checkpoint them
     loggers = instantiate_group(cfg.get("logger"))
     # cluster=slurm|torchelastic|...: the ClusterEnvironment plugin (none: Lightning detects it)

@@ -16,15 +16,19 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import torch
 from omegaconf import DictConfig
 
-from nerf_lightning.apps.config_checks import VIEW, check_config
+from nerf_lightning.apps.config_checks import check_config, read_options
 from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
+from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.errors import UserError
 from nerf_lightning.run.restore import load_run
+from nerf_lightning.viewer.options import MaxSize, Port, PreviewSize
 
 log = logging.getLogger("nerf_lightning.view")
 
@@ -33,14 +37,26 @@ GPU_SIZES = (1024, 256)
 CPU_SIZES = (256, 64)
 
 
+@dataclass(frozen=True)
+class ViewOptions:
+    """The viewer app's own keys (``conf/view.yaml``, where each is described)."""
+
+    host: str
+    port: Port
+    max_size: MaxSize
+    preview_size: PreviewSize
+    chunk: Annotated[int, Range(low=1)]
+    max_seconds: Annotated[float | None, Range(above=0), Note("null: until Ctrl-C")]
+
+
 def build_viewer(cfg: DictConfig):  # noqa: ANN201 - ViewerServer (viser imported here, not at module load)
     """The viewer of ``cfg`` (see ``conf/view.yaml``), listening; the caller runs its loop."""
     from nerf_lightning.viewer.ports import check_port
     from nerf_lightning.viewer.scene import SceneInfo
     from nerf_lightning.viewer.server import RenderSource, ViewerServer
 
-    check_config(cfg, VIEW)  # types and ranges first
-    check_port(str(cfg.host), int(cfg.port))  # before the checkpoint is read: a taken port fails at once
+    opts = check_config(cfg, ViewOptions)  # types and ranges first
+    check_port(str(opts.host), opts.port)  # before the checkpoint is read: a taken port fails at once
     run = load_run(cfg.ckpt)
     device = device_of(str(cfg.accelerator))
     capture = run.load_capture(nested_overrides(cfg.get("data")))
@@ -49,8 +65,8 @@ def build_viewer(cfg: DictConfig):  # noqa: ANN201 - ViewerServer (viser importe
     except ValueError as err:
         raise UserError(str(err)) from err
     default_max, default_preview = GPU_SIZES if device.type == "cuda" else CPU_SIZES
-    max_size = int(cfg.max_size or default_max)
-    preview_size = int(cfg.preview_size or min(default_preview, max_size))
+    max_size = int(opts.max_size or default_max)
+    preview_size = int(opts.preview_size or min(default_preview, max_size))
     if device.type == "cpu":
         why = "no GPU" if not torch.cuda.is_available() else f"accelerator={cfg.accelerator}"
         print(
@@ -65,15 +81,15 @@ def build_viewer(cfg: DictConfig):  # noqa: ANN201 - ViewerServer (viser importe
         field=model.field,
         background=torch.tensor(capture.eval_background, dtype=torch.float32, device=device),
         device=device,
-        chunk=int(cfg.chunk),
+        chunk=opts.chunk,
         context=torch.inference_mode,
     )
     out_dir = Path(cfg.paths.output_dir)
     server = ViewerServer(
         info,
         source,
-        host=str(cfg.host),
-        port=int(cfg.port),
+        host=str(opts.host),
+        port=opts.port,
         max_size=max_size,
         preview_size=preview_size,
         export_dir=out_dir,
@@ -92,8 +108,9 @@ def build_viewer(cfg: DictConfig):  # noqa: ANN201 - ViewerServer (viser importe
 def view(cfg: DictConfig) -> None:
     """Serve the checkpoint of ``cfg`` until Ctrl-C or ``cfg.max_seconds``."""
     server = build_viewer(cfg)
+    max_seconds = read_options(cfg, ViewOptions).max_seconds
     try:
-        server.serve_forever(None if cfg.max_seconds is None else float(cfg.max_seconds))
+        server.serve_forever(None if max_seconds is None else float(max_seconds))
     except KeyboardInterrupt:
         pass
     finally:

@@ -18,7 +18,7 @@ gradient, so a relative error of that size changes an update by about as much.
 # No `from __future__ import annotations`: DDP checks the hook's annotations as objects.
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, get_args
 
 import lightning as L
 import torch
@@ -26,8 +26,10 @@ import torch.distributed as dist
 
 log = logging.getLogger(__name__)
 
-#: values of ``grad_exchange``
-EXCHANGES = ("fp32", "bf16")
+#: ``grad_exchange``: the gradients' dtype on the wire
+Exchange = Literal["fp32", "bf16"]
+#: values of :data:`Exchange`
+EXCHANGES = get_args(Exchange)
 
 Hook = Callable[[Any, dist.GradBucket], "torch.futures.Future[torch.Tensor]"]
 
@@ -76,7 +78,7 @@ class GradientExchange(L.Callback):
     """Registers the ``grad_exchange`` hook on the strategy's DDP model when fitting starts (module
     docstring); a no-op under one process and under FSDP (which reads the key from its config)."""
 
-    def __init__(self, exchange: str = "fp32") -> None:
+    def __init__(self, exchange: Exchange = "fp32") -> None:
         self.exchange = check_exchange(exchange)
 
     def inert(self, trainer: L.Trainer) -> bool:

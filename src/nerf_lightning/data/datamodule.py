@@ -30,13 +30,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from nerf_lightning.config_schema import Note, PowerOfTwo, Range
 from nerf_lightning.data.batch_graphs import BatchGraphs
 from nerf_lightning.data.capture_kind import CaptureKind, classify_pixels
 from nerf_lightning.data.formats import CaptureError, load_capture
@@ -98,22 +99,26 @@ class NeRFDataModule(L.LightningDataModule):
         self,
         path: str | None = None,
         format: str = "auto",
-        downscale: int = 1,
-        test_every: int = 8,
-        batch_size: int = 4096,
-        steps_per_epoch: int = 1000,
+        downscale: Annotated[int, Range(low=1)] = 1,
+        test_every: Annotated[int, Range(low=0), Note("0: no holdout")] = 8,
+        batch_size: Annotated[int, Range(low=1), Note("rays per step")] = 4096,
+        steps_per_epoch: Annotated[int, Range(low=1)] = 1000,
         sampler: str = "uniform",
         samplers: Mapping[str, Callable[..., RaySampler]] | None = None,
-        max_val_views: int | None = None,
-        max_test_views: int | None = None,
+        max_val_views: Annotated[int | None, Range(low=1), Note("null: every held-out view")] = None,
+        max_test_views: Annotated[
+            int | None, Range(low=1), Note("null: every view of the final evaluation")
+        ] = None,
         min_sharpness: float | None = None,
-        image_workers: int | None = None,
+        image_workers: Annotated[int | None, Range(low=1)] = None,
         cache_dir: str | None = None,
         scene_root: str = "outputs/scenes",
         camera_model: str | None = None,
         val_split: str = "val",
         cuda_graph: bool | str = "auto",
-        aabb_scale: int | None = None,
+        aabb_scale: Annotated[
+            int | None, PowerOfTwo(), Range(high=128), Note("null: the capture's own")
+        ] = None,
         pixel_jitter: bool | str = "auto",
         train_background: str = "auto",
         feedback: TrainingFeedback | None = None,

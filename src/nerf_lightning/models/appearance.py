@@ -26,11 +26,13 @@ own learned exposure.
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.models.per_view import ViewGroup, resolve_enabled
+from nerf_lightning.config_schema import Note, Range
+from nerf_lightning.models.per_view import Enabled, ViewGroup, resolve_enabled
 
 __all__ = ["PerViewExposure"]
 
@@ -53,10 +55,12 @@ class PerViewExposure(nn.Module):
         self,
         n_views: int,
         photograph: bool = False,
-        enabled: bool | str = False,
+        enabled: Enabled = False,
         bias: bool = False,
-        lr: float | None = None,
-        weight_decay: float = 0.0,
+        lr: Annotated[
+            float | None, Range(above=0), Note("null: the field's learning rate and schedule")
+        ] = None,
+        weight_decay: Annotated[float, Range(low=0)] = 0.0,
     ) -> None:
         super().__init__()
         self.enabled = resolve_enabled(enabled, photograph, "model.appearance.enabled")

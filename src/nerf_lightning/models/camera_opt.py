@@ -34,19 +34,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Annotated, Literal, get_args
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.models.per_view import ViewGroup, resolve_enabled
+from nerf_lightning.config_schema import Note, Range
+from nerf_lightning.models.per_view import Enabled, ViewGroup, resolve_enabled
 from nerf_lightning.training.clock import steps_of
 from nerf_lightning.training.lr_schedules import exponential_lr_factor
 
 __all__ = ["CameraOptimizer", "MODES", "GAUGES", "so3_exp", "se3_left_jacobian_apply", "gauge_basis"]
 
-MODES = ("SO3xR3", "SE3")
-GAUGES = ("similarity", "none")
+#: ``model.camera_opt.mode``
+Mode = Literal["SO3xR3", "SE3"]
+#: ``model.camera_opt.gauge``
+Gauge = Literal["similarity", "none"]
+MODES = get_args(Mode)
+GAUGES = get_args(Gauge)
+#: a length of the schedule: a fraction of the run (<= 1) or a step count
+StepsOrFraction = Annotated[float, Range(low=0), Note("a fraction of the run (<= 1) or a step count")]
 #: below this squared angle the Taylor series replace the closed forms (float64)
 _SMALL = 1e-6
 
@@ -155,14 +163,14 @@ class CameraOptimizer(nn.Module):
         n_views: int,
         poses: Tensor | None = None,
         photograph: bool = False,
-        enabled: bool | str = False,
-        mode: str = "SO3xR3",
-        gauge: str = "similarity",
-        lr: float = 1e-3,
-        lr_final: float = 1e-4,
-        decay_steps: float = 0.25,
-        warmup_steps: float = 0.0,
-        weight_decay: float = 1e-4,
+        enabled: Enabled = False,
+        mode: Mode = "SO3xR3",
+        gauge: Gauge = "similarity",
+        lr: Annotated[float, Range(above=0)] = 1e-3,
+        lr_final: Annotated[float, Range(above=0)] = 1e-4,
+        decay_steps: StepsOrFraction = 0.25,
+        warmup_steps: StepsOrFraction = 0.0,
+        weight_decay: Annotated[float, Range(low=0)] = 1e-4,
     ) -> None:
         super().__init__()
         self.enabled = resolve_enabled(enabled, photograph, "model.camera_opt.enabled")

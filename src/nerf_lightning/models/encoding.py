@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Annotated
 
 import numpy as np
 import torch
 from torch import nn
 
+from nerf_lightning.config_schema import Range
 from nerf_lightning.ops import HASH_BACKENDS, get_ops, hash_encoding_backend, tcnn
 from nerf_lightning.ops.hashgrid_torch import LevelTables, hash_encode_fused
 
@@ -62,8 +64,12 @@ class HashEncoding(nn.Module):
     """
 
     def __init__(
-        self, n_levels: int = 16, n_features_per_level: int = 2, log2_hashmap_size: int = 19,
-        base_resolution: int = 16, max_resolution: int = 2048,
+        self,
+        n_levels: Annotated[int, Range(low=1)] = 16,
+        n_features_per_level: Annotated[int, Range(low=1)] = 2,
+        log2_hashmap_size: Annotated[int, Range(low=1, high=32)] = 19,
+        base_resolution: Annotated[int, Range(low=1)] = 16,
+        max_resolution: Annotated[int, Range(low=1)] = 2048,
         backend: str = "auto", param_dtype: torch.dtype | str = torch.float32,
     ) -> None:  # fmt: skip
         super().__init__()

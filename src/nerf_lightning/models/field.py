@@ -14,11 +14,12 @@ instant-ngp does ("desired resolution 2048 over the unit cube").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.config_schema import Formerly, KeysOf, Range
 from nerf_lightning.models.encoding import HashEncoding, SHEncoding
 from nerf_lightning.ops import get_ops
 from nerf_lightning.ops.fused_mlp_support import fused_mlp_shapes_ok, has_mma_m16n8k16
@@ -71,8 +72,10 @@ class NGPField(nn.Module):
     def __init__(
         self,
         aabb_scale: int = 1,
-        encoding: Mapping[str, Any] | None = None,
-        hidden_dim: int = 64,
+        encoding: Annotated[
+            Mapping[str, Any] | None, KeysOf(HashEncoding), Formerly("model.encoding")
+        ] = None,
+        hidden_dim: Annotated[int, Range(low=1)] = 64,
         geo_feat_dim: int = 15,
         density_hidden_layers: int = 1,
         color_hidden_layers: int = 2,

@@ -7,12 +7,13 @@ import logging
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.config_schema import Range
 from nerf_lightning.lightning_compat import (
     FastHookNames,
     logs_this_step,
@@ -26,6 +27,7 @@ from nerf_lightning.models.evaluation import render_view, save_panel
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.metrics import METRICS, ViewMetrics
 from nerf_lightning.models.train_step import (
+    AlphaWeight,
     TrainStep,
     autocast_for,
     batch_alpha,
@@ -76,12 +78,10 @@ class NeRFModule(FastHookNames, L.LightningModule):
             with ``n_views``, ``poses`` and ``photograph``; kept only when it is enabled. None: off.
         appearance: factory of the learned per-view exposure (``models/appearance.py``), called with
             ``n_views`` and ``photograph``; kept only when it is enabled. None: off.
-        n_train_views: training views of the capture (``train`` passes it; the per-view components'
-            sizes).
+        n_train_views: training views of the capture (``train`` passes it): the per-view components' sizes.
         train_poses: float [V, 3, 4] NGP-space given poses of the training views (``train`` passes
             them; the camera corrections' gauge). None when the state is loaded from a checkpoint next.
-        photograph: whether the capture is photographs (the components' ``enabled=auto`` and
-            ``alpha_weight=auto``).
+        photograph: whether the capture is photographs (``enabled`` and ``alpha_weight``: auto).
         feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback`, shared with the
             DataModule: the training clock of ``batch_rule``, the ray sampler that gets each step's
             per-ray losses, and the training cameras (the occupancy grid marks their unseen cells).
@@ -102,13 +102,13 @@ class NeRFModule(FastHookNames, L.LightningModule):
         step: Callable[..., TrainStep] | None = None,
         aabb_scale: int = 1,
         loss: str = "huber",
-        huber_delta: float = 0.1,
-        distortion_weight: float = 0.0,
-        alpha_weight: float | str = 0.0,
+        huber_delta: Annotated[float, Range(above=0)] = 0.1,
+        distortion_weight: Annotated[float, Range(low=0)] = 0.0,
+        alpha_weight: AlphaWeight = 0.0,
         cuda_graph: bool | str = "auto",
         jitter: bool = True,
-        sigterm_check_every: int = 100,
-        val_chunk: int = 1 << 15,
+        sigterm_check_every: Annotated[int, Range(low=1)] = 100,
+        val_chunk: Annotated[int, Range(low=1)] = 1 << 15,
         save_val_images: bool = True,
         lpips: bool | str | None = None,
         camera_opt: Callable[..., CameraOptimizer] | None = None,

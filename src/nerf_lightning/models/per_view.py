@@ -10,13 +10,17 @@ only when it is enabled: a run with both off has no extra parameter, state-dict 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from torch import nn
 
-__all__ = ["ENABLED_VALUES", "resolve_enabled", "ViewGroup"]
+from nerf_lightning.config_schema import Note
 
-#: values of a component's ``enabled`` key: ``auto`` turns it on for photographs (not for renders)
+__all__ = ["ENABLED_VALUES", "Enabled", "resolve_enabled", "ViewGroup"]
+
+#: a component's ``enabled`` key: ``auto`` turns it on for photographs (not for renders)
+Enabled = Annotated[bool | Literal["auto"], Note("auto: photographs only")]
+#: values of :data:`Enabled`
 ENABLED_VALUES = (True, False, "auto")
 
 

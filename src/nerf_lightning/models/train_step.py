@@ -13,11 +13,12 @@ once as CUDA graphs and replayed (:func:`capture`): one launch instead of ~150. 
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.config_schema import Formerly, KeysOf, Note, Range
 from nerf_lightning.volume.renderer import Renderer, SampleBudget, opacity_error, ray_distortion
 
 __all__ = [
@@ -87,9 +88,14 @@ class TrainStep(nn.Module):
         loss: str = "huber",
         huber_delta: float = 0.1,
         *,
-        sample_budget: int | None,
-        march_budget: int | None = None,
-        n_rays_init: int = 4096,
+        sample_budget: Annotated[
+            int | None,
+            Range(low=1),
+            Note("null: data.batch_size rays per step"),
+            Formerly("model.sample_budget"),
+        ],
+        march_budget: Annotated[int | None, Range(low=1), Formerly("model.march_budget")] = None,
+        n_rays_init: Annotated[int, Range(low=1), Formerly("model.n_rays_init")] = 4096,
         min_rays: int = 64,
         adapt_momentum: float = 0.5,
         jitter: bool = True,
@@ -230,7 +236,11 @@ class TrainStep(nn.Module):
 
 
 def train_step(
-    field: nn.Module, renderer: Renderer, loss: str = "huber", huber_delta: float = 0.1, **kwargs: Any
+    field: nn.Module,
+    renderer: Renderer,
+    loss: str = "huber",
+    huber_delta: float = 0.1,
+    **kwargs: Annotated[Any, KeysOf(TrainStep)],
 ) -> TrainStep:
     """The ``model.step`` config node: a :class:`TrainStep` (``sample_budget: null``: no budget, the CPU
     preset). ``NeRFModule`` passes the field, the renderer, the loss and the per-view components."""
@@ -334,6 +344,10 @@ def warm_capture_stream(module: nn.Module, args: tuple[Tensor, ...]) -> None:
         first = out[0] if isinstance(out, tuple) else out
         torch.autograd.grad(first, params, allow_unused=True)
     torch.cuda.current_stream().wait_stream(stream)
+
+
+#: ``model.alpha_weight``: the opacity loss's weight, or ``auto`` (:func:`resolve_alpha_weight`)
+AlphaWeight = Annotated[float | Literal["auto"], Range(low=0), Note("auto: 0.1 on renders, 0 on photographs")]
 
 
 def resolve_alpha_weight(alpha_weight: float | str, photograph: bool) -> float:

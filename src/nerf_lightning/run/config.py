@@ -14,50 +14,29 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 from nerf_lightning.errors import UserError
+from nerf_lightning.run.config_tree import CONF_DIR, REFERENCE_NODES, key_aliases
 from nerf_lightning.run.run_dir import register_resolvers
-
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-
-#: Override keys accepted under another spelling, old -> the config's key. An entry ending in "." maps
-#: every key under it; any other maps that key alone.
-KEY_ALIASES: dict[str, str] = {
-    # instant-ngp's spelling: the hash encoding is the field's
-    "model.encoding.": "model.field.encoding.",
-    # the flat model keys before the renderer, its occupancy grid and the budgeted step became nodes
-    "model.grid_resolution": "model.renderer.occupancy.resolution",
-    "model.grid_update_every": "model.renderer.occupancy.update_every",
-    "model.grid_warmup_steps": "model.renderer.occupancy.warmup_steps",
-    "model.grid_decay": "model.renderer.occupancy.decay",
-    "model.grid_threshold": "model.renderer.occupancy.density_threshold",
-    **{
-        f"model.{key}": f"model.renderer.{key}"
-        for key in (
-            "step_size",
-            "cone_angle",
-            "large_scene_cone_angle",
-            "max_samples_per_ray",
-            "near_plane",
-            "gradient_scaling_distance",
-            "early_stop_eps",
-            "compact_samples",
-            "ops_backend",
-        )
-    },
-    **{f"model.{key}": f"model.step.{key}" for key in ("sample_budget", "march_budget", "n_rays_init")},
-}
 
 _BATCH_RULE = "the batch rule is the config group batch_rule=auto|per_device|large_batch|throughput"
 _RESEARCH = "measured and removed (docs/benchmarks/2026-12-05.md)"
 
 #: Keys that were removed, and what to use instead: an override of one fails with this line, a
-#: checkpoint's stored config that holds one drops it (:func:`drop_removed_keys`).
+#: checkpoint's stored config that holds one drops it (:func:`drop_removed_keys`). A record, kept by
+#: hand: a removed key has no parameter left to carry it. (A key that moved carries its old spelling
+#: on its parameter: ``config_schema.Formerly``, :func:`~nerf_lightning.run.config_tree.key_aliases`.)
 REMOVED_KEYS: dict[str, str] = {
     "data.batch_scaling": _BATCH_RULE,
     **{
         f"data.{key}": f"{_RESEARCH}; {_BATCH_RULE} (docs/batch_rule.md)"
         for key in (
-            "batch_multiple", "schedule_unit", "lr_scaling", "beta_scaling", "grid_unit", "lr_warmup",
-            "lr_anneal", "mlp_lr_scaling",
+            "batch_multiple",
+            "schedule_unit",
+            "lr_scaling",
+            "beta_scaling",
+            "grid_unit",
+            "lr_warmup",
+            "lr_anneal",
+            "mlp_lr_scaling",
         )
     },  # fmt: skip
     "data.resolution_schedule": f"coarse-to-fine training resolution was {_RESEARCH}",
@@ -70,7 +49,8 @@ _OVERRIDE = re.compile(r"^([+~]{0,2})([^=]*)(.*)$", re.S)
 
 
 def alias_override(arg: str) -> str:
-    """One command-line override with an aliased key (:data:`KEY_ALIASES`) spelled as the config's key.
+    """One command-line override with an old key (:func:`~nerf_lightning.run.config_tree.key_aliases`)
+    spelled as the config's key.
 
     Raises:
         UserError: the key was removed (:data:`REMOVED_KEYS`), naming what replaced it.
@@ -78,7 +58,9 @@ def alias_override(arg: str) -> str:
     sign, key, rest = _OVERRIDE.match(arg).groups()  # type: ignore[union-attr]
     if key in REMOVED_KEYS:
         raise UserError(f"{key}: no longer exists: {REMOVED_KEYS[key]}")
-    for old, new in KEY_ALIASES.items():
+    if not key.startswith(tuple(f"{node}." for node in REFERENCE_NODES)):
+        return arg  # not a key the aliases can hold: no need to import the constructors to know
+    for old, new in key_aliases().items():
         if key == old:
             return f"{sign}{new}{rest}"
         if old.endswith(".") and key.startswith(old):
@@ -110,7 +92,7 @@ def compose_train_config(
     """The config ``python -m nerf_lightning.train <overrides>`` would run, writing into ``output_dir``.
 
     ``cwd`` stands for the launch directory (``paths.root_dir``: scene and image caches); default
-    ``output_dir``. Aliased keys (:data:`KEY_ALIASES`) are read as the command line reads them.
+    ``output_dir``. Old keys (``config_tree.key_aliases``) are read as the command line reads them.
     Registers the config as the current Hydra config so ``${hydra:...}`` resolves.
     """
     return compose_app_config("train", overrides, output_dir, cwd)

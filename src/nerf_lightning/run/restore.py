@@ -30,7 +30,8 @@ from nerf_lightning.data.types import Capture
 from nerf_lightning.errors import UserError
 from nerf_lightning.run.checkpoint_callbacks import CHECKPOINT_KEY
 from nerf_lightning.run.checkpoint_io import read_checkpoint
-from nerf_lightning.run.config import CONF_DIR, KEY_ALIASES, drop_removed_keys
+from nerf_lightning.run.config import CONF_DIR, drop_removed_keys
+from nerf_lightning.run.config_tree import key_aliases
 
 __all__ = [
     "MOVED_TARGETS",
@@ -80,12 +81,12 @@ def upgrade_targets(node: Any) -> Any:
 
 def upgrade_model_keys(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` (plain run config) with a flat-layout ``model`` section moved into today's nodes: each
-    flat key of :data:`~nerf_lightning.run.config.KEY_ALIASES` goes to its node, the nodes it lacks
+    flat key of :func:`~nerf_lightning.run.config_tree.key_aliases` goes to its node, the nodes it lacks
     come from ``conf/model/ngp.yaml``."""
     model = config.get("model")
     flat = {
         old.removeprefix("model."): new.removeprefix("model.")
-        for old, new in KEY_ALIASES.items()
+        for old, new in key_aliases().items()
         if not old.endswith(".")
     }
     if not isinstance(model, dict) or not any(key in model for key in flat):
@@ -193,4 +194,3 @@ def load_run(ckpt: str | Path | None) -> RestoredRun:
         config=OmegaConf.create(drop_removed_keys(upgrade_model_keys(upgrade_targets(section["config"])))),
         instantiate_kwargs=dict(section.get("instantiate_kwargs") or {}),
     )
-

@@ -7,7 +7,7 @@ controls when it runs inside ``train`` (``viewer=on``).
 - ``scene.py`` / ``panels.py``: what the page shows besides the rendered field;
 - ``cameras.py`` / ``camera_path.py``: browser cameras and keyframes -> nerfstudio ``camera_path.json``;
 - ``callback.py``: the training callback; ``client.py``: a browser stand-in speaking viser's protocol;
-- ``ports.py``: a taken port is an error naming a free one.
+- ``ports.py``: a taken port is an error naming a free one; ``options.py``: what the viewer's keys hold.
 
 Nothing here is imported unless the viewer is used (``viewer=off`` imports no viser).
 """

@@ -27,15 +27,17 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 import torch
 
+from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.errors import UserError
 from nerf_lightning.lightning_compat import validates_by_time
 from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.viewer.budget import BurstBudget
+from nerf_lightning.viewer.options import MaxSize, Port, PreviewSize
 from nerf_lightning.viewer.panels import TrainingStatus
 from nerf_lightning.viewer.ports import check_port
 
@@ -66,15 +68,17 @@ class ViewerCallback(L.Callback):
     def __init__(
         self,
         host: str = "127.0.0.1",
-        port: int = 7007,
-        budget: float = 0.08,
-        burst_every_s: float = 0.1,
-        max_bank_s: float = 0.1,
-        max_size: int | None = None,
-        preview_size: int | None = None,
-        chunk_s: float | None = None,
-        refresh_every_s: float = 1.0,
-        stats_every_s: float = 1.0,
+        port: Port = 7007,
+        budget: Annotated[float, Range(above=0), Note("render seconds per training second")] = 0.08,
+        burst_every_s: Annotated[float, Range(above=0), Note("seconds between two render bursts")] = 0.1,
+        max_bank_s: Annotated[float, Range(above=0), Note("most render seconds banked")] = 0.1,
+        max_size: MaxSize = None,
+        preview_size: PreviewSize = None,
+        chunk_s: Annotated[
+            float | None, Range(above=0), Note("null: 10 ms on a GPU, 100 ms on the CPU")
+        ] = None,
+        refresh_every_s: Annotated[float, Range(above=0)] = 1.0,
+        stats_every_s: Annotated[float, Range(above=0)] = 1.0,
         export_dir: str | Path = ".",
         clock: Callable[[], float] = time.perf_counter,
         feedback: TrainingFeedback | None = None,

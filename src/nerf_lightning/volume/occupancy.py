@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from torch import Tensor, nn
 
+from ..config_schema import Formerly, Range
 from ..ops import get_ops
 
 __all__ = ["OccupancyGrid", "DEFAULT_THRESHOLD", "MIN_STEP"]
@@ -51,13 +52,15 @@ class OccupancyGrid(nn.Module):
     def __init__(
         self,
         aabb_scale: int = 1,
-        resolution: int = 128,
+        resolution: Annotated[int, Range(low=1), Formerly("model.grid_resolution")] = 128,
         ops=None,
         *,
-        update_every: int = 16,
-        warmup_steps: int = 256,
-        decay: float = 0.95,
-        density_threshold: float = DEFAULT_THRESHOLD,
+        update_every: Annotated[int, Range(low=1), Formerly("model.grid_update_every")] = 16,
+        warmup_steps: Annotated[int, Range(low=0), Formerly("model.grid_warmup_steps")] = 256,
+        decay: Annotated[float, Range(low=0, high=1), Formerly("model.grid_decay")] = 0.95,
+        density_threshold: Annotated[
+            float, Range(low=0), Formerly("model.grid_threshold")
+        ] = DEFAULT_THRESHOLD,
     ) -> None:
         super().__init__()
         if aabb_scale < 1 or aabb_scale > 128 or aabb_scale & (aabb_scale - 1):

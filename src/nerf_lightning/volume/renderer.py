@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from torch import Tensor, nn
 
+from ..config_schema import Formerly, KeysOf, Note, Range
 from ..ops import get_ops
 from .gradient_scaling import scale_near_gradients
 from .occupancy import OccupancyGrid
@@ -61,9 +62,11 @@ LARGE_SCENE_CONE_ANGLE = 1.0 / 256
 def build_renderer(
     aabb_scale: int = 1,
     occupancy: Callable[..., OccupancyGrid] = OccupancyGrid,
-    cone_angle: float | None = None,
-    large_scene_cone_angle: float = LARGE_SCENE_CONE_ANGLE,
-    **kwargs: Any,
+    cone_angle: Annotated[float | None, Range(low=0), Formerly("model.cone_angle")] = None,
+    large_scene_cone_angle: Annotated[
+        float, Range(low=0), Formerly("model.large_scene_cone_angle")
+    ] = LARGE_SCENE_CONE_ANGLE,
+    **kwargs: Annotated[Any, KeysOf(Renderer)],
 ) -> Renderer:
     """The renderer of a scene whose outer box is ``aabb_scale`` (the ``model.renderer`` config node).
 
@@ -105,14 +108,18 @@ class Renderer(nn.Module):
         self,
         occupancy: OccupancyGrid,
         *,
-        step_size: float = math.sqrt(3.0) / 1024,
+        step_size: Annotated[
+            float, Range(above=0), Note("the marching step in NGP units"), Formerly("model.step_size")
+        ] = math.sqrt(3.0) / 1024,
         cone_angle: float = 0.0,
-        max_samples_per_ray: int = 1024,
-        near_plane: float = 0.0,
-        early_stop_eps: float = 1e-4,
-        ops_backend: str = "auto",
-        compact_samples: bool = True,
-        gradient_scaling_distance: float | None = None,
+        max_samples_per_ray: Annotated[int, Range(low=1), Formerly("model.max_samples_per_ray")] = 1024,
+        near_plane: Annotated[float, Range(low=0), Formerly("model.near_plane")] = 0.0,
+        early_stop_eps: Annotated[float, Range(low=0, below=1), Formerly("model.early_stop_eps")] = 1e-4,
+        ops_backend: Annotated[str, Formerly("model.ops_backend")] = "auto",
+        compact_samples: Annotated[bool, Formerly("model.compact_samples")] = True,
+        gradient_scaling_distance: Annotated[
+            float | None, Range(above=0), Note("null: off"), Formerly("model.gradient_scaling_distance")
+        ] = None,
     ) -> None:
         super().__init__()
         self.occupancy = occupancy
