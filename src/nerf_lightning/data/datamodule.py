@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import lightning as L
 import torch
@@ -38,15 +38,10 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from nerf_lightning.config_schema import Note, PowerOfTwo, Range
+from nerf_lightning.data import heldout
 from nerf_lightning.data.batch_graphs import BatchGraphs
 from nerf_lightning.data.capture_kind import CaptureKind, classify_pixels
 from nerf_lightning.data.formats import CaptureError, load_capture
-from nerf_lightning.data.heldout import (
-    capture_camera_model,
-    evenly_spaced,
-    no_heldout_message,
-    validation_frames,
-)
 from nerf_lightning.data.images import load_images
 from nerf_lightning.data.loaders import StepIndices, StepLoader, ViewIndices, rank_views
 from nerf_lightning.data.ray_batches import TRAIN_BACKGROUNDS, image_batch, resolve_recipe, training_rays
@@ -114,22 +109,24 @@ class NeRFDataModule(L.LightningDataModule):
         cache_dir: str | None = None,
         scene_root: str = "outputs/scenes",
         camera_model: str | None = None,
-        val_split: str = "val",
-        cuda_graph: bool | str = "auto",
+        val_split: Literal["val", "test", "auto", "train"] = "val",
+        cuda_graph: bool | Literal["auto"] = "auto",
         aabb_scale: Annotated[
             int | None, PowerOfTwo(), Range(high=128), Note("null: the capture's own")
         ] = None,
-        pixel_jitter: bool | str = "auto",
-        train_background: str = "auto",
+        pixel_jitter: bool | Literal["auto"] = "auto",
+        train_background: Literal["random", "eval", "auto"] = "auto",
         feedback: TrainingFeedback | None = None,
     ) -> None:
         super().__init__()
-        if train_background not in TRAIN_BACKGROUNDS:
-            raise ValueError(
-                f"data.train_background must be one of {TRAIN_BACKGROUNDS}, got {train_background!r}"
-            )
-        if pixel_jitter not in (True, False, "auto"):
-            raise ValueError(f"data.pixel_jitter must be true, false or auto, got {pixel_jitter!r}")
+        for key, value, accepted in (
+            ("train_background", train_background, TRAIN_BACKGROUNDS),
+            ("pixel_jitter", pixel_jitter, (True, False, "auto")),
+            ("cuda_graph", cuda_graph, (True, False, "auto")),
+            ("val_split", val_split, VAL_SPLITS),
+        ):  # the apps check these first (config_checks); this is for code that builds the DataModule
+            if value not in accepted:
+                raise ValueError(f"data.{key}={value!r}: expected one of {accepted}")
         self._pixel_jitter_cfg = pixel_jitter
         self._train_background_cfg = train_background
         #: renders or photographs, decided from the training images by setup() (``data/capture_kind.py``)
@@ -145,8 +142,6 @@ class NeRFDataModule(L.LightningDataModule):
         #: the run's clock and what the model and the callbacks report to and read of this DataModule
         self.feedback = feedback if feedback is not None else TrainingFeedback()
         self.clock = self.feedback.clock
-        if cuda_graph not in (True, False, "auto"):
-            raise ValueError(f"data.cuda_graph must be true, false or auto, got {cuda_graph!r}")
         self.cuda_graph = cuda_graph
         #: rays per step -> the captured batch graph and its static batch
         self._batch_graphs = BatchGraphs(self.train_batch, strict=cuda_graph is True)
@@ -168,8 +163,6 @@ class NeRFDataModule(L.LightningDataModule):
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.scene_root = Path(scene_root)
         self.camera_model_override = camera_model
-        if val_split not in VAL_SPLITS:
-            raise ValueError(f"data.val_split={val_split!r} is not one of {VAL_SPLITS}")
         self.val_split = val_split
         self.aabb_scale_override = aabb_scale
         self.capture: Capture | None = None
@@ -205,7 +198,7 @@ class NeRFDataModule(L.LightningDataModule):
             min_sharpness=self.min_sharpness,
             aabb_scale=self.aabb_scale_override,
         )
-        model = self.camera_model_override or capture_camera_model(capture)
+        model = self.camera_model_override or heldout.capture_camera_model(capture)
         self.capture = capture
         if not capture.train:
             raise CaptureError(f"{path}: no training views ({len(capture.val)} held out, none left to train)")
@@ -213,14 +206,14 @@ class NeRFDataModule(L.LightningDataModule):
         self._resolve_recipe(classify_pixels(train_images.pixels))
         self.train_set = ViewSet(capture.train, train_images, model)
         self._train_index = {Path(f.image_path): i for i, f in enumerate(capture.train)}
-        val_frames = validation_frames(capture, self.val_split, path)
+        val_frames = heldout.validation_frames(capture, self.val_split, path)
         if not val_frames:
-            raise CaptureError(no_heldout_message(path, capture, self.test_every))
-        val_frames = evenly_spaced(val_frames, self.max_val_views)
+            raise CaptureError(heldout.no_heldout_message(path, capture, self.test_every))
+        val_frames = heldout.evenly_spaced(val_frames, self.max_val_views)
         self.val_set = ViewSet(
             val_frames, load_images(val_frames, self.downscale, self.image_workers, self.cache_dir), model
         )
-        test_frames = evenly_spaced(capture.test or capture.val, self.max_test_views)
+        test_frames = heldout.evenly_spaced(capture.test or capture.val, self.max_test_views)
         if [f.image_path for f in test_frames] == [f.image_path for f in val_frames]:
             self.test_set = self.val_set  # the same views: keep one copy of their pixels
         else:
