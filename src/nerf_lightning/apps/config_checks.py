@@ -126,6 +126,9 @@ DATA: tuple[Rule, ...] = (
     _int("data.test_every", 0, note="0: no holdout"),
     Rule("data.aabb_scale", "pow2", high=128, null=True, note="null: the capture's own"),
     _int("data.image_workers", 1, null=True),
+    Rule("data.shard", "choice", choices=(True, False, "auto"), note="auto: with several ranks"),
+    Rule("data.storage", "choice", choices=("auto", "device", "host")),
+    _num_rule("data.storage_fraction", above=0, high=1),
 )
 
 #: model.* values (train; eval/render/export overrides)
