@@ -189,3 +189,17 @@ def test_sampler_state_of_two_ranks_resumes_on_one(make_ngp) -> None:
     assert torch.equal(one.sampler.view_probs, two.sampler.view_probs)
     assert not torch.allclose(one.sampler.view_probs, one.sampler._uniform_view_probs())
     assert one.train_set.pixels.shape[0] == N_TRAIN * SIZE[0] * SIZE[1]
+
+
+def test_large_capture_is_written_once(tmp_path: Path) -> None:
+    from nerf_lightning.data.synthetic import ensure_large_capture
+
+    out = ensure_large_capture(tmp_path, n_views=10, width=24, height=16, workers=1)
+    assert out.name.startswith("large-10x24x16-v")
+    images = sorted((out / "images").glob("*.png"))
+    assert len(images) == 10
+    stamp = (out / "transforms.json").stat().st_mtime_ns
+    assert ensure_large_capture(tmp_path, n_views=10, width=24, height=16, workers=1) == out
+    assert (out / "transforms.json").stat().st_mtime_ns == stamp  # cached: not rendered again
+    dm = _datamodule(out, test_every=5)
+    assert dm.n_train_views == 8 and dm.train_set.pixels.shape[0] == 8 * 24 * 16

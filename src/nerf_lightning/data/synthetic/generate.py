@@ -445,6 +445,19 @@ def ensure_default_scene(root: Path = Path("outputs/scenes")) -> Path:
     return out
 
 
+def ensure_large_capture(
+    root: Path, n_views: int, width: int, height: int, supersample: int = 1, workers: int | None = None
+) -> Path:
+    """A capture of the embedded scene of ``n_views`` orbit views at ``width`` x ``height``, for tests
+    and benchmarks of captures bigger than a device (``data.shard``, ``data.storage``): rendered once
+    into ``root / f"large-{n_views}x{width}x{height}-v{GENERATOR_VERSION}"`` and reused while its
+    parameters match (:func:`generate_scene`'s cache). Its training pixels take about
+    ``n_views * width * height * 4`` bytes (RGBA uint8) on the device."""
+    out = Path(root) / f"large-{n_views}x{width}x{height}-v{GENERATOR_VERSION}"
+    generate_scene(out, n_views=n_views, width=width, height=height, supersample=supersample, workers=workers)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI: ``python -m nerf_lightning.data.synthetic OUT_DIR [--views 64] [--width 256 --height 256]
     [--seed 0] [--distortion] [--supersample 2] [--hard-views N] [--overwrite] [--rig phone]
