@@ -53,7 +53,7 @@ def _worker(rank: int, world: int, init_file: str, path: str, out_dir: str) -> N
         for _ in range(40):
             batch = dm.train_batch(2000)
             counts += torch.bincount(batch["view_ids"], minlength=N_TRAIN).double()
-        held = dm._shard.views if dm._shard is not None else torch.arange(N_TRAIN)
+        held = dm.train_pixels.held_views
         torch.save(
             {
                 "views": held,
@@ -162,7 +162,7 @@ def test_host_storage_gives_the_device_batches(make_ngp) -> None:
     for storage in ("device", "host"):
         dm = _datamodule(path, storage=storage, pixel_jitter=True, train_background="random")
         dm._ensure_device(torch.device("cpu"))
-        assert (dm._host is not None) == (storage == "host")
+        assert (dm.train_pixels.host is not None) == (storage == "host")
         torch.manual_seed(7)
         batches[storage] = [dm.train_batch(500) for _ in range(3)]
     for a, b in zip(batches["device"], batches["host"], strict=True):
@@ -176,7 +176,7 @@ def test_sampler_state_of_two_ranks_resumes_on_one(make_ngp) -> None:
     loads into one process that holds every view."""
     path = make_ngp(n=N_FRAMES, size=SIZE)
     two = _datamodule(path, sampler="loss_weighted")
-    two._load_train(1, 2)  # rank 1 of 2
+    two.train_pixels.load(1, 2)  # rank 1 of 2
     assert two.train_set.pixels.shape[0] == (N_TRAIN // 2) * SIZE[0] * SIZE[1]
     two._ensure_device(torch.device("cpu"))
     batch = two.train_batch(256)
