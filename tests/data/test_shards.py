@@ -203,3 +203,15 @@ def test_large_capture_is_written_once(tmp_path: Path) -> None:
     assert (out / "transforms.json").stat().st_mtime_ns == stamp  # cached: not rendered again
     dm = _datamodule(out, test_every=5)
     assert dm.n_train_views == 8 and dm.train_set.pixels.shape[0] == 8 * 24 * 16
+
+
+def test_large_capture_repeats_its_views_without_holding_out_a_training_view(tmp_path: Path) -> None:
+    from nerf_lightning.data.synthetic import ensure_large_capture
+
+    out = ensure_large_capture(tmp_path, n_views=8, width=16, height=12, workers=1, repeat=3)
+    assert out.name.endswith("-x3") and not (out / "images").exists()  # the renders are not copied
+    dm = _datamodule(out)  # test_every=8: frames 0, 8, 16 held out, all copies of view 0
+    held_out = {f.image_path for f in dm.val_set.frames}
+    assert len(dm.val_set.frames) == 3 and len(held_out) == 1
+    assert dm.n_train_views == 21 and not held_out & {f.image_path for f in dm.train_set.frames}
+    assert dm.train_set.pixels.shape[0] == 21 * 16 * 12
