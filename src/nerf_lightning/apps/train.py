@@ -218,7 +218,7 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     callbacks += extra_callbacks or []
     # Always on: the run's config and exact-resume state go into every checkpoint; the gradient exchange.
     callbacks.append(RunState(plain_config, {"model": model_kwargs}, seed=opts.seed))
-    callbacks.append(GradientExchange(opts.grad_exchange))
+    callbacks.append(GradientExchange(opts.grad_exchange, datamodule.feedback))
     callbacks.append(DivergenceGuard())  # NaN/inf loss or weights: stop, never checkpoint them
     loggers = instantiate_group(cfg.get("logger"))
     # cluster=slurm|torchelastic|...: the ClusterEnvironment plugin (none: Lightning detects it)

@@ -13,6 +13,11 @@ gradient, so a relative error of that size changes an update by about as much.
 - FSDP: the same key sets ``MixedPrecision.reduce_dtype`` (``run/strategies.fsdp_full_precision``).
 
 ``fp32`` (the default) leaves DDP's own all-reduce alone.
+
+Under ``data.shard`` each rank draws from its own shard of the training views and its gradient is
+weighted by ``N * P_r`` (the sampler's mass on its shard, ``data/shards.py``) before the all-reduce
+averages it: :func:`weighted_gradients` wraps the hook (or DDP's plain all-reduce) and scales each
+bucket by the feedback's ``shard_weight``, a device scalar: no host sync.
 """
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations as objects.
@@ -23,6 +28,8 @@ from typing import Any, Literal, get_args
 import lightning as L
 import torch
 import torch.distributed as dist
+
+from nerf_lightning.training.feedback import TrainingFeedback
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +61,23 @@ def bf16_gradients(process_group: Any, bucket: dist.GradBucket) -> torch.futures
     return future.then(mean_into_bucket)
 
 
+def weighted_gradients(weight: Callable[[], torch.Tensor], inner: "Hook | None") -> "Hook":
+    """``inner`` (None: a float32 all-reduce and mean) on each bucket times this rank's ``weight()``
+    (read at each call: the shard's weight tensor is replaced when it moves to the device or the
+    views are re-sharded)."""
+
+    def hook(process_group: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        bucket.buffer().mul_(weight())
+        if inner is not None:
+            return inner(process_group, bucket)
+        group = process_group if process_group is not None else dist.group.WORLD
+        buffer = bucket.buffer().div_(dist.get_world_size(group))
+        future = dist.all_reduce(buffer, group=group, async_op=True).get_future()
+        return future.then(lambda fut: fut.value()[0])
+
+    return hook
+
+
 def check_exchange(exchange: str) -> str:
     if exchange not in EXCHANGES:
         raise ValueError(f"grad_exchange must be one of {EXCHANGES}, got {exchange!r}")
@@ -78,17 +102,24 @@ class GradientExchange(L.Callback):
     """Registers the ``grad_exchange`` hook on the strategy's DDP model when fitting starts (module
     docstring); a no-op under one process and under FSDP (which reads the key from its config)."""
 
-    def __init__(self, exchange: Exchange = "fp32") -> None:
+    def __init__(self, exchange: Exchange = "fp32", feedback: TrainingFeedback | None = None) -> None:
         self.exchange = check_exchange(exchange)
+        self.feedback = feedback  # its shard_weight, once the DataModule shards (data.shard)
 
     def inert(self, trainer: L.Trainer) -> bool:
         """DDP's own float32 all-reduce, or one process: no hook to register (the train app then drops
         it: run/loop.py)."""
-        return comm_hook(self.exchange) is None or trainer.world_size == 1
+        return (comm_hook(self.exchange) is None and self.feedback is None) or trainer.world_size == 1
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         model = getattr(trainer.strategy, "model", None)
         if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
             return
-        if register(model, self.exchange) and trainer.is_global_zero:
+        feedback = self.feedback
+        if feedback is not None and feedback.shard_weight is not None:
+            weight = weighted_gradients(lambda: feedback.shard_weight, comm_hook(self.exchange))
+            model.register_comm_hook(None, weight)
+            if trainer.is_global_zero:
+                log.info("data.shard: each rank's gradients weighted by its shard's sampling mass")
+        elif register(model, self.exchange) and trainer.is_global_zero:
             log.info("grad_exchange=%s: gradients are all-reduced in bfloat16", self.exchange)

@@ -70,9 +70,19 @@ def classify_pixels(pixels: torch.Tensor) -> CaptureKind:
         raise ValueError(f"classify_pixels: expected [P, 3] or [P, 4] pixels, got {tuple(pixels.shape)}")
     if pixels.shape[1] == 3:
         return CaptureKind("photo", "the images have no alpha channel")
+    return kind_of_fraction(transparent_fraction(pixels))
+
+
+def transparent_fraction(pixels: torch.Tensor) -> float:
+    """Fraction of RGBA pixels ``[P, 4]`` (a regular stride of at most :data:`MAX_SAMPLES`) with alpha
+    below :data:`TRANSPARENT_ALPHA`."""
     stride = max(1, pixels.shape[0] // MAX_SAMPLES)
     alpha = pixels[::stride, 3]
-    fraction = float(torch.count_nonzero(alpha < TRANSPARENT_ALPHA)) / max(1, alpha.numel())
+    return float(torch.count_nonzero(alpha < TRANSPARENT_ALPHA)) / max(1, alpha.numel())
+
+
+def kind_of_fraction(fraction: float) -> CaptureKind:
+    """The kind of RGBA training images of which ``fraction`` of the pixels are transparent."""
     share = f"{100.0 * fraction:.1f} % of the training pixels have alpha < {TRANSPARENT_ALPHA}"
     if fraction >= MIN_TRANSPARENT_FRACTION:
         return CaptureKind("render", f"RGBA images over a transparent background: {share}", fraction)

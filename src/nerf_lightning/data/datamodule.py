@@ -21,8 +21,8 @@ capture's test split when it has one, else the held-out views (at most ``max_tes
 :attr:`NeRFDataModule.eval_split` names which. A capture without any held-out view is refused in
 ``setup`` (a run that validates on nothing would report a NaN PSNR).
 
-The loaders only yield small index tensors; all pixels (uint8) live on the device, so a training step
-costs no host->device copy and no host synchronization.
+The loaders only yield small index tensors; the pixels (uint8) live on the device, so a training step
+costs no host->device copy and no host synchronization (a rank's shard, host memory: ``training_pixels``).
 """
 
 from __future__ import annotations
@@ -40,12 +40,15 @@ from torch.utils.data import DataLoader
 from nerf_lightning.config_schema import Note, PowerOfTwo, Range
 from nerf_lightning.data import heldout
 from nerf_lightning.data.batch_graphs import BatchGraphs
-from nerf_lightning.data.capture_kind import CaptureKind, classify_pixels
+from nerf_lightning.data.cameras import intrinsics_tensor, poses_tensor
+from nerf_lightning.data.capture_kind import CaptureKind
 from nerf_lightning.data.formats import CaptureError, load_capture
 from nerf_lightning.data.images import load_images
 from nerf_lightning.data.loaders import StepIndices, StepLoader, ViewIndices, rank_views
-from nerf_lightning.data.ray_batches import TRAIN_BACKGROUNDS, image_batch, resolve_recipe, training_rays
+from nerf_lightning.data.ray_batches import TRAIN_BACKGROUNDS, image_batch, resolve_recipe
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
+from nerf_lightning.data.shards import classify_shards, rank_and_world
+from nerf_lightning.data.training_pixels import TrainingPixels, check_placement
 from nerf_lightning.data.types import Capture
 from nerf_lightning.data.view_set import ViewSet
 from nerf_lightning.training.feedback import TrainCameras, TrainingFeedback
@@ -88,6 +91,8 @@ class NeRFDataModule(L.LightningDataModule):
             makes it around the clock of ``batch_rule``): this rank's batch follows its clock and work
             share, and ``setup`` attaches the capture, the training cameras and the ray sampler to it.
             None: one process's, ``per_device``.
+        shard / storage / storage_fraction: each rank's shard of the training views, and where the
+            pixels live (``data/training_pixels.py``).
     """
 
     def __init__(
@@ -117,8 +122,13 @@ class NeRFDataModule(L.LightningDataModule):
         pixel_jitter: bool | Literal["auto"] = "auto",
         train_background: Literal["random", "eval", "auto"] = "auto",
         feedback: TrainingFeedback | None = None,
+        shard: Annotated[bool | Literal["auto"], Note("auto: with several ranks")] = "auto",
+        storage: Literal["auto", "device", "host"] = "auto",
+        storage_fraction: Annotated[float, Range(above=0, high=1)] = 0.5,
     ) -> None:
         super().__init__()
+        check_placement(shard, storage, storage_fraction)
+        self._placement = {"shard": shard, "storage": storage, "storage_fraction": storage_fraction}
         for key, value, accepted in (
             ("train_background", train_background, TRAIN_BACKGROUNDS),
             ("pixel_jitter", pixel_jitter, (True, False, "auto")),
@@ -166,7 +176,8 @@ class NeRFDataModule(L.LightningDataModule):
         self.val_split = val_split
         self.aabb_scale_override = aabb_scale
         self.capture: Capture | None = None
-        self.train_set: ViewSet | None = None
+        #: the training pixels this rank holds (all views, or its shard) and where they live
+        self.train_pixels: TrainingPixels | None = None
         self.val_set: ViewSet | None = None
         self.test_set: ViewSet | None = None
         self.sampler: RaySampler | None = None
@@ -187,7 +198,9 @@ class NeRFDataModule(L.LightningDataModule):
         self.resolve_path()
 
     def setup(self, stage: str | None = None) -> None:
-        if self.capture is not None:
+        if self.capture is not None:  # a resumed run of another world size: re-shard
+            if self.train_pixels is not None and self.train_pixels.load(*rank_and_world(self.trainer)):
+                self._device = None
             return
         path = self.resolve_path()
         capture = load_capture(
@@ -202,42 +215,31 @@ class NeRFDataModule(L.LightningDataModule):
         self.capture = capture
         if not capture.train:
             raise CaptureError(f"{path}: no training views ({len(capture.val)} held out, none left to train)")
-        train_images = load_images(capture.train, self.downscale, self.image_workers, self.cache_dir)
-        self._resolve_recipe(classify_pixels(train_images.pixels))
-        self.train_set = ViewSet(capture.train, train_images, model)
+        decode = {"downscale": self.downscale, "num_workers": self.image_workers, "cache_dir": self.cache_dir}
+        pixels = TrainingPixels(capture.train, decode, model, self.feedback, path, **self._placement)
+        self.train_pixels = pixels
+        pixels.load(*rank_and_world(self.trainer))
+        self._resolve_recipe(classify_shards(pixels.pixels))  # one recipe over all ranks' views
         self._train_index = {Path(f.image_path): i for i, f in enumerate(capture.train)}
         val_frames = heldout.validation_frames(capture, self.val_split, path)
         if not val_frames:
             raise CaptureError(heldout.no_heldout_message(path, capture, self.test_every))
         val_frames = heldout.evenly_spaced(val_frames, self.max_val_views)
-        self.val_set = ViewSet(
-            val_frames, load_images(val_frames, self.downscale, self.image_workers, self.cache_dir), model
-        )
+        self.val_set = ViewSet(val_frames, load_images(val_frames, **decode), model)
         test_frames = heldout.evenly_spaced(capture.test or capture.val, self.max_test_views)
         if [f.image_path for f in test_frames] == [f.image_path for f in val_frames]:
             self.test_set = self.val_set  # the same views: keep one copy of their pixels
         else:
-            test_images = load_images(test_frames, self.downscale, self.image_workers, self.cache_dir)
-            self.test_set = ViewSet(test_frames, test_images, model)
-        self.sampler = self.sampler_factory(
-            widths=self.train_set.widths.clone(), heights=self.train_set.heights.clone()
-        )
-        ts = self.train_set
-        cameras = TrainCameras(ts.poses.clone(), ts.intrinsics.clone(), ts.widths.clone(), ts.heights.clone())
+            self.test_set = ViewSet(test_frames, load_images(test_frames, **decode), model)
+        widths, heights = pixels.sizes  # the sampler, the cameras and the per-view parameters: all views
+        self.sampler = self.sampler_factory(widths=widths.clone(), heights=heights.clone())
+        cameras = TrainCameras(poses_tensor(capture.train), intrinsics_tensor(capture.train), widths, heights)
         self.feedback.attach(capture, cameras, self.sampler)
         log.info(
             "capture %s (%s): %d train / %d val / %d %s views, %dx%d (downscale %d), aabb_scale %d",
-            path,
-            capture.format,
-            len(capture.train),
-            len(val_frames),
-            len(self.test_set.frames),
-            self.eval_split,
-            int(train_images.widths[0]),
-            int(train_images.heights[0]),
-            self.downscale,
-            capture.aabb_scale,
-        )
+            path, capture.format, len(capture.train), len(val_frames), len(self.test_set.frames),
+            self.eval_split, int(widths[0]), int(heights[0]), self.downscale, capture.aabb_scale,
+        )  # fmt: skip
 
     def _resolve_recipe(self, kind: CaptureKind) -> None:
         self.capture_kind = kind
@@ -258,15 +260,21 @@ class NeRFDataModule(L.LightningDataModule):
         return not self.capture_kind.is_render
 
     @property
+    def train_set(self) -> ViewSet | None:
+        """The training views this rank holds (all of them, or its shard: ``data.shard``)."""
+        return self.train_pixels.views if self.train_pixels is not None else None
+
+    @property
     def n_train_views(self) -> int:
-        assert self.train_set is not None, "call setup() first"
-        return len(self.train_set.frames)
+        """All training views (under ``data.shard`` a rank holds the pixels of some of them)."""
+        assert self.capture is not None, "call setup() first"
+        return len(self.capture.train)
 
     @property
     def train_poses(self) -> Tensor:
         """The training views' given camera-to-world matrices, NGP space, float32 [V, 3, 4] (a copy)."""
-        assert self.train_set is not None, "call setup() first"
-        return self.train_set.poses.detach().cpu().clone()
+        assert self.capture is not None, "call setup() first"
+        return poses_tensor(self.capture.train)
 
     @property
     def has_alpha(self) -> bool:
@@ -316,18 +324,15 @@ class NeRFDataModule(L.LightningDataModule):
 
     def _view_loader(self, views_set: ViewSet | None) -> DataLoader:
         n = len(views_set.frames) if views_set is not None else 0
-        rank, world = (
-            (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
-        )
-        views = ViewIndices(rank_views(n, rank, world))
+        views = ViewIndices(rank_views(n, *rank_and_world(self.trainer)))
         return DataLoader(views, batch_size=None, num_workers=0, generator=torch.Generator())
 
     # -------------------------------------------------------------------------- device batches
     def _ensure_device(self, device: torch.device) -> None:
         if self._device == device:
             return
-        assert self.train_set is not None and self.sampler is not None
-        self.train_set.to(device)
+        assert self.train_pixels is not None and self.sampler is not None
+        self.train_pixels.to(device)
         for views in {id(v): v for v in (self.val_set, self.test_set) if v is not None}.values():
             views.to(device)
         self.sampler.to(device)
@@ -355,24 +360,19 @@ class NeRFDataModule(L.LightningDataModule):
         """A training batch as the training loop gets it: on a GPU replayed from its batch graph (captured
         on first use; ``data.cuda_graph=false``: drawn eagerly), whose tensors the next draw overwrites;
         elsewhere :meth:`train_batch`. The data must be on their device (``_ensure_device``)."""
-        if self._device is not None and self._device.type == "cuda" and self.cuda_graph is not False:
+        on_gpu = self._device is not None and self._device.type == "cuda" and self.cuda_graph is not False
+        if on_gpu and self.train_pixels is not None and self.train_pixels.host is None:  # host: eager
             return self._batch_graphs.batch(n_rays)
         return self.train_batch(n_rays)
 
     def train_batch(self, n_rays: int) -> dict[str, Any]:
-        """Draw ``n_rays`` training rays on the data's device (no host sync): ``data/ray_batches.py``."""
-        ts, sampler = self.train_set, self.sampler
-        assert ts is not None and sampler is not None and self.pixel_jitter is not None
-        device = ts.pixels.device
-        background = None if self.train_background == "random" else self.eval_background(device)
-        return training_rays(
-            ts,
-            sampler,
-            n_rays,
-            pixel_jitter=self.pixel_jitter,
-            eval_background=background,
-            with_alpha=self.alpha_targets,
-        )
+        """Draw ``n_rays`` training rays on the data's device (no host sync): ``data/ray_batches.py``.
+        Their ``view_ids`` are global training views."""
+        pixels, sampler = self.train_pixels, self.sampler
+        assert pixels is not None and sampler is not None and self.pixel_jitter is not None
+        background = None if self.train_background == "random" else self.eval_background(pixels.device)
+        jitter, alpha = self.pixel_jitter, self.alpha_targets
+        return pixels.rays(sampler, n_rays, pixel_jitter=jitter, eval_background=background, with_alpha=alpha)
 
     def val_batch(self, view: int) -> dict[str, Any]:
         """All pixels of validation view ``view`` (row-major), composited over the eval background."""

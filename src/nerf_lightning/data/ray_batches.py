@@ -13,7 +13,9 @@ import torch
 from torch import Tensor
 
 from nerf_lightning.data.capture_kind import CaptureKind
+from nerf_lightning.data.host_pixels import HostPixels
 from nerf_lightning.data.sampler import RaySampler
+from nerf_lightning.data.shards import ShardDraw, draw_pixels
 from nerf_lightning.data.view_set import ViewSet
 
 __all__ = ["TRAIN_BACKGROUNDS", "image_batch", "resolve_recipe", "training_rays"]
@@ -49,6 +51,8 @@ def training_rays(
     pixel_jitter: bool,
     eval_background: Tensor | None,
     with_alpha: bool,
+    shard: ShardDraw | None = None,
+    host: HostPixels | None = None,
 ) -> dict[str, Any]:
     """Draw ``n_rays`` training rays of ``views`` on their device (no host sync).
 
@@ -59,9 +63,12 @@ def training_rays(
             (as instant-ngp: on opaque RGB targets leftover transparency is penalized, so the field
             learns to be opaque and renders the same over whatever background evaluation uses).
         with_alpha: the batch carries the target pixels' ``alpha`` (RGBA images).
+        shard: ``views`` are this rank's shard of the training views (``data.shard``), drawn from the
+            sampler's distribution restricted to them; the batch's ``view_ids`` stay global.
+        host: ``views``' pixels held on the host (``data.storage=host``), gathered there.
     """
-    view_ids, ix, iy = sampler.sample(n_rays)
-    device = views.pixels.device
+    view_ids, local, ix, iy, pixels = draw_pixels(sampler, shard, host, n_rays)
+    device = views.poses.device
     if pixel_jitter:
         ux = torch.rand(n_rays, device=device)
         uy = torch.rand(n_rays, device=device)
@@ -71,7 +78,13 @@ def training_rays(
         background = torch.rand(n_rays, 3, device=device)
     else:
         background = eval_background.expand(n_rays, 3).contiguous()
-    return views.train_rays(view_ids, ix, iy, ux, uy, background, with_alpha=with_alpha)
+    if pixels is not None:
+        px, py = ix.float() + ux, iy.float() + uy
+        batch = views.batch(local, ix, iy, px, py, background, with_alpha, pixels=pixels)
+    else:
+        batch = views.train_rays(local, ix, iy, ux, uy, background, with_alpha=with_alpha)
+    batch["view_ids"] = view_ids
+    return batch
 
 
 def image_batch(views: ViewSet, view: int, eval_background: Tensor, train_view: int) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from torch import Tensor
 from nerf_lightning.ops import data_kernel
 from nerf_lightning.training.clock import Tick
 
-__all__ = ["RaySampler", "UniformRaySampler", "LossWeightedRaySampler", "build_sampler"]
+__all__ = ["RaySampler", "UniformRaySampler", "LossWeightedRaySampler", "build_sampler", "pixels_of"]
 
 SizeLike = Tensor | Sequence[int]
 
@@ -51,8 +51,10 @@ def _as_sizes(values: SizeLike, name: str) -> Tensor:
     """Validate per-view image sizes: a non-empty 1-D integer sequence of positive values → int64 [V]."""
     t = torch.as_tensor(values)
     if t.ndim != 1 or t.numel() == 0:
-        raise ValueError(f"RaySampler: `{name}` must be a non-empty 1-D sequence (one entry per view), "
-                         f"got shape {tuple(t.shape)}")
+        raise ValueError(
+            f"RaySampler: `{name}` must be a non-empty 1-D sequence (one entry per view), "
+            f"got shape {tuple(t.shape)}"
+        )
     if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
         raise ValueError(f"RaySampler: `{name}` must hold integers (pixels), got dtype {t.dtype}")
     t = t.to(torch.int64)
@@ -63,6 +65,16 @@ def _as_sizes(values: SizeLike, name: str) -> Tensor:
 
 def _distributed_world() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def pixels_of(cdf: Tensor, widths: Tensor, heights: Tensor, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(view_ids, px, py) of uniforms ``u`` float64 [3, n]: the view whose interval of ``cdf`` float64 [V]
+    holds ``u[0]``, then the pixel at fractions ``u[1]``, ``u[2]`` of its width and height (int64 [V])."""
+    view_ids = torch.searchsorted(cdf, u[0], right=True).clamp_(max=cdf.numel() - 1)
+    w, h = widths[view_ids], heights[view_ids]
+    px = torch.minimum((u[1] * w).long(), w - 1)
+    py = torch.minimum((u[2] * h).long(), h - 1)
+    return view_ids, px, py
 
 
 class RaySampler(torch.nn.Module):
@@ -93,8 +105,10 @@ class RaySampler(torch.nn.Module):
         w = _as_sizes(widths, "widths")
         h = _as_sizes(heights, "heights").to(w.device)
         if w.shape != h.shape:
-            raise ValueError(f"RaySampler: `widths` and `heights` need one entry per view, got {w.numel()} "
-                             f"widths and {h.numel()} heights")
+            raise ValueError(
+                f"RaySampler: `widths` and `heights` need one entry per view, got {w.numel()} "
+                f"widths and {h.numel()} heights"
+            )
         self.register_buffer("widths", w)
         self.register_buffer("heights", h)
         v = w.numel()
@@ -148,8 +162,10 @@ class RaySampler(torch.nn.Module):
             raise ValueError(f"RaySampler.sample: n_rays must be >= 0, got {n_rays}")
         dev = self.cdf.device
         if generator is not None and generator.device.type != dev.type:
-            raise ValueError(f"RaySampler.sample: the generator is on {generator.device} but the sampler "
-                             f"state is on {dev}; create it with torch.Generator(device='{dev.type}')")
+            raise ValueError(
+                f"RaySampler.sample: the generator is on {generator.device} but the sampler "
+                f"state is on {dev}; create it with torch.Generator(device='{dev.type}')"
+            )
         # float64: the view CDF resolves small probabilities and floor(u * w) stays inside the image
         u = torch.rand(3, n_rays, generator=generator, device=dev, dtype=torch.float64)
         kernel = data_kernel("sample_pixels", u, self.cdf)
@@ -160,11 +176,7 @@ class RaySampler(torch.nn.Module):
     def _pixels_of(self, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(view_ids, px, py) of uniforms ``u`` float64 [3, n]: the view whose CDF interval holds ``u[0]``,
         then the pixel at fractions ``u[1]``, ``u[2]`` of its width and height."""
-        view_ids = torch.searchsorted(self.cdf, u[0], right=True).clamp_(max=self.cdf.numel() - 1)
-        w, h = self.widths[view_ids], self.heights[view_ids]
-        px = torch.minimum((u[1] * w).long(), w - 1)
-        py = torch.minimum((u[2] * h).long(), h - 1)
-        return view_ids, px, py
+        return pixels_of(self.cdf, self.widths, self.heights, u)
 
     def update(
         self, view_ids: Tensor, px: Tensor, py: Tensor, losses: Tensor, valid: Tensor | None = None
@@ -197,19 +209,28 @@ class RaySampler(torch.nn.Module):
             setattr(self, name, getattr(self, name).to(device))
         return self
 
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any],
-                              strict: bool, missing_keys: list[str], unexpected_keys: list[str],
-                              error_msgs: list[str]) -> None:
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
         for name in ("widths", "heights"):
             key = prefix + name
             if key in state_dict and not torch.equal(state_dict[key].cpu(), getattr(self, name).cpu()):
                 error_msgs.append(
                     f"{type(self).__name__}: checkpoint `{key}` ({state_dict[key].numel()} views) does not "
                     f"match the training views of this run ({self.num_views} views) — was the dataset, its "
-                    f"train split or the downscale factor changed?")
+                    f"train split or the downscale factor changed?"
+                )
                 return
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
-                                      unexpected_keys, error_msgs)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
     def extra_repr(self) -> str:
         return f"views={self.num_views}"
@@ -317,7 +338,8 @@ class LossWeightedRaySampler(RaySampler):
         if view_ids.ndim != 1 or px.shape != n or py.shape != n or losses.shape != n:
             raise ValueError(
                 "LossWeightedRaySampler.update: view_ids, px, py and losses must be 1-D of one length, got "
-                f"{tuple(view_ids.shape)}, {tuple(px.shape)}, {tuple(py.shape)}, {tuple(losses.shape)}")
+                f"{tuple(view_ids.shape)}, {tuple(px.shape)}, {tuple(py.shape)}, {tuple(losses.shape)}"
+            )
         dev = self._acc_sum.device
         idx = view_ids.to(dev, torch.int64)
         losses = losses.detach().to(dev, torch.float32)
@@ -387,15 +409,19 @@ class LossWeightedRaySampler(RaySampler):
         for key, dst in (("acc_sum", self._acc_sum), ("acc_cnt", self._acc_cnt)):
             src = state[key]
             if src.shape != dst.shape:
-                raise RuntimeError(f"LossWeightedRaySampler: checkpoint `{key}` has shape "
-                                   f"{tuple(src.shape)}, expected {tuple(dst.shape)} "
-                                   "(the training views changed?)")
+                raise RuntimeError(
+                    f"LossWeightedRaySampler: checkpoint `{key}` has shape "
+                    f"{tuple(src.shape)}, expected {tuple(dst.shape)} "
+                    "(the training views changed?)"
+                )
             dst.copy_(src)
 
     def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, alpha={self.alpha}, eps={self.eps}, "
-                f"uniform_floor={self.uniform_floor}, ema_decay={self.ema_decay}, "
-                f"warmup_steps={self.warmup_steps}, update_every={self.update_every}")
+        return (
+            f"{super().extra_repr()}, alpha={self.alpha}, eps={self.eps}, "
+            f"uniform_floor={self.uniform_floor}, ema_decay={self.ema_decay}, "
+            f"warmup_steps={self.warmup_steps}, update_every={self.update_every}"
+        )
 
 
 SAMPLERS: dict[str, type[RaySampler]] = {
@@ -409,6 +435,7 @@ def build_sampler(name: str, widths: SizeLike, heights: SizeLike, **kwargs: Any)
     try:
         cls = SAMPLERS[name]
     except KeyError:
-        raise ValueError(f"build_sampler: unknown sampler {name!r}; expected one of {sorted(SAMPLERS)}"
-                         ) from None
+        raise ValueError(
+            f"build_sampler: unknown sampler {name!r}; expected one of {sorted(SAMPLERS)}"
+        ) from None
     return cls(widths=widths, heights=heights, **kwargs)

@@ -32,8 +32,9 @@ class ViewSet:
         self.undistortion = UndistortionTable(self.intrinsics, self.widths, self.heights, camera_model)
         self._has_distortion = bool((self.intrinsics[:, 4:] != 0).any())
 
-    def to(self, device: torch.device) -> ViewSet:
-        for name in ("pixels", "offsets", "widths", "heights", "poses", "intrinsics"):
+    def to(self, device: torch.device, pixels: bool = True) -> ViewSet:
+        """Everything onto ``device``; ``pixels=False``: the pixels stay where they are (the host)."""
+        for name in ("pixels", "offsets", "widths", "heights", "poses", "intrinsics")[0 if pixels else 1 :]:
             setattr(self, name, getattr(self, name).to(device, non_blocking=True))
         self.undistortion.to(device)
         return self
@@ -86,11 +87,13 @@ class ViewSet:
         py: Tensor,
         background: Tensor,
         with_alpha: bool = False,
+        pixels: Tensor | None = None,
     ) -> dict[str, Tensor]:
         """Rays through (px, py) of integer pixels (ix, iy), targets composited over ``background``;
-        ``with_alpha``: also the pixels' ``alpha`` (images that carry it)."""
+        ``with_alpha``: also the pixels' ``alpha`` (images that carry it). ``pixels``: those pixels'
+        uint8 [R, C] values when gathered elsewhere (``data/host_pixels.py``), else read here."""
         rays_o, rays_d = self.rays(view_ids, px, py)
-        color = self.colors(view_ids, ix, iy)
+        color = self.colors(view_ids, ix, iy) if pixels is None else pixels.float() / 255.0
         rgb, alpha = color[:, :3], None
         if color.shape[1] == 4:
             alpha = color[:, 3] if with_alpha else None

@@ -64,6 +64,9 @@ class TrainingFeedback:
         self.capture: Any = None
         self.cameras: TrainCameras | None = None
         self.sampler: LossSampler | None = None
+        #: this rank's gradient weight under ``data.shard`` (float32 [] on its device, rewritten in place
+        #: by each draw: ``data/shards.py``), which the gradient exchange applies; None: not sharded
+        self.shard_weight: Tensor | None = None
 
     def attach(self, capture: Any, cameras: TrainCameras, sampler: LossSampler) -> None:
         """Called by the DataModule's ``setup`` once the capture is read."""

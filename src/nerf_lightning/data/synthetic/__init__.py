@@ -2,7 +2,9 @@
 
 ``python -m nerf_lightning.data.synthetic OUT_DIR [--views 64] [--width 256 --height 256] [--seed 0]
 [--distortion] [--supersample 2] [--hard-views N]`` writes ``OUT_DIR/transforms.json`` and
-``OUT_DIR/images/*.png``. :func:`ensure_default_scene` is the cached embedded scene of ``make train``.
+``OUT_DIR/images/*.png``. :func:`ensure_default_scene` is the cached embedded scene of ``make train``;
+:func:`ensure_large_capture` many views of it at a chosen resolution, cached likewise
+(tests and benchmarks of big captures).
 """
 
 from nerf_lightning.data.synthetic.camera import camera_rays, distort, look_at, pixel_grid, project, undistort
@@ -14,6 +16,7 @@ from nerf_lightning.data.synthetic.generate import (
     GENERATOR_VERSION,
     closeup_poses,
     ensure_default_scene,
+    ensure_large_capture,
     generate_scene,
     main,
     orbit_poses,
@@ -34,6 +37,7 @@ __all__ = [
     "closeup_poses",
     "distort",
     "ensure_default_scene",
+    "ensure_large_capture",
     "generate_scene",
     "look_at",
     "main",
