@@ -36,6 +36,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.apps.entry import hydra_app
+from nerf_lightning.capture.baseline import distinct_views
 from nerf_lightning.capture.build_folder import building, remove_stale_builds
 from nerf_lightning.capture.normalize import AABB_COVERAGE, MAX_AABB_SCALE, normalization, suggest_aabb_scale
 from nerf_lightning.capture.photos import import_photos, list_photos
@@ -132,6 +133,21 @@ def _check_values(cfg: DictConfig) -> None:
         raise UserError(f"matcher={cfg.matcher}: expected auto, exhaustive or sequential")
 
 
+def _check_baseline(kind: str, source: Path, image_dir: Path, names: list[str]) -> None:
+    """Refuse images that show fewer than :data:`MIN_IMAGES` different views (the camera never moved):
+    no baseline to triangulate from, whatever the features."""
+    groups = distinct_views([image_dir / n for n in names])
+    if len(groups) >= MIN_IMAGES:
+        return
+    what = "photos" if kind == "images" else "frames of the video"
+    same = ", ".join(f"{g[0].name} = {len(g)} images" for g in groups[:3])
+    raise UserError(
+        f"{kind}={source}: the {len(names)} {what} show only {len(groups)} distinct view(s) ({same}): the "
+        "camera never moved, so there is no baseline between the views to triangulate from; take the "
+        f"photos from different positions (a step around the object between shots, at least {MIN_IMAGES})"
+    )
+
+
 def _too_few_registered(result: SfmResult, n: int, options: SfmOptions, min_share: float) -> UserError | None:
     got = len(result.registered)
     if got >= MIN_IMAGES and got >= min_share * n:
@@ -194,6 +210,7 @@ def process(cfg: DictConfig) -> dict[str, Any]:
                 source_info.update(fps=info.fps, duration_s=info.duration, frames_in_clip=info.n_frames)
                 source_info["kept_frame_indices"] = [f.index for f in frames]
             seconds["images"] = time.perf_counter() - t0
+            _check_baseline(kind, source, tmp / "images", names)
 
             result = run_sfm(tmp / "images", names, tmp / "colmap", options, bars)
             seconds.update(result.seconds)
