@@ -90,14 +90,15 @@ def scene(trained_run) -> Scene:  # noqa: ANN001
 
 @pytest.fixture(scope="module")
 def viewer(trained_run, tmp_path_factory) -> Iterator[dict]:  # noqa: ANN001
-    """A ``python -m nerf_lightning.view`` process on the shared run: its URL, folder, log and process."""
+    """A ``python -m nerf_lightning.view`` process on the shared run: its URL, folder, log and process.
+    It listens on every interface (``host=0.0.0.0``): its printed URL carries the token it requires."""
     run_dir, _ = trained_run
     out = tmp_path_factory.mktemp("view")
-    port = next_free_port("127.0.0.1", 7300 + os.getpid() % 1000)
+    port = next_free_port("0.0.0.0", 7300 + os.getpid() % 1000)
     log = out / "view.log"
     proc = fork_app(
-        "view", f"ckpt={run_dir}", f"port={port}", f"max_size={MAX_SIZE}", f"preview_size={PREVIEW_SIZE}",
-        f"hydra.run.dir={out}", cwd=out, log=log,
+        "view", f"ckpt={run_dir}", "host=0.0.0.0", f"port={port}", f"max_size={MAX_SIZE}",
+        f"preview_size={PREVIEW_SIZE}", f"hydra.run.dir={out}", cwd=out, log=log,
     )  # fmt: skip
     try:
         url = wait_for_line(log, r"^viewer: (http://\S+)", proc, 120).group(1)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from runs import TINY_TRAIN, child_env, fork_app
+from websockets.exceptions import InvalidStatus
 
 from nerf_lightning.viewer.client import HeadlessClient
 from nerf_lightning.viewer.ports import next_free_port
@@ -42,10 +43,11 @@ def test_pause_resume_stop_while_training(tiny_scene: Path, tmp_path: Path) -> N
     proc = fork_app(
         "train", f"data.path={tiny_scene}", *TINY_TRAIN, "trainer.max_steps=100000", "viewer=on",
         f"viewer.port={port}", "viewer.max_size=24", "viewer.preview_size=8", "viewer.refresh_every_s=0.5",
-        f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, log=log,
+        "viewer.token=my-token", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, log=log,
     )  # fmt: skip
     try:
         url = wait_for_line(log, r"^viewer: (http://\S+)  \(training", proc, 180).group(1)
+        assert url == f"http://localhost:{port}/?token=my-token"  # a token set, on the loopback too
         client = HeadlessClient(url)
         # from x = -1 towards the unit cube, image up = +z: the scene's objects are in view
         c2w = np.array([[0, 0, 1, -1.0], [-1, 0, 0, 0.5], [0, -1, 0, 0.5], [0, 0, 0, 1]])
@@ -93,18 +95,23 @@ def test_pause_resume_stop_while_training(tiny_scene: Path, tmp_path: Path) -> N
 
 
 def test_sigterm_while_paused_stops_the_run_with_143(tiny_scene: Path, tmp_path: Path) -> None:
-    """A paused run still honours SIGTERM (a scheduler's stop): exit 143 and a last.ckpt of that step."""
+    """A paused run still honours SIGTERM (a scheduler's stop): exit 143 and a last.ckpt of that step.
+    It listens on every interface: the printed URL carries a token generated for it."""
     import signal
 
-    port = next_free_port("127.0.0.1", 7650 + os.getpid() % 1000)
+    port = next_free_port("0.0.0.0", 7650 + os.getpid() % 1000)
     log = tmp_path / "train.log"
     proc = fork_app(
         "train", f"data.path={tiny_scene}", *TINY_TRAIN, "trainer.max_steps=100000", "viewer=on",
-        f"viewer.port={port}", "viewer.max_size=16", "viewer.preview_size=8",
+        "viewer.host=0.0.0.0", f"viewer.port={port}", "viewer.max_size=16", "viewer.preview_size=8",
         f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, log=log,
     )  # fmt: skip
     try:
-        client = HeadlessClient(wait_for_line(log, r"^viewer: (http://\S+)  \(training", proc, 180).group(1))
+        url = wait_for_line(log, r"^viewer: (http://\S+)  \(training", proc, 180).group(1)
+        assert re.fullmatch(rf"http://localhost:{port}/\?token=[A-Za-z0-9_-]{{32}}", url), url
+        with pytest.raises(InvalidStatus):  # without it: refused
+            HeadlessClient(f"http://localhost:{port}", timeout_s=10)
+        client = HeadlessClient(url)
         client.send_camera(
             np.array([[0, 0, 1, -1.0], [-1, 0, 0, 0.5], [0, -1, 0, 0.5], [0, 0, 0, 1]]), 0.8, 16, 12
         )

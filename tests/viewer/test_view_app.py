@@ -4,6 +4,7 @@ client: the same server path as a browser), its errors, and camera paths that ``
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 from runs import fork_app
+from websockets.exceptions import InvalidStatus
 
 from nerf_lightning.apps.render import render_video
 from nerf_lightning.run.config import compose_app_config
@@ -94,6 +96,41 @@ def test_frames_follow_the_camera(viewer, scene) -> None:
         assert psnr(again.wait_complete(0, timeout_s=120).image, expected0) > 30
     finally:
         again.close()
+
+
+def test_the_printed_url_carries_the_token_that_opens_the_viewer(viewer) -> None:
+    """On host=0.0.0.0 the app prints a URL with a token of this launch; only that token opens it."""
+    printed = wait_for_line(viewer["log"], r"^viewer: (\S+)", viewer["proc"], 10).group(1)
+    m = re.fullmatch(rf"http://localhost:{viewer['port']}/\?token=([A-Za-z0-9_-]{{32}})", printed)
+    assert m and printed == viewer["url"], printed
+    for url in (
+        f"http://localhost:{viewer['port']}",
+        f"http://localhost:{viewer['port']}/?token=x{m.group(1)}",
+    ):
+        with pytest.raises(InvalidStatus) as refused:
+            HeadlessClient(url, timeout_s=10)
+        assert refused.value.response.status_code == 403
+    HeadlessClient(printed).close()
+
+
+def test_four_browsers_at_once_each_get_their_own_view(viewer, scene) -> None:
+    """Four browsers on four cameras at the same time: each gets complete frames of its own camera."""
+    views = (0, 5, 10, 15)
+    clients = [HeadlessClient(viewer["url"]) for _ in views]
+    try:
+        cams = [scene.view(i, CANVAS) for i in views]
+        for client, cam in zip(clients, cams, strict=True):
+            client.send_camera(cam.c2w, cam.fov_y, *CANVAS)
+        frames = [client.wait_complete(0, timeout_s=180) for client in clients]
+    finally:
+        for client in clients:
+            client.close()
+    for frame, cam in zip(frames, cams, strict=True):
+        expected = scene.render(cam, MAX_SIZE)["rgb"]
+        assert frame.image.shape == (36, 48, 3) and psnr(frame.image, expected) > 30
+    # four different pictures: no browser was sent another's view
+    others = [psnr(frames[i].image, frames[j].image) for i in range(4) for j in range(4) if i != j]
+    assert max(others) < 25, others
 
 
 def test_camera_path_export_renders_with_the_render_app(viewer, scene, trained_run, tmp_path: Path) -> None:

@@ -5,7 +5,7 @@
 ``main()`` rewrites ``sys.argv`` (:func:`normalize_argv`, then the app's own ``prepare_argv``), composes
 ``conf/<config_name>.yaml`` with it (``@hydra.main``) and runs the task inside
 :func:`~nerf_lightning.errors.user_errors`: bad input ends as one ``error: ...`` line and exit status 2
-(a diverged training 3, SIGTERM 143; ``errors.py`` lists them).
+(a diverged training 3, SIGTERM 143, Ctrl-C 130; ``errors.py`` lists them).
 The task's return value is the job's return value (what a Hydra sweeper optimizes).
 """
 
@@ -22,7 +22,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from nerf_lightning.errors import EXIT_DIVERGED, EXIT_USER_ERROR, Interrupted, user_errors
+from nerf_lightning.errors import EXIT_DIVERGED, EXIT_USER_ERROR, Cancelled, Interrupted, user_errors
 from nerf_lightning.run.config import CONF_DIR, alias_override
 from nerf_lightning.run.run_dir import register_resolvers
 
@@ -75,8 +75,9 @@ def hydra_app(
             and ``model`` overrides; ``()`` for an app whose config defines every key).
         prepare_argv: the app's own rewrite of the normalized command line (train: device preset, resume).
         stop_on_sigterm: SIGTERM raises :class:`~nerf_lightning.errors.Interrupted` in the task (its
-            ``finally`` / ``except`` clauses remove partial outputs; exit status 143). Not for apps that
-            run a Lightning Trainer: Lightning handles SIGTERM itself.
+            ``finally`` / ``except`` clauses remove partial outputs; exit status 143), and Ctrl-C ends
+            it the same way with :class:`~nerf_lightning.errors.Cancelled` (exit status 130) instead of
+            a traceback. Not for apps that run a Lightning Trainer: Lightning handles both itself.
     """
     register_resolvers()  # before Hydra resolves the run directory (conf/hydra/default.yaml)
 
@@ -90,7 +91,15 @@ def hydra_app(
             with user_errors():
                 if stop_on_sigterm:
                     signal.signal(signal.SIGTERM, _raise_interrupted(config_name))
-                return task(cfg)
+                try:
+                    return task(cfg)
+                except KeyboardInterrupt:
+                    if not stop_on_sigterm:
+                        raise
+                    # the task's clean-up ran on the way out (as for SIGTERM): one line, status 130
+                    raise Cancelled(
+                        f"{config_name} stopped by Ctrl-C before it finished; no partial output is left"
+                    ) from None
         except SystemExit as stop:
             # In a sweep, one job's bad value or divergence (a learning rate too high, say) is that job's
             # result, not the sweep's end: its line is printed, the sweeper gets NaN (Optuna records a

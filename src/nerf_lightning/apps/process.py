@@ -13,7 +13,10 @@ bundle adjustment; ``capture/sfm.py``), then the poses oriented, centred and sca
 ``out`` receives ``images/``, ``transforms.json``, ``process.json`` (the summary below, the options
 and the time of each stage) and ``colmap/sparse/0/`` (COLMAP's model; ``colmap/database.db`` too with
 ``keep_database=true``). It is built in a temporary folder next to ``out`` and renamed into place
-when complete: a run that fails or is interrupted leaves ``out`` as it was.
+when complete: a run that fails or is interrupted leaves ``out`` as it was (Ctrl-C and SIGTERM end it
+with one line, exit status 130 and 143). The solve runs in a child process that an interruption kills
+(``capture/sfm_child.py``); the build folder left by a run killed with SIGKILL is removed by the next
+run into the same ``out`` (``capture/build_folder.py``).
 
 The summary at the end: how many images got a pose (registered, X of Y) and which did not (a
 warning lists them: they are left out of ``transforms.json``), the mean reprojection error of the
@@ -33,9 +36,12 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.apps.entry import hydra_app
+from nerf_lightning.capture.baseline import distinct_views
+from nerf_lightning.capture.build_folder import building, remove_stale_builds
 from nerf_lightning.capture.normalize import AABB_COVERAGE, MAX_AABB_SCALE, normalization, suggest_aabb_scale
 from nerf_lightning.capture.photos import import_photos, list_photos
-from nerf_lightning.capture.sfm import STAGES, SfmOptions, SfmResult, import_pycolmap, run_sfm
+from nerf_lightning.capture.sfm import STAGES, SfmOptions, SfmResult, import_pycolmap
+from nerf_lightning.capture.sfm_child import run_sfm_in_child as run_sfm
 from nerf_lightning.capture.transforms import TransformFrame, transforms_doc, write_transforms
 from nerf_lightning.capture.video_frames import extract_frames
 from nerf_lightning.data.poses import NGP_DEFAULT_SCALE
@@ -127,6 +133,21 @@ def _check_values(cfg: DictConfig) -> None:
         raise UserError(f"matcher={cfg.matcher}: expected auto, exhaustive or sequential")
 
 
+def _check_baseline(kind: str, source: Path, image_dir: Path, names: list[str]) -> None:
+    """Refuse images that show fewer than :data:`MIN_IMAGES` different views (the camera never moved):
+    no baseline to triangulate from, whatever the features."""
+    groups = distinct_views([image_dir / n for n in names])
+    if len(groups) >= MIN_IMAGES:
+        return
+    what = "photos" if kind == "images" else "frames of the video"
+    same = ", ".join(f"{g[0].name} = {len(g)} images" for g in groups[:3])
+    raise UserError(
+        f"{kind}={source}: the {len(names)} {what} show only {len(groups)} distinct view(s) ({same}): the "
+        "camera never moved, so there is no baseline between the views to triangulate from; take the "
+        f"photos from different positions (a step around the object between shots, at least {MIN_IMAGES})"
+    )
+
+
 def _too_few_registered(result: SfmResult, n: int, options: SfmOptions, min_share: float) -> UserError | None:
     got = len(result.registered)
     if got >= MIN_IMAGES and got >= min_share * n:
@@ -163,7 +184,8 @@ def process(cfg: DictConfig) -> dict[str, Any]:
     seconds: dict[str, float] = {}
     source_info: dict[str, Any] = {kind: str(source)}
     try:
-        with _progress() as progress, atomic_directory(out, overwrite=overwrite) as tmp:
+        remove_stale_builds(out)  # leftovers of an earlier run of this command that was killed
+        with _progress() as progress, atomic_directory(out, overwrite=overwrite) as tmp, building(tmp):
             bars = StageBars(progress)
             t0 = time.perf_counter()
             if kind == "images":
@@ -188,6 +210,7 @@ def process(cfg: DictConfig) -> dict[str, Any]:
                 source_info.update(fps=info.fps, duration_s=info.duration, frames_in_clip=info.n_frames)
                 source_info["kept_frame_indices"] = [f.index for f in frames]
             seconds["images"] = time.perf_counter() - t0
+            _check_baseline(kind, source, tmp / "images", names)
 
             result = run_sfm(tmp / "images", names, tmp / "colmap", options, bars)
             seconds.update(result.seconds)

@@ -36,8 +36,10 @@ from nerf_lightning.models.metrics import final_evaluation
 from nerf_lightning.run.checkpoint_callbacks import LastCheckpoint, RunState
 from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO
 from nerf_lightning.run.divergence import DivergenceGuard
+from nerf_lightning.run.elastic import restart_hazard
 from nerf_lightning.run.loop import QuietProfiler, drop_inert_callbacks, progress_bar
 from nerf_lightning.run.resume import resolve_ckpt_path, select_run_dir
+from nerf_lightning.run.run_dir import rank_tag
 from nerf_lightning.run.strategies import unshard_fsdp_root
 from nerf_lightning.tracking.wandb_logger import finish_loggers
 from nerf_lightning.training.clock import TrainingClock
@@ -202,6 +204,8 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         log.info("resuming from %s", ckpt_path)
     elif opts.ckpt_path == "last":
         log.info("ckpt_path=last: no %s yet, starting from scratch", output_dir / "checkpoints" / "last.ckpt")
+    if (hazard := restart_hazard()) is not None and rank_tag() is None:
+        log.warning(hazard)
     L.seed_everything(opts.seed, workers=True)
 
     datamodule = build_datamodule(cfg)

@@ -8,8 +8,10 @@ accumulation; a preview while the camera moves, full resolution when it stops), 
 (click one to jump there), the scene box and the occupancy grid's cells, and a camera-path editor whose
 ``camera_path.json`` (written into this run's folder, ``outputs/runs/view/<date>_<time>/``) renders with
 ``python -m nerf_lightning.render``. Prints the URL; listens on ``127.0.0.1`` (this machine only): over
-SSH, ``ssh -L 7007:localhost:7007 HOST`` and open ``http://localhost:7007``. Without a GPU it renders on
-the CPU at a low resolution (and says so). Runs until Ctrl-C (or ``max_seconds``).
+SSH, ``ssh -L 7007:localhost:7007 HOST`` and open ``http://localhost:7007``. On another host
+(``host=0.0.0.0``) a browser needs the token in the printed URL (``?token=...``: generated per launch,
+or ``token=``; ``viewer/access.py``). Without a GPU it renders on the CPU at a low resolution (and says
+so). Runs until Ctrl-C (or ``max_seconds``).
 """
 
 from __future__ import annotations
@@ -47,16 +49,19 @@ class ViewOptions:
     preview_size: PreviewSize
     chunk: Annotated[int, Range(low=1)]
     max_seconds: Annotated[float | None, Range(above=0), Note("null: until Ctrl-C")]
+    token: str | None = None  # checked by viewer/access.check_token (it goes into a URL)
 
 
 def build_viewer(cfg: DictConfig):  # noqa: ANN201 - ViewerServer (viser imported here, not at module load)
     """The viewer of ``cfg`` (see ``conf/view.yaml``), listening; the caller runs its loop."""
+    from nerf_lightning.viewer.access import check_token
     from nerf_lightning.viewer.ports import check_port
     from nerf_lightning.viewer.scene import SceneInfo
     from nerf_lightning.viewer.server import RenderSource, ViewerServer
 
     opts = check_config(cfg, ViewOptions)  # types and ranges first
     check_port(str(opts.host), opts.port)  # before the checkpoint is read: a taken port fails at once
+    token = check_token(opts.token)
     run = load_run(cfg.ckpt)
     device = device_of(str(cfg.accelerator))
     capture = run.load_capture(nested_overrides(cfg.get("data")))
@@ -90,6 +95,7 @@ def build_viewer(cfg: DictConfig):  # noqa: ANN201 - ViewerServer (viser importe
         source,
         host=str(opts.host),
         port=opts.port,
+        token=token,
         max_size=max_size,
         preview_size=preview_size,
         export_dir=out_dir,

@@ -26,7 +26,10 @@ the mapper's callbacks. The counts are read through pycolmap's own ``Database`` 
 linked into pycolmap, the one COLMAP writes with: a second copy of SQLite in the process, such as
 Python's ``sqlite3``, releases COLMAP's file locks whenever it closes the file and corrupts the
 database), with the database in write-ahead-log mode so that readers never block the writer.
-Ctrl-C cancels the running step (pycolmap's cancellation token).
+Ctrl-C and SIGTERM cancel the running step (pycolmap's cancellation token) and end the caller with
+its one-line message. Importing pycolmap installs glog's failure signal handler, which would answer
+SIGTERM with a native stack dump and kill the process on the spot (no clean-up): the SIGTERM handler
+in place before the import is put back (:func:`import_pycolmap`).
 
 pycolmap is an optional dependency (``pip install 'nerf_lightning[process]'``); without it
 :func:`run_sfm` raises a :class:`~nerf_lightning.errors.UserError` that says how to install it.
@@ -38,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sqlite3
 import threading
 import time
@@ -69,6 +73,8 @@ INSTALL_HINT = "pip install 'nerf_lightning[process]' (or pip install 'pycolmap>
 #: (stage, done, total): progress of the running step
 Progress = Callable[[str, int, int], None]
 STAGES = ("features", "matching", "mapping", "bundle adjustment")
+#: how long a cancelled step may take to stop before the caller unwinds anyway (its thread is a daemon)
+CANCEL_WAIT_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -150,12 +156,17 @@ class SfmResult:
 
 def import_pycolmap() -> Any:
     """pycolmap, or a UserError that says how to install it."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
     try:
         import pycolmap
     except ImportError as err:
         raise UserError(
             f"structure from motion needs pycolmap, which is not installed: {INSTALL_HINT}"
         ) from err
+    if before is not None:
+        # glog's failure handler (installed on import) took SIGTERM over at the C level: hand it back
+        signal.signal(signal.SIGTERM, before)
     return pycolmap
 
 
@@ -234,9 +245,9 @@ def _run_step(
             done = poll()
             if done is not None:
                 report(done)
-    except BaseException:
+    except BaseException:  # Ctrl-C, SIGTERM (the app's handler raises): stop COLMAP, then unwind
         token.cancel()
-        worker.join()
+        worker.join(timeout=CANCEL_WAIT_S)  # a step checks its token between images / pairs / models
         raise
     if "error" in result:
         raise result["error"]

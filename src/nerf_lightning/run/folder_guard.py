@@ -8,6 +8,12 @@ Hydra has composed the config and *before* it creates the run folder or writes a
   into it. A read-only file system, a folder without write permission or a path through a file ends
   the command with one line, ``error: <folder>: <cause>``, and exit status 2, instead of the traceback
   Hydra would print when it fails to write its own files.
+- **one run at a time** (the train app): the job's rank-0 process claims the folder with an exclusive
+  lock held for the run's life (``run/folder_lock.py``) *before* it looks for an earlier run there, so
+  two commands started at the same moment cannot both find it empty: the second ends with
+  ``error: <folder>: another run is writing into this folder (pid ..., started ...)`` and exit
+  status 2, and leaves the folder as it was. A folder whose run died (lock released by the kernel) is
+  claimed again; the log says it was left by a run that did not finish.
 - **no silent overwrite** (the train app: its config has ``overwrite``): a folder that already holds a
   training run — ``checkpoints/*.ckpt``, ``hpc_ckpt_*.ckpt`` or ``metrics.json`` — is continued with
   ``ckpt_path=last`` / ``resume=auto`` (or from a given ``ckpt_path``), replaced with
@@ -32,6 +38,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.errors import UserError, user_errors
+from nerf_lightning.run.folder_lock import LOCK_NAME, claim_folder, describe, release_folder
 from nerf_lightning.run.run_dir import rank_tag
 
 __all__ = ["RunFolderGuard", "check_writable", "refuse_overwrite", "run_files"]
@@ -61,8 +68,10 @@ def check_writable(folder: Path) -> None:
         ) from err
 
 
-def refuse_overwrite(folder: Path, cfg: DictConfig) -> None:
-    """:class:`UserError` when ``folder`` holds a training run that ``cfg`` would silently replace."""
+def refuse_overwrite(folder: Path, cfg: DictConfig, left_by: dict | None = None) -> None:
+    """:class:`UserError` when ``folder`` holds a training run that ``cfg`` would silently replace.
+
+    ``left_by``: the lock record of a run that died in this folder (named in the message)."""
     if cfg.get("overwrite") or cfg.get("ckpt_path") not in (None, "", "null"):
         return
     if str(cfg.get("resume") or "never") == "auto":
@@ -73,8 +82,9 @@ def refuse_overwrite(folder: Path, cfg: DictConfig) -> None:
     if _slurm_resumes(folder):
         return
     shown = ", ".join(str(p.relative_to(folder)) for p in found[:3]) + (", ..." if len(found) > 3 else "")
+    died = f", left by a run that did not finish ({describe(left_by)})" if left_by else ""
     raise UserError(
-        f"{folder}: already holds a training run ({shown}); continue it with ckpt_path=last (or "
+        f"{folder}: already holds a training run ({shown}){died}; continue it with ckpt_path=last (or "
         "resume=auto), replace it with overwrite=true, or choose another hydra.run.dir"
     )
 
@@ -97,23 +107,46 @@ def _is_train(config: DictConfig) -> bool:
     return "overwrite" in config
 
 
+def _claims(config: DictConfig) -> bool:
+    """Whether this process claims the run folder: the train app's rank-0 (or launching) process."""
+    return _is_train(config) and rank_tag() is None
+
+
 class RunFolderGuard(Callback):
     """Hydra callback: the checks of the module docstring, before Hydra writes into the run folder."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         with user_errors():
             folder = Path(str(OmegaConf.select(config, "hydra.run.dir")))
-            if _is_train(config):
-                refuse_overwrite(folder, config)
+            if _is_train(config) and not (folder / LOCK_NAME).exists():
+                refuse_overwrite(folder, config)  # a plain refusal leaves the folder exactly as it was
             check_writable(folder)
+            if _claims(config):
+                # claimed, then checked: a run that started at the same moment is either refused by the
+                # claim or has not written yet; a folder whose run died names it
+                lock = claim_folder(folder)
+                try:
+                    refuse_overwrite(folder, config, lock.previous if lock else None)
+                except UserError:
+                    release_folder(folder, keep=lock.previous if lock else None)
+                    raise
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        release_folder(Path(str(OmegaConf.select(config, "hydra.run.dir"))))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         with user_errors():
             sweep = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
-            if _is_train(config) and sweep.is_dir():
+            existed = sweep.is_dir()
+            check_writable(sweep)
+            if _claims(config):
+                claim_folder(sweep)  # one sweep at a time in a sweep folder
+            if _is_train(config) and existed:
                 for job in sorted(p for p in sweep.iterdir() if p.is_dir()):
                     refuse_overwrite(job, config)
-            check_writable(sweep)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        release_folder(Path(str(OmegaConf.select(config, "hydra.sweep.dir"))))
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         if _is_train(config) and config.get("overwrite") and rank_tag() is None:

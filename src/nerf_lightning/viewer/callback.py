@@ -36,6 +36,7 @@ from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.errors import UserError
 from nerf_lightning.lightning_compat import validates_by_time
 from nerf_lightning.training.feedback import TrainingFeedback
+from nerf_lightning.viewer.access import check_token
 from nerf_lightning.viewer.budget import BurstBudget
 from nerf_lightning.viewer.options import MaxSize, Port, PreviewSize
 from nerf_lightning.viewer.panels import TrainingStatus
@@ -51,6 +52,8 @@ class ViewerCallback(L.Callback):
 
     Args:
         host, port: where the viewer listens (``127.0.0.1``: this machine only; tunnel the port over SSH).
+        token: the token browsers must bring (None: one generated per launch beyond the loopback, none
+            on it; ``viewer/access.py``); printed in the URL.
         budget: render seconds earned per second of training (0.08: at most 7.4 % of the run's time).
         burst_every_s: least time between two bursts of rendering (each drains the GPU's queue once).
         max_bank_s: most render seconds banked while nothing was rendered (the longest burst).
@@ -69,6 +72,7 @@ class ViewerCallback(L.Callback):
         self,
         host: str = "127.0.0.1",
         port: Port = 7007,
+        token: str | None = None,
         budget: Annotated[float, Range(above=0), Note("render seconds per training second")] = 0.08,
         burst_every_s: Annotated[float, Range(above=0), Note("seconds between two render bursts")] = 0.1,
         max_bank_s: Annotated[float, Range(above=0), Note("most render seconds banked")] = 0.1,
@@ -90,6 +94,7 @@ class ViewerCallback(L.Callback):
                 f"viewer.burst_every_s={burst_every_s}, viewer.max_bank_s={max_bank_s}: expected > 0"
             )
         self.host, self.port = str(host), int(port)
+        self.token = check_token(token, "viewer.token")
         self.budget = float(budget)
         self.burst_every_s, self.max_bank_s = float(burst_every_s), float(max_bank_s)
         self.max_size, self.preview_size, self.chunk_s = max_size, preview_size, chunk_s
@@ -140,6 +145,8 @@ class ViewerCallback(L.Callback):
             source,
             host=self.host,
             port=self.port,
+            token=self.token,
+            token_key="viewer.token",
             max_size=self.max_size or (1024 if gpu else 256),
             preview_size=self.preview_size or (256 if gpu else 64),
             chunk_s=self.chunk_s or (0.01 if gpu else 0.1),

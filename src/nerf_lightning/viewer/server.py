@@ -12,6 +12,12 @@ preview every ``progress_every_s``; a new camera abandons the render at the next
 training, a finished view is rendered again once the weights have changed and ``refresh_every_s``
 has passed, so the browser sees the scene sharpen. Each browser's panel shows the state of its frame
 ("frame N · WxH · S s" once complete).
+
+Several browsers share the render loop (round robin, a chunk each). A browser that does not take its
+frames (a slow link, a tab that stopped reading) gets none rendered while it is behind
+(``viewer/link.py``): its frames are dropped, never queued, and it costs the loop nothing until it
+catches up and gets the latest view. Beyond the loopback the server requires a token
+(``viewer/access.py``), carried by :attr:`ViewerServer.url`.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ from torch import Tensor
 
 from nerf_lightning.errors import UserError
 from nerf_lightning.mesh.extract import occupied_cells
+from nerf_lightning.viewer.access import TokenGate, gated, viewer_token
 from nerf_lightning.viewer.browser_camera import ViewCamera, wxyz_of
+from nerf_lightning.viewer.link import behind_limit, bytes_in_flight
 from nerf_lightning.viewer.panels import CameraPathPanel, TrainingPanel, TrainingStatus
 from nerf_lightning.viewer.ports import check_port
 from nerf_lightning.viewer.progressive import OUTPUTS, ChunkSizer, ImageRender, composite
@@ -78,6 +86,9 @@ class _Browser:
     near_far: tuple[float, float] | None = None
     last_sent: float = 0.0
     frames: int = 0
+    sent: int = 0  # pictures sent (previews, progress and complete frames)
+    behind: bool = False  # its link holds frames it has not taken: nothing is rendered for it
+    dropped: int = 0  # times it was found behind with a frame to render
     sizes: tuple[int, int] = field(default=(0, 0))
 
 
@@ -88,6 +99,8 @@ class ViewerServer:
         info: the capture's cameras and boxes.
         source: the renderer, field and background to render with.
         host, port: where to listen (``127.0.0.1``: this machine only; over SSH tunnel the port).
+        token: the token a browser must bring (None: one generated per launch beyond the loopback,
+            none on it); ``token_key`` names the setting in its error.
         max_size: longest side of a full-resolution frame (px); the canvas's own size when smaller.
         preview_size: longest side of the frame shown while the camera moves (px).
         export_dir: where camera paths are written.
@@ -103,6 +116,8 @@ class ViewerServer:
         *,
         host: str = "127.0.0.1",
         port: int = 7007,
+        token: str | None = None,
+        token_key: str = "token",
         max_size: int = 1024,
         preview_size: int = 256,
         export_dir: str | Path = ".",
@@ -118,6 +133,7 @@ class ViewerServer:
         if max_size < 8 or preview_size < 8:
             raise UserError(f"max_size={max_size}, preview_size={preview_size}: expected at least 8 pixels")
         check_port(host, port)
+        self.token = viewer_token(host, token, token_key)
         self.info = info
         self.source = source
         self.progress_every_s = float(progress_every_s)
@@ -137,12 +153,21 @@ class ViewerServer:
         self._closed = False
         self.frames_sent = 0
 
-        self.viser = viser.ViserServer(host=host, port=port, label=label, verbose=False)
+        self.gate = TokenGate(self.token, port)
+        with gated(self.gate):
+            self.viser = viser.ViserServer(host=host, port=port, label=label, verbose=False)
         self.port = self.viser.get_port()
         if port and self.port != port:  # taken between the check and the bind: viser moved on
             self.viser.stop()
             raise UserError(f"port={port}: {host}:{port} was taken just now; pass port={self.port}")
-        self.url = f"http://{'localhost' if host in ('127.0.0.1', '0.0.0.0') else host}:{self.port}"
+        if not self.gate.installed:  # fail closed: never serve beyond the loopback without the check
+            self.viser.stop()
+            raise RuntimeError(
+                "viewer: this viser starts its server differently; the token check is not in place"
+            )
+        self.gate.cookie = f"nerf_lightning_viewer_{self.port}"  # port 0: the one bound
+        query = f"/?token={self.token}" if self.token else ""
+        self.url = f"http://{'localhost' if host in ('127.0.0.1', '0.0.0.0') else host}:{self.port}{query}"
         self.viser.gui.configure_theme(control_width="medium")
         self.training = TrainingPanel(self.viser, self._wake.set) if training else None
         with self.viser.gui.add_folder("Render"):
@@ -231,8 +256,38 @@ class ViewerServer:
         if b.camera is None:
             return False
         if b.job_version != b.version or b.full is None or not b.full.done:
-            return True
-        return b.job_model != self.model_version and now - b.job_started >= self.refresh_every_s
+            due = True
+        else:
+            due = b.job_model != self.model_version and now - b.job_started >= self.refresh_every_s
+        return due and not self._is_behind(b)
+
+    def _is_behind(self, b: _Browser) -> bool:
+        """Whether ``b``'s link still holds more than about two of its frames (logged when it changes)."""
+        side = int(self.max_size.value)
+        behind = bytes_in_flight(self.viser, b.handle.client_id) > behind_limit(side * side)
+        if behind != b.behind:
+            b.behind = behind
+            state = (
+                "is not taking its frames: they are dropped until it catches up" if behind else "caught up"
+            )
+            log.info("viewer: browser %s %s", b.handle.client_id, state)
+        b.dropped += behind
+        return behind
+
+    def browser_stats(self) -> list[dict[str, int | bool]]:
+        """Per connected browser: pictures sent, complete frames, whether it is behind, drops."""
+        with self._lock:
+            browsers = list(self._browsers.values())
+        return [
+            {
+                "id": b.handle.client_id,
+                "sent": b.sent,
+                "frames": b.frames,
+                "behind": b.behind,
+                "dropped": b.dropped,
+            }
+            for b in browsers
+        ]
 
     def _cells_due(self, now: float) -> bool:
         if not self.scene.wants_cells:
@@ -327,6 +382,7 @@ class ViewerServer:
         except Exception as err:  # noqa: BLE001 - a browser that went away must not stop the loop
             log.debug("viewer: could not send a frame to browser %s: %s", b.handle.client_id, err)
         b.last_sent = time.perf_counter()
+        b.sent += 1
         self.frames_sent += 1
 
     def _update_cells(self, now: float) -> None:
