@@ -7,6 +7,7 @@
 (tests and benchmarks of big captures).
 """
 
+from nerf_lightning.data.synthetic.cached import ensure_default_scene, ensure_large_capture
 from nerf_lightning.data.synthetic.camera import camera_rays, distort, look_at, pixel_grid, project, undistort
 from nerf_lightning.data.synthetic.generate import (
     DEFAULT_SCENE,
@@ -15,8 +16,6 @@ from nerf_lightning.data.synthetic.generate import (
     GENERATOR_NAME,
     GENERATOR_VERSION,
     closeup_poses,
-    ensure_default_scene,
-    ensure_large_capture,
     generate_scene,
     main,
     orbit_poses,
