@@ -121,12 +121,14 @@ def test_kill_9_then_same_command_resumes_exactly(tiny_scene: Path, tmp_path: Pa
     assert min(steps) < saved["global_step"] and max(steps) >= STEPS - 4
 
 
-def _writer(path: str, ready, stalled) -> None:
+def _writer(path: str, ready, stalled, big: torch.Tensor) -> None:
     """Save a small checkpoint to ``path``, then start a 24 MB one that stalls before its rename.
 
     The stall is at ``fsync``: the temporary file holds the new bytes, ``path`` still the old ones.
-    Killing the process there is the moment a crash loses the most.
+    Killing the process there is the moment a crash loses the most. The child runs torch on one thread:
+    an OpenMP pool that the parent (a pytest worker) started hangs in a forked child.
     """
+    torch.set_num_threads(1)
     io = AtomicCheckpointIO()
     io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}, "global_step": 1}, path)
     ready.set()
@@ -136,7 +138,7 @@ def _writer(path: str, ready, stalled) -> None:
         time.sleep(3600)
 
     os.fsync = stall  # this forked child only
-    io.save_checkpoint({"state_dict": {"w": torch.randn(6 << 20)}, "global_step": 2}, path)
+    io.save_checkpoint({"state_dict": {"w": big}, "global_step": 2}, path)
 
 
 def test_kill_during_checkpoint_write_keeps_previous_checkpoint(tmp_path: Path) -> None:
@@ -145,7 +147,8 @@ def test_kill_during_checkpoint_write_keeps_previous_checkpoint(tmp_path: Path) 
     ctx = mp.get_context("fork")  # a real process, killed with SIGKILL, without interpreter start-up
     path = tmp_path / "checkpoints" / "last.ckpt"
     ready, stalled = ctx.Event(), ctx.Event()
-    proc = ctx.Process(target=_writer, args=(str(path), ready, stalled))
+    big = torch.ones(6 << 20)  # 24 MB
+    proc = ctx.Process(target=_writer, args=(str(path), ready, stalled, big))
     proc.start()
     assert ready.wait(timeout=60) and stalled.wait(timeout=60)
     os.kill(proc.pid, signal.SIGKILL)

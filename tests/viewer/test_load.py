@@ -12,6 +12,7 @@ on an idle 2-core machine the two loops measure within 2 % of each other.
 from __future__ import annotations
 
 import socket
+import statistics
 import time
 from types import SimpleNamespace
 
@@ -127,12 +128,12 @@ def _loop_with_viewer() -> tuple[TrainingLoop, ViewerServer]:
 
 def test_a_browser_that_stops_reading_costs_the_loop_nothing_and_holds_no_queue() -> None:
     """Two identical training loops, each with its viewer: one without a browser, one with a browser that
-    stopped reading. They take turns of ``SLICE_S`` (the machine's other load falls on both alike)."""
+    stopped reading. They take turns of ``SLICE_S`` (the machine's other load falls on both alike), and
+    the median of the turns' ratios is held against the bound."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     (alone, quiet_server), (watched, server) = _loop_with_viewer(), _loop_with_viewer()
-    steps = {"none": 0, "silent": 0}
-    seconds = {"none": 0.0, "silent": 0.0}
+    rates: dict[str, list[float]] = {"none": [], "silent": []}
     try:
         alone.run(0.3)  # warm-up: allocator, Adam's state
         browser = SilentBrowser(server.port)
@@ -146,9 +147,8 @@ def test_a_browser_that_stops_reading_costs_the_loop_nothing_and_holds_no_queue(
 
         for _ in range(SLICES):
             for name, loop in (("none", alone), ("silent", watched)):
-                rate, took = loop.run(SLICE_S)
-                steps[name] += round(rate * took)
-                seconds[name] += took
+                rate, _took = loop.run(SLICE_S)
+                rates[name].append(rate)
 
         after = server.browser_stats()[0]
         assert before["sent"] >= 2  # the preview and frames went out before the link filled
@@ -170,6 +170,8 @@ def test_a_browser_that_stops_reading_costs_the_loop_nothing_and_holds_no_queue(
         server.close()
         quiet_server.close()
         torch.set_num_threads(threads)
-    none, silent = steps["none"] / seconds["none"], steps["silent"] / seconds["silent"]
-    print(f"steps/s: no browser {none:.1f}, a silent browser {silent:.1f} ({silent / none:.3f})")
-    assert silent >= (1 - TOLERANCE) * none, f"steps/s: no browser {none:.1f}, a silent browser {silent:.1f}"
+    # the median of the turns' ratios: a burst of the machine's other load spoils a turn or two, not it
+    ratio = statistics.median(s / n for n, s in zip(rates["none"], rates["silent"], strict=True))
+    none, silent = statistics.median(rates["none"]), statistics.median(rates["silent"])
+    print(f"steps/s: no browser {none:.1f}, a silent browser {silent:.1f} (median ratio {ratio:.3f})")
+    assert ratio >= 1 - TOLERANCE, f"steps/s: no browser {none:.1f}, silent browser {silent:.1f} ({ratio:.3f})"
