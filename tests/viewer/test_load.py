@@ -174,4 +174,4 @@ def test_a_browser_that_stops_reading_costs_the_loop_nothing_and_holds_no_queue(
     ratio = statistics.median(s / n for n, s in zip(rates["none"], rates["silent"], strict=True))
     none, silent = statistics.median(rates["none"]), statistics.median(rates["silent"])
     print(f"steps/s: no browser {none:.1f}, a silent browser {silent:.1f} (median ratio {ratio:.3f})")
-    assert ratio >= 1 - TOLERANCE, f"steps/s: no browser {none:.1f}, silent browser {silent:.1f} ({ratio:.3f})"
+    assert ratio >= 1 - TOLERANCE, f"steps/s: none {none:.1f}, a silent browser {silent:.1f} ({ratio:.3f})"
