@@ -24,6 +24,7 @@ from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.evaluation import render_view, save_panel
 from nerf_lightning.models.field import NGPField
+from nerf_lightning.models.heldout_fit import HeldoutFit, fit_view
 from nerf_lightning.models.metrics import METRICS, ViewMetrics
 from nerf_lightning.models.train_step import (
     TrainStep,
@@ -82,6 +83,9 @@ class NeRFModule(FastHookNames, L.LightningModule):
             them; the camera corrections' gauge). None when the state is loaded from a checkpoint next.
         photograph: whether the capture is photographs (the components' ``enabled=auto`` and
             ``alpha_weight=auto``).
+        heldout_fit: the fair held-out protocol's switch and budget (``models/heldout_fit.py``); it
+            runs in the evaluation passes while :attr:`fit_heldout_now` is set (the final evaluation,
+            ``eval``). None: its defaults (on when the run learns poses or exposures).
         feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback`, shared with the
             DataModule: the training clock of ``batch_rule``, the ray sampler that gets each step's
             per-ray losses, and the training cameras (the occupancy grid marks their unseen cells).
@@ -116,13 +120,14 @@ class NeRFModule(FastHookNames, L.LightningModule):
         n_train_views: int = 0,
         train_poses: Tensor | None = None,
         photograph: bool = False,
+        heldout_fit: HeldoutFit | dict[str, Any] | None = None,
         feedback: TrainingFeedback | None = None,
     ) -> None:
         super().__init__()
         # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
         # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
         factories = ["field", "optimizer", "renderer", "scheduler", "step", "camera_opt", "appearance"]
-        self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "feedback"])
+        self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "feedback", "heldout_fit"])
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
@@ -168,6 +173,12 @@ class NeRFModule(FastHookNames, L.LightningModule):
         self.test_metrics = ViewMetrics(lpips=lpips)
         #: stage ("val" / "test") -> last ViewMetrics.compute() result of that stage (rank 0 has all views)
         self.eval_results: dict[str, dict[str, Any]] = {}
+        fit = heldout_fit if heldout_fit is not None else {}
+        self.heldout_fit = fit if isinstance(fit, HeldoutFit) else HeldoutFit(**fit)
+        #: whether evaluation passes also score each held-out view after fitting its pose / exposure
+        #: (``<stage>/psnr_fitted`` ...); the train app sets it for the final evaluation, ``eval`` too
+        self.fit_heldout_now = False
+        self.fitted_metrics = {"val": ViewMetrics(lpips=lpips), "test": ViewMetrics(lpips=lpips)}
         # Device-side counters read by the throughput callback (no host sync in the step).
         self.register_buffer("rays_seen", torch.zeros((), dtype=torch.float64), persistent=False)
         self.register_buffer("samples_seen", torch.zeros((), dtype=torch.float64), persistent=False)
@@ -305,6 +316,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
         view = self.render_view(batch)
         self.val_metrics.update(view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"))
+        self._score_fitted("val", batch)
         if self.hparams.save_val_images and batch_idx == 0 and self.trainer.is_global_zero:
             run_dir = Path(self.trainer.default_root_dir)
             save_panel(
@@ -316,7 +328,19 @@ class NeRFModule(FastHookNames, L.LightningModule):
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
         view = self.render_view(batch)
         self.test_metrics.update(view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"))
+        self._score_fitted("test", batch)
         return {k: view[k] for k in ("rgb", "depth", "opacity")}
+
+    def _score_fitted(self, stage: str, batch: dict[str, Any]) -> None:
+        """The held-out view scored after fitting its own pose / exposure (``models/heldout_fit.py``),
+        when :attr:`fit_heldout_now` is set and the fit is on; training views are never fitted."""
+        if not self.fit_heldout_now or batch["train_view"] >= 0:
+            return
+        if not self.heldout_fit.active(bool(self.view_components)):
+            return
+        field = self._eval_field if self._eval_field is not None else self.field
+        fitted = fit_view(self.renderer, field, batch, self.hparams.val_chunk, self.heldout_fit)
+        self.fitted_metrics[stage].update(fitted.rgb, fitted.gt, batch["view"])
 
     def on_validation_epoch_start(self) -> None:
         self._gather_eval_field()
@@ -349,6 +373,14 @@ class NeRFModule(FastHookNames, L.LightningModule):
             if name in result:
                 # every rank holds the gathered mean, so no further reduction
                 self.log(f"{stage}/{name}", result[name], prog_bar=name == "psnr", sync_dist=False)
+        fitted = self.fitted_metrics[stage]
+        if fitted.update_count:
+            result = fitted.compute()
+            fitted.reset()
+            self.eval_results[f"{stage}_fitted"] = result
+            for name in METRICS:
+                if name in result:
+                    self.log(f"{stage}/{name}_fitted", result[name], sync_dist=False)
 
     @property
     def view_components(self) -> list[CameraOptimizer | PerViewExposure]:
