@@ -5,12 +5,11 @@ error gains nothing; the field is never touched."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
-from models.tiny_training import train_tiny, validate
 
+from models.tiny_training import train_tiny, validate
 from nerf_lightning.data.datamodule import NeRFDataModule
 from nerf_lightning.data.synthetic import generate_scene
 from nerf_lightning.models.camera_opt import so3_exp

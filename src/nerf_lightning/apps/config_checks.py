@@ -159,6 +159,9 @@ MODEL: tuple[Rule, ...] = (
     _int("model.field.hidden_dim", 1),
     Rule("model.camera_opt.enabled", "choice", choices=(True, False, "auto"), note="auto: photographs only"),
     Rule("model.camera_opt.mode", "choice", choices=("SO3xR3", "SE3")),
+    Rule("model.heldout_fit.enabled", "choice", choices=(True, False, "auto"), note="auto: with corrections"),
+    _int("model.heldout_fit.steps", 1),
+    _int("model.heldout_fit.rays", 1),
     Rule("model.camera_opt.gauge", "choice", choices=("similarity", "none")),
     _num_rule("model.camera_opt.lr", above=0),
     _num_rule("model.camera_opt.lr_final", above=0),
@@ -216,6 +219,7 @@ VIEW: tuple[Rule, ...] = (
 
 EVAL: tuple[Rule, ...] = (
     Rule("split", "choice", choices=("auto", "val", "test", "train")),
+    Rule("fit_heldout", "choice", choices=(True, False, "auto"), null=True),
     _bool("save_images"),
     *DATA,
     *MODEL,
