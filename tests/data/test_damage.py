@@ -54,7 +54,10 @@ def test_training_images_get_known_gains_and_held_out_ones_none(scene: Path, tmp
     clean, damaged = load_capture(scene), load_capture(out)
     gains = {Path(f["file_path"]).name: np.array(f["gain"]) for f in record["frames"]}
     assert record["clipped_fraction"] < 0.01
-    for frames, expect_gain in ((zip(clean.train, damaged.train), True), (zip(clean.val, damaged.val), False)):
+    for frames, expect_gain in (
+        (zip(clean.train, damaged.train), True),
+        (zip(clean.val, damaged.val), False),
+    ):
         for a, b in frames:
             x = iio.imread(a.image_path).astype(np.float64)[..., :3]
             y = iio.imread(b.image_path).astype(np.float64)[..., :3]
