@@ -55,8 +55,8 @@ def test_training_images_get_known_gains_and_held_out_ones_none(scene: Path, tmp
     gains = {Path(f["file_path"]).name: np.array(f["gain"]) for f in record["frames"]}
     assert record["clipped_fraction"] < 0.01
     for frames, expect_gain in (
-        (zip(clean.train, damaged.train), True),
-        (zip(clean.val, damaged.val), False),
+        (zip(clean.train, damaged.train, strict=True), True),
+        (zip(clean.val, damaged.val, strict=True), False),
     ):
         for a, b in frames:
             x = iio.imread(a.image_path).astype(np.float64)[..., :3]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from models.tiny_training import train_tiny, validate
 
+from models.tiny_training import train_tiny, validate
 from nerf_lightning.data.formats import load_capture
 from nerf_lightning.data.synthetic import generate_scene
 from nerf_lightning.data.synthetic.damage import damage_gains, damage_poses
