@@ -118,12 +118,12 @@ def test_an_exposure_error_is_fitted_on_the_left_half_and_scored_on_the_right(tr
 
 def test_the_evaluation_pass_logs_both_numbers_only_when_asked(trained) -> None:
     model, _, path = trained
-    model.heldout_fit = HeldoutFit(enabled=True, **BUDGET)
+    model.fair_heldout.fit = HeldoutFit(enabled=True, **BUDGET)
     try:
         plain = validate(model, path)
         both = validate(model, path, fit=True)
     finally:
-        model.heldout_fit = HeldoutFit()
+        model.fair_heldout.fit = HeldoutFit()
     assert "val/psnr_fitted" not in plain
     assert both["val/psnr"] == pytest.approx(plain["val/psnr"])
     assert both["val/psnr_fitted"] == pytest.approx(both["val/psnr"], abs=1.0)

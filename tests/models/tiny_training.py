@@ -69,11 +69,11 @@ def validate(model: NeRFModule, path: Path, split: str = "val", fit: bool = Fals
     """The logged means of one validation pass over the ``data.val_split=split`` views (``fit``: with
     the held-out fit, as the final evaluation runs it)."""
     dm = NeRFDataModule(path=str(path), val_split=split, cache_dir=str(path / "cache"))
-    model.fit_heldout_now = fit
+    model.fair_heldout.now = fit
     try:
         return {
             k: float(v)
             for k, v in L.Trainer(**QUIET).validate(model, datamodule=dm, verbose=False)[0].items()
         }
     finally:
-        model.fit_heldout_now = False
+        model.fair_heldout.now = False

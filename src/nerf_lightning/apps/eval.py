@@ -125,8 +125,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
     model = run.build_model(nested_overrides(cfg.get("model")))
     if cfg.get("fit_heldout") is not None:
-        model.heldout_fit = dataclasses.replace(model.heldout_fit, enabled=cfg.fit_heldout)
-    model.fit_heldout_now = True  # <split>/psnr_fitted when model.heldout_fit is on
+        model.fair_heldout.fit = dataclasses.replace(model.fair_heldout.fit, enabled=cfg.fit_heldout)
+    model.fair_heldout.now = True  # <split>/psnr_fitted when model.heldout_fit is on
     if "save_val_images" in model.hparams:
         model.hparams.save_val_images = False  # the writer below saves every view
     names = [Path(f.image_path).stem for f in val_set.frames]

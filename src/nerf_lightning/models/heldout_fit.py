@@ -37,10 +37,11 @@ from torch import Tensor, nn
 from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.evaluation import render_view
+from nerf_lightning.models.metrics import ViewMetrics
 from nerf_lightning.models.per_view import ENABLED_VALUES
 from nerf_lightning.volume.renderer import Renderer
 
-__all__ = ["HeldoutFit", "FittedView", "fit_view"]
+__all__ = ["HeldoutFit", "HeldoutScores", "FittedView", "fit_view"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,42 @@ class HeldoutFit:
         """Whether the fit runs for a run that learns corrections (``corrections``) or not."""
         on = corrections if self.enabled == "auto" else bool(self.enabled)
         return on and (self.pose or self.exposure)
+
+
+class HeldoutScores(nn.Module):
+    """The fair protocol in a model's evaluation passes: its budget (:attr:`fit`), whether the pass
+    runs it (:attr:`now`: the final evaluation of ``train`` and ``eval`` set it; the validation passes
+    during training never fit) and each stage's scores (:attr:`metrics`, ``val`` and ``test``).
+
+    Args:
+        fit: ``model.heldout_fit`` (a :class:`HeldoutFit`, its keys, or None: its defaults).
+        lpips: the plain metrics' LPIPS setting (``ViewMetrics``).
+    """
+
+    def __init__(self, fit: HeldoutFit | dict[str, Any] | None, lpips: bool | str | None = None) -> None:
+        super().__init__()
+        fit = fit if fit is not None else {}
+        self.fit = fit if isinstance(fit, HeldoutFit) else HeldoutFit(**fit)
+        self.now = False
+        # submodules: they follow the model's device (their states gather over the ranks there)
+        self.metrics = nn.ModuleDict({"val": ViewMetrics(lpips=lpips), "test": ViewMetrics(lpips=lpips)})
+
+    def update(
+        self,
+        stage: str,
+        renderer: Renderer,
+        field: nn.Module,
+        batch: dict[str, Any],
+        chunk: int,
+        corrections: bool,
+    ) -> None:
+        """Score one held-out view of ``stage`` after its fit, when this pass runs the protocol and it
+        is on for a run with (``corrections``) or without learned corrections; training views (under
+        ``data.val_split=train``) are never fitted."""
+        if not self.now or int(batch.get("train_view", -1)) >= 0 or not self.fit.active(corrections):
+            return
+        fitted = fit_view(renderer, field, batch, chunk, self.fit)
+        self.metrics[stage].update(fitted.rgb, fitted.gt, batch["view"])
 
 
 class _SingleViewExposure(PerViewExposure):

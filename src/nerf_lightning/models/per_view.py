@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["ENABLED_VALUES", "resolve_enabled", "ViewGroup"]
+__all__ = ["ENABLED_VALUES", "resolve_enabled", "build_if_enabled", "ViewGroup"]
 
 #: values of a component's ``enabled`` key: ``auto`` turns it on for photographs (not for renders)
 ENABLED_VALUES = (True, False, "auto")
@@ -31,6 +31,14 @@ def resolve_enabled(enabled: bool | str, photograph: bool, key: str) -> bool:
     if enabled not in ENABLED_VALUES:
         raise ValueError(f"{key} must be true, false or auto, got {enabled!r}")
     return bool(photograph) if enabled == "auto" else bool(enabled)
+
+
+def build_if_enabled(factory: Callable[..., nn.Module] | None, **kwargs: Any) -> Any:
+    """The component ``factory(**kwargs)`` builds when it is enabled, else None (also for no factory)."""
+    if factory is None:
+        return None
+    component = factory(**kwargs)
+    return component if component.enabled else None
 
 
 class ViewGroup:
