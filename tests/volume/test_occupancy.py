@@ -10,9 +10,8 @@ import torch
 import torch.distributed as dist
 from runs import run_ranks
 
-from nerf_lightning.models.module import _all_reduce_max
 from nerf_lightning.ops import reference as ref
-from nerf_lightning.volume.occupancy import DEFAULT_THRESHOLD, OccupancyGrid
+from nerf_lightning.volume.occupancy import DEFAULT_THRESHOLD, OccupancyGrid, all_reduce_max
 
 
 def sphere_density(centre=(0.5, 0.5, 0.5), radius: float = 0.25, sigma: float = 100.0):
@@ -235,7 +234,7 @@ def _sync_worker(rank: int, init_file: str, out_dir: str) -> None:
         grid.density_grid[:, :50] = -1.0
         grid.density_grid[:, 50 + rank : 100 : 2] = -1.0
         before = {k: v.clone() for k, v in grid.state_dict().items()}
-        grid.sync_(_all_reduce_max)
+        grid.sync_(all_reduce_max)
         torch.save(
             {"before": before, "after": grid.state_dict(), "threshold": grid.threshold},
             Path(out_dir) / f"rank{rank}.pt",

@@ -8,16 +8,18 @@ code (``trainer.validate``): eval reports exactly what training reports for the 
 strategy and precision the checkpoint was trained with (eval runs on one device, ``strategy=single``).
 
 Writes into its run folder (``outputs/runs/eval/<date>_<time>/`` unless ``hydra.run.dir=...``):
-``metrics.json`` (``<split>/psnr``, ``<split>/ssim``, ... as logged by the model, plus ``views``: one
-entry per view with its image and PSNR; ``n_views`` of the split's ``n_split_views``),
-``views/<frame>.png`` (prediction) and ``views/<frame>_depth.png`` (expected depth, 16-bit,
-normalized per view). ``split=auto`` and ``split=test`` score at most ``data.max_test_views`` views
-(evenly spaced), as the final evaluation of training does; ``val`` and ``train`` at most
-``data.max_val_views``.
+``metrics.json`` (``<split>/psnr``, ``<split>/ssim``, ... as logged by the model, with
+``<split>/psnr_fitted`` ... when the fair held-out protocol runs (``fit_heldout``, see
+``models/heldout_fit.py``), plus ``views``: one entry per view with its image and PSNR; ``n_views`` of
+the split's ``n_split_views``), ``views/<frame>.png`` (prediction) and ``views/<frame>_depth.png``
+(expected depth, 16-bit, normalized per view). ``split=auto`` and ``split=test`` score at most
+``data.max_test_views`` views (evenly spaced), as the final evaluation of training does; ``val`` and
+``train`` at most ``data.max_val_views``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +133,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     log.info("scoring %d of %d %s views: %s", len(val_set.frames), n_split, used, shown)
 
     model = run.build_model(nested_overrides(cfg.get("model")))
+    if cfg.get("fit_heldout") is not None:
+        model.fair_heldout.fit = dataclasses.replace(model.fair_heldout.fit, enabled=cfg.fit_heldout)
+    model.fair_heldout.now = True  # <split>/psnr_fitted when model.heldout_fit is on
     if "save_val_images" in model.hparams:
         model.hparams.save_val_images = False  # the writer below saves every view
     names = [Path(f.image_path).stem for f in val_set.frames]

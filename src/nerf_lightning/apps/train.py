@@ -266,6 +266,7 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
             raise Diverged(f"{err}; {_last_checkpoint_note(trainer)}") from None
         wall_s = time.perf_counter() - start
         try:
+            model.fair_heldout.now = True  # the fair held-out protocol, when model.heldout_fit is on
             results = validate_trained(trainer, model, datamodule)
             # per-view numbers, and the final evaluation on the test split when the capture has one
             evaluation = final_evaluation(trainer, model, datamodule)

@@ -254,12 +254,15 @@ def final_evaluation(trainer: Any, model: Any, datamodule: Any) -> dict[str, Any
         headline ``eval/psnr``, ``eval/ssim`` (``eval/lpips``, ``eval/psnr_ngp``) and ``eval/split``
         (``"test"`` or ``"val"``): the split the final numbers come from; ``eval/views`` the images
         scored, ``eval/n_views`` their number of the split's ``eval/n_split_views``
-        (``data.max_test_views`` thins them).
+        (``data.max_test_views`` thins them). When the held-out fit ran (``models/heldout_fit.py``),
+        also ``eval/psnr_fitted`` ... and ``*_fitted`` per-view columns.
     """
     out: dict[str, Any] = {}
     results = model.eval_results
     if "val" in results:
-        out["val/per_view"] = per_view_table(results["val"], _names(datamodule.val_set))
+        out["val/per_view"] = _with_fitted(
+            per_view_table(results["val"], _names(datamodule.val_set)), results, "val"
+        )
     scored = _names(datamodule.test_set) or []
     capture = datamodule.capture
     out["eval/views"] = scored
@@ -276,13 +279,27 @@ def final_evaluation(trainer: Any, model: Any, datamodule: Any) -> dict[str, Any
     if datamodule.test_set is not datamodule.val_set:
         tested = trainer.test(model, datamodule=datamodule, verbose=False)
         out.update({k: float(v) for k, v in (tested[0] if tested else {}).items()})
-        out["test/per_view"] = per_view_table(results["test"], _names(datamodule.test_set))
+        out["test/per_view"] = _with_fitted(
+            per_view_table(results["test"], _names(datamodule.test_set)), results, "test"
+        )
         stage = "test"
     for name in METRICS:
         if stage in results and name in results[stage]:
             out[f"eval/{name}"] = float(results[stage][name])
+        fitted = results.get(f"{stage}_fitted", {})
+        if name in fitted:
+            out[f"eval/{name}_fitted"] = float(fitted[name])
     out["eval/split"] = datamodule.eval_split
     return out
+
+
+def _with_fitted(table: dict[str, list], results: dict[str, Any], stage: str) -> dict[str, list]:
+    """The per-view table with the fair protocol's columns (``psnr_fitted`` ...) when it ran."""
+    if f"{stage}_fitted" in results:
+        fitted = per_view_table(results[f"{stage}_fitted"])
+        if fitted["view"] == table["view"]:
+            table.update({f"{k}_fitted": v for k, v in fitted.items() if k != "view"})
+    return table
 
 
 def _names(view_set: Any) -> list[str] | None:

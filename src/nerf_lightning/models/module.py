@@ -13,7 +13,7 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.config_schema import Range
+from nerf_lightning.config_schema import KeysOf, Range
 from nerf_lightning.lightning_compat import (
     FastHookNames,
     logs_this_step,
@@ -25,7 +25,9 @@ from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.evaluation import render_view, save_panel
 from nerf_lightning.models.field import NGPField
+from nerf_lightning.models.heldout_fit import HeldoutFit, HeldoutScores
 from nerf_lightning.models.metrics import METRICS, ViewMetrics
+from nerf_lightning.models.per_view import build_if_enabled
 from nerf_lightning.models.train_step import (
     AlphaWeight,
     TrainStep,
@@ -37,7 +39,7 @@ from nerf_lightning.models.train_step import (
 )
 from nerf_lightning.run.strategies import fsdp_full_copy, full_parameters
 from nerf_lightning.training.feedback import TrainingFeedback
-from nerf_lightning.volume.occupancy import OccupancyGrid
+from nerf_lightning.volume.occupancy import OccupancyGrid, all_reduce_max
 from nerf_lightning.volume.renderer import Renderer, build_renderer
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,8 @@ class NeRFModule(FastHookNames, L.LightningModule):
         train_poses: float [V, 3, 4] NGP-space given poses of the training views (``train`` passes
             them; the camera corrections' gauge). None when the state is loaded from a checkpoint next.
         photograph: whether the capture is photographs (``enabled`` and ``alpha_weight``: auto).
+        heldout_fit: the fair held-out protocol's switch and budget (``models/heldout_fit.py``), in the
+            passes that set ``fair_heldout.now`` (the final evaluation, ``eval``). None: its defaults.
         feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback`, shared with the
             DataModule: the training clock of ``batch_rule``, the ray sampler that gets each step's
             per-ray losses, and the training cameras (the occupancy grid marks their unseen cells).
@@ -116,13 +120,14 @@ class NeRFModule(FastHookNames, L.LightningModule):
         n_train_views: int = 0,
         train_poses: Tensor | None = None,
         photograph: bool = False,
+        heldout_fit: Annotated[HeldoutFit | dict[str, Any] | None, KeysOf(HeldoutFit)] = None,
         feedback: TrainingFeedback | None = None,
     ) -> None:
         super().__init__()
         # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
         # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
         factories = ["field", "optimizer", "renderer", "scheduler", "step", "camera_opt", "appearance"]
-        self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "feedback"])
+        self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "feedback", "heldout_fit"])
         if loss not in ("huber", "mse"):
             raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
@@ -137,10 +142,10 @@ class NeRFModule(FastHookNames, L.LightningModule):
         if cuda_graph not in (True, False, "auto"):
             raise ValueError(f"model.cuda_graph must be true, false or auto, got {cuda_graph!r}")
         # Learned per-training-view state: submodules (state dict, parameters, DDP) only when enabled.
-        self.camera_opt: CameraOptimizer | None = _if_enabled(
+        self.camera_opt: CameraOptimizer | None = build_if_enabled(
             camera_opt, n_views=n_train_views, poses=train_poses, photograph=photograph
         )
-        self.appearance: PerViewExposure | None = _if_enabled(
+        self.appearance: PerViewExposure | None = build_if_enabled(
             appearance, n_views=n_train_views, photograph=photograph
         )
         step_factory = step if step is not None else functools.partial(train_step, sample_budget=None)
@@ -164,10 +169,11 @@ class NeRFModule(FastHookNames, L.LightningModule):
         self.scheduler_factory = scheduler
         self.feedback = feedback if feedback is not None else TrainingFeedback()
         self.clock = self.feedback.clock
-        self.val_metrics = ViewMetrics(lpips=lpips)
-        self.test_metrics = ViewMetrics(lpips=lpips)
+        self.metrics = nn.ModuleDict({"val": ViewMetrics(lpips=lpips), "test": ViewMetrics(lpips=lpips)})
         #: stage ("val" / "test") -> last ViewMetrics.compute() result of that stage (rank 0 has all views)
         self.eval_results: dict[str, dict[str, Any]] = {}
+        #: the fair held-out protocol's budget, switch and scores (``<stage>/psnr_fitted`` ...)
+        self.fair_heldout = HeldoutScores(heldout_fit, lpips)
         # Device-side counters read by the throughput callback (no host sync in the step).
         self.register_buffer("rays_seen", torch.zeros((), dtype=torch.float64), persistent=False)
         self.register_buffer("samples_seen", torch.zeros((), dtype=torch.float64), persistent=False)
@@ -292,19 +298,23 @@ class NeRFModule(FastHookNames, L.LightningModule):
             with full_parameters(self.trainer):
                 self.occupancy.update(self.global_step, self.field.density, share=(self.global_rank, world))
             if world > 1:
-                self.occupancy.sync_(_all_reduce_max)
+                self.occupancy.sync_(all_reduce_max)
 
     # -------------------------------------------------------------------------- evaluation
-    def render_view(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+    def render_view(self, batch: dict[str, Any], stage: str | None = None) -> dict[str, Tensor]:
         """One held-out view batch rendered (``models/evaluation.py``'s ``render_view``), with the
-        field's full copy under FSDP."""
+        field's full copy under FSDP; scored into ``stage``'s metrics when given (and the fair
+        protocol's, when this pass runs it)."""
         field = self._eval_field if self._eval_field is not None else self.field
         chunk = self.hparams.val_chunk
-        return render_view(self.renderer, field, batch, chunk, self.camera_opt, self.appearance)
+        view = render_view(self.renderer, field, batch, chunk, self.camera_opt, self.appearance)
+        if stage is not None:
+            self.metrics[stage].update(view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"))
+            self.fair_heldout.update(stage, self.renderer, field, batch, chunk, bool(self.view_components))
+        return view
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
-        view = self.render_view(batch)
-        self.val_metrics.update(view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"))
+        view = self.render_view(batch, "val")
         if self.hparams.save_val_images and batch_idx == 0 and self.trainer.is_global_zero:
             run_dir = Path(self.trainer.default_root_dir)
             save_panel(
@@ -314,8 +324,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
         return {k: view[k] for k in ("rgb", "depth", "opacity")}
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
-        view = self.render_view(batch)
-        self.test_metrics.update(view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"))
+        view = self.render_view(batch, "test")
         return {k: view[k] for k in ("rgb", "depth", "opacity")}
 
     def on_validation_epoch_start(self) -> None:
@@ -326,11 +335,11 @@ class NeRFModule(FastHookNames, L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         object.__setattr__(self, "_eval_field", None)
-        self._log_eval("val", self.val_metrics)
+        self._log_eval("val")
 
     def on_test_epoch_end(self) -> None:
         object.__setattr__(self, "_eval_field", None)
-        self._log_eval("test", self.test_metrics)
+        self._log_eval("test")
 
     def _gather_eval_field(self) -> None:
         """Under FSDP, the field's full copy that this evaluation epoch renders with (every rank)."""
@@ -338,17 +347,18 @@ class NeRFModule(FastHookNames, L.LightningModule):
         copy = fsdp_full_copy(self.trainer, self.field, lambda: factory(aabb_scale=self.hparams.aabb_scale))
         object.__setattr__(self, "_eval_field", copy)
 
-    def _log_eval(self, stage: str, metrics: ViewMetrics) -> None:
-        """Log the means of one evaluation pass (already gathered over ranks) and keep the result."""
-        if not metrics.update_count:
-            return  # no evaluation batch ran (e.g. limit_val_batches=0)
-        result = metrics.compute()
-        metrics.reset()
-        self.eval_results[stage] = result
-        for name in METRICS:
-            if name in result:
-                # every rank holds the gathered mean, so no further reduction
-                self.log(f"{stage}/{name}", result[name], prog_bar=name == "psnr", sync_dist=False)
+    def _log_eval(self, stage: str) -> None:
+        """Log the means of one evaluation pass (already gathered over ranks), and the fair protocol's
+        (``<stage>/psnr_fitted`` ...) when it ran, and keep the results in :attr:`eval_results`."""
+        for suffix, metrics in (("", self.metrics[stage]), ("_fitted", self.fair_heldout.metrics[stage])):
+            if not metrics.update_count:
+                continue  # no evaluation batch ran (e.g. limit_val_batches=0), or no fit
+            result = self.eval_results[stage + suffix] = metrics.compute()
+            metrics.reset()
+            for name in METRICS:
+                if name in result:  # every rank holds the gathered mean, so no further reduction
+                    prog_bar = name + suffix == "psnr"
+                    self.log(f"{stage}/{name}{suffix}", result[name], prog_bar=prog_bar, sync_dist=False)
 
     @property
     def view_components(self) -> list[CameraOptimizer | PerViewExposure]:
@@ -386,15 +396,3 @@ class NeRFModule(FastHookNames, L.LightningModule):
                 for name, buffer in self.train_step_fn.state_buffers().items():
                     if name in saved:
                         buffer.copy_(saved[name].to(buffer.device))
-
-
-def _if_enabled(factory: Callable[..., nn.Module] | None, **kwargs: Any) -> Any:
-    """The component ``factory(**kwargs)`` builds when it is enabled, else None."""
-    if factory is None:
-        return None
-    component = factory(**kwargs)
-    return component if component.enabled else None
-
-
-def _all_reduce_max(tensor: Tensor) -> None:
-    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)

@@ -16,7 +16,7 @@ from torch import nn
 
 from nerf_lightning.config_schema import Note
 
-__all__ = ["ENABLED_VALUES", "Enabled", "resolve_enabled", "ViewGroup"]
+__all__ = ["ENABLED_VALUES", "Enabled", "ViewGroup", "build_if_enabled", "resolve_enabled"]
 
 #: a component's ``enabled`` key: ``auto`` turns it on for photographs (not for renders)
 Enabled = Annotated[bool | Literal["auto"], Note("auto: photographs only")]
@@ -35,6 +35,14 @@ def resolve_enabled(enabled: bool | str, photograph: bool, key: str) -> bool:
     if enabled not in ENABLED_VALUES:
         raise ValueError(f"{key} must be true, false or auto, got {enabled!r}")
     return bool(photograph) if enabled == "auto" else bool(enabled)
+
+
+def build_if_enabled(factory: Callable[..., nn.Module] | None, **kwargs: Any) -> Any:
+    """The component ``factory(**kwargs)`` builds when it is enabled, else None (also for no factory)."""
+    if factory is None:
+        return None
+    component = factory(**kwargs)
+    return component if component.enabled else None
 
 
 class ViewGroup:

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from ..config_schema import Formerly, Range
 from ..ops import get_ops
 
-__all__ = ["OccupancyGrid", "DEFAULT_THRESHOLD", "MIN_STEP"]
+__all__ = ["OccupancyGrid", "DEFAULT_THRESHOLD", "MIN_STEP", "all_reduce_max"]
 
 #: instant-ngp's minimum step: the unit cube's diagonal / 1024.
 MIN_STEP = math.sqrt(3.0) / 1024
@@ -279,6 +279,12 @@ class OccupancyGrid(nn.Module):
         reduce_fn(self.density_grid)
         if self.threshold is not None:
             self.binaries.copy_(self.ops.grid_occupancy(self.density_grid, self.threshold))
+
+
+def all_reduce_max(tensor: Tensor) -> None:
+    """The maximum over the ranks, in place: the reduction :meth:`OccupancyGrid.sync_` takes under
+    DDP/FSDP."""
+    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
 
 
 def _cascade_cdf(binaries: Tensor) -> Tensor:
