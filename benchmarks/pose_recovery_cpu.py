@@ -62,6 +62,27 @@ def aligned_errors(truth: np.ndarray, poses: np.ndarray) -> tuple[float, float]:
     )
 
 
+def reprojection_px(truth: np.ndarray, poses: np.ndarray, focal_px: float) -> float:
+    """Mean image distance (pixels) between where the cameras ``truth`` and ``poses`` [V, 3, 4] (NGP space,
+    looking down -z) see 27 points of the scene's middle, ``[0.35, 0.65]^3`` (around the object): what the
+    images can tell of a pose error, whatever its split into rotation and translation."""
+    g = np.linspace(0.35, 0.65, 3)
+    points = np.stack(np.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3)
+
+    def project(c2w: np.ndarray) -> np.ndarray:
+        cam = (points - c2w[:, 3]) @ c2w[:, :3]  # R^T (p - t)
+        return focal_px * cam[:, :2] / -cam[:, 2:3]
+
+    return float(
+        np.mean(
+            [
+                np.linalg.norm(project(t) - project(p), axis=-1).mean()
+                for t, p in zip(truth, poses, strict=True)
+            ]
+        )
+    )
+
+
 def _with_eps(factory: Any, eps: float, **kwargs: Any) -> CameraOptimizer:
     """The camera optimizer of ``factory(**kwargs)`` whose optimizer group has Adam's ``eps``."""
     camera = factory(**kwargs)
@@ -97,6 +118,11 @@ def run(args: argparse.Namespace, scene: Path, work: Path) -> dict[str, Any]:
     rot, trans = pose_errors(truth, refined)
     out: dict[str, Any] = {**vars(args), "train_s": round(seconds, 1)}
     out.update(rot_before=rot0, rot_after=rot, trans_before=trans0, trans_after=trans)
+    focal = float(load_capture(scene).train[0].intrinsics.fx)
+    out.update(
+        reproj_px_before=reprojection_px(truth, given, focal),
+        reproj_px=reprojection_px(truth, refined, focal),
+    )
     if rot0 > 0:
         out.update(rot_ratio=rot / rot0, trans_ratio=trans / trans0)
         rot_a, trans_a = aligned_errors(truth, refined)
