@@ -14,8 +14,11 @@ written atomically. See ``conf/export.yaml`` for every option.
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +31,19 @@ from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
 from nerf_lightning.data.cameras import intrinsics_tensor, pixel_rays, poses_tensor
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.errors import UserError
+from nerf_lightning.mesh.clean import clean_mesh
 from nerf_lightning.mesh.extract import extract_mesh, render_point_cloud
+from nerf_lightning.mesh.formats import encode, to_up, write_files
+from nerf_lightning.mesh.texture import bake_texture, surface_colors, unwrap
 from nerf_lightning.run.restore import RestoredRun, load_run
 from nerf_lightning.utils.io import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger("nerf_lightning.export")
+
+#: the bake's rays start this many marching-cubes cells outside the surface: past the density's
+#: fall-off around the iso-surface, close enough not to start behind a neighbouring fold
+BAKE_OFFSET_CELLS = 3.0
+
 
 def _write_ply(path: Path, geometry: Any) -> None:
     data = geometry.export(file_type="ply")  # binary PLY with vertex colours
@@ -43,11 +54,22 @@ def _to_output_space(points: np.ndarray, space: SceneSpace | None) -> np.ndarray
     return points if space is None else space.points_to_capture(points)
 
 
+def _output_points(points: np.ndarray, space: SceneSpace | None, up: str) -> np.ndarray:
+    """NGP points -> the file's coordinates: capture frame in the ``up`` convention, or NGP space."""
+    return points if space is None else to_up(space.points_to_capture(points), up)
+
+
+def _up_of(cfg: DictConfig) -> str:
+    """``up=null``: glTF's +Y for glb and the OBJ importers' +Y for obj; the capture's own frame for ply."""
+    return str(cfg.up) if cfg.up is not None else ("z" if cfg.format == "ply" else "y")
+
+
 def export_mesh(
     cfg: DictConfig, run: RestoredRun, model: Any, space: SceneSpace | None, device: torch.device
 ) -> dict[str, Any]:
     import trimesh
 
+    t0 = time.perf_counter()
     bounds = list(cfg.bounds) if cfg.bounds is not None else None
     try:
         mesh = extract_mesh(
@@ -62,21 +84,82 @@ def export_mesh(
         )
     except ValueError as err:
         raise UserError(f"export mesh (threshold={cfg.threshold}, bounds={bounds}): {err}") from err
-    tm = trimesh.Trimesh(
-        vertices=_to_output_space(mesh.vertices, space),
-        faces=mesh.faces,
-        vertex_colors=np.concatenate([mesh.colors, np.full((len(mesh.colors), 1), 255, np.uint8)], axis=1),
-        process=False,
+    cell = float(np.ptp(mesh.vertices, axis=0).max()) / int(cfg.resolution)  # marching-cubes cell (NGP)
+    vertices, faces = clean_mesh(
+        mesh.vertices, mesh.faces, float(cfg.min_component), int(cfg.smooth), int(cfg.faces)
     )
-    path = Path(cfg.paths.output_dir) / "mesh.ply"
-    _write_ply(path, tm)
-    print(f"mesh: {path} ({len(tm.vertices)} vertices, {len(tm.faces)} faces)")
+    normals = np.asarray(trimesh.Trimesh(vertices, faces, process=False).vertex_normals)
+    bg = torch.zeros(3, device=device)
+    colors_of = functools.partial(
+        _bake_colors,
+        render=lambda o, d: model.renderer.render_image(model.field, o, d, bg, chunk=int(cfg.chunk) // 4),
+        field=model.field,
+        offset=BAKE_OFFSET_CELLS * cell,
+        near_plane=float(model.renderer.near_plane),
+        chunk=int(cfg.chunk) // 4,
+        device=device,
+    )
+    fmt, up, size = str(cfg.format), _up_of(cfg), int(cfg.texture_size)
+    textured = bool(cfg.texture) and fmt != "ply"
+    uv = texture = colors = None
+    if textured:
+        vmap, faces, uv = unwrap(vertices, faces, size)
+        vertices, normals = vertices[vmap], normals[vmap]
+        texture = bake_texture(vertices, faces, normals, uv, size, colors_of)
+    else:
+        colors = (colors_of(vertices, normals) * 255).round().astype(np.uint8)
+    out_vertices = _output_points(vertices, space, up)
+    if np.linalg.det(_output_points(np.eye(3), space, up) - _output_points(np.zeros((1, 3)), space, up)) < 0:
+        faces = faces[:, ::-1].copy()  # a mirroring frame: keep the faces counter-clockwise from outside
+    files = encode(fmt, out_vertices, faces, uv=uv, texture=texture, colors=colors)
+    folder = _out_folder(cfg)
+    paths = write_files(folder, files)
+    seconds = time.perf_counter() - t0
+    lo, hi = out_vertices.min(axis=0), out_vertices.max(axis=0)
+    frame = "NGP space" if space is None else f"capture units, +{up.upper()} up"
+    print(
+        f"{paths[-1]}: {len(faces)} triangles, "
+        + (f"texture {size}x{size}, " if textured else "vertex colours, ")
+        + f"bounds [{', '.join(f'{v:.3g}' for v in lo)}]..[{', '.join(f'{v:.3g}' for v in hi)}] ({frame}), "
+        + f"{seconds:.1f} s"
+    )
     return {
-        "mesh": str(path),
-        "vertices": len(tm.vertices),
-        "faces": len(tm.faces),
-        "watertight": bool(tm.is_watertight),
+        "mesh": str(paths[-1]),
+        "files": [str(p) for p in paths],
+        "format": fmt,
+        "up": up if space is not None else None,
+        "vertices": len(out_vertices),
+        "faces": len(faces),
+        "texture_size": size if textured else None,
+        "bounds": [lo.tolist(), hi.tolist()],
+        "seconds": seconds,
     }
+
+
+def _bake_colors(points: np.ndarray, normals: np.ndarray, **kwargs: Any) -> np.ndarray:
+    """``surface_colors`` of the points with a progress bar (one ray per point)."""
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(f"baking {len(points)} surface colours", total=len(points))
+        return surface_colors(
+            points=points, normals=normals, progress=lambda n: bar.advance(task, n), **kwargs
+        )
+
+
+def _out_folder(cfg: DictConfig) -> Path:
+    return Path(cfg.out) if cfg.get("out") is not None else Path(cfg.paths.output_dir)
+
+
+def check_out_folder(cfg: DictConfig) -> None:
+    """``out=``: a folder this process can create and write files in, checked before any work."""
+    folder = _out_folder(cfg)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check."):
+            pass
+    except OSError as err:
+        raise UserError(f"out={folder}: cannot write there ({(err.strerror or str(err)).lower()})") from err
 
 
 def export_pointcloud(
@@ -123,7 +206,7 @@ def export_pointcloud(
         _to_output_space(points, space),
         colors=np.concatenate([colors, np.full((len(colors), 1), 255, np.uint8)], axis=1),
     )
-    path = Path(cfg.paths.output_dir) / "pointcloud.ply"
+    path = _out_folder(cfg) / "pointcloud.ply"
     _write_ply(path, cloud)
     print(f"point cloud: {path} ({len(points)} points)")
     return {"pointcloud": str(path), "points": len(points)}
@@ -133,6 +216,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     """Run the export described by ``cfg`` (see ``conf/export.yaml``); returns export.json's content."""
     check_config(cfg, EXPORT, (check_bounds,))
     what = str(cfg.what)
+    check_out_folder(cfg)
     run = load_run(cfg.ckpt)
     device = device_of(str(cfg.accelerator))
     capture = run.load_capture(nested_overrides(cfg.get("data")))
