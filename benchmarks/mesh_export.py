@@ -1,6 +1,6 @@
 """Export a checkpoint as glb and as ply at equal triangles; time, size, held-out PSNR; a screenshot.
 
-    python -m benchmarks.mesh_export RUN [--scene CAPTURE] [--shot docs/images/export_glb.png] [ARGS...]
+    python -m benchmarks.mesh_export RUN --scene CAPTURE [--views N] [--shot docs/images/export_glb.png] [ARGS...]
 
 ARGS are ``export mesh`` overrides (``resolution=256 texture_size=2048``). The PSNR is
 :func:`benchmarks.mesh_render.held_out_psnr` (the mesh ray-cast from the held-out cameras against the
@@ -51,8 +51,9 @@ def main() -> None:
     parser.add_argument("run", type=Path)
     parser.add_argument("--scene", type=Path, required=True, help="the capture folder (transforms.json)")
     parser.add_argument("--shot", type=Path, default=None)
+    parser.add_argument("--views", type=int, default=None, help="score the first N held-out views only")
     parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for fmt in ("glb", "ply"):
@@ -61,13 +62,13 @@ def main() -> None:
             GlobalHydra.instance().clear()
             info = export(cfg)
             mesh = trimesh.load(info["mesh"], force="mesh", process=False)
-            psnr = held_out_psnr(args.run, args.scene, mesh, info["up"])
+            psnr = held_out_psnr(args.run, args.scene, mesh, info["up"], args.views)
             size = sum(Path(p).stat().st_size for p in info["files"])
             rows[fmt] = {"seconds": round(info["seconds"], 1), "triangles": info["faces"],
                          "bytes": size, "psnr": round(psnr, 2)}  # fmt: skip
             if fmt == "glb" and args.shot is not None:
                 _screenshot(mesh, args.scene, args.run, args.shot)
-    print(json.dumps(rows, indent=2))
+    print(json.dumps(rows, indent=2), flush=True)
 
 
 if __name__ == "__main__":

@@ -16,19 +16,24 @@ import numpy as np
 __all__ = ["cast", "held_out_psnr", "shade"]
 
 
-def cast(mesh, origins: np.ndarray, directions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001
+def cast(
+    mesh, origins: np.ndarray, directions: np.ndarray, chunk: int = 512
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001, E501
     """Nearest hits: (hit bool [R], triangle int64 [R], barycentric float64 [R, 3]) of unit rays [R, 3]."""
     import trimesh
 
-    locations, index_ray, index_tri = trimesh.ray.ray_triangle.RayMeshIntersector(mesh).intersects_location(
-        origins, directions, multiple_hits=False
-    )
+    caster = trimesh.ray.ray_triangle.RayMeshIntersector(mesh)
     hit = np.zeros(len(origins), bool)
     tri = np.zeros(len(origins), np.int64)
     bary = np.zeros((len(origins), 3))
-    hit[index_ray], tri[index_ray] = True, index_tri
-    if len(index_ray):
-        bary[index_ray] = trimesh.triangles.points_to_barycentric(mesh.triangles[index_tri], locations)
+    for i in range(0, len(origins), chunk):  # each ray's box candidates grow with the mesh: bounded memory
+        locations, index_ray, index_tri = caster.intersects_location(
+            origins[i : i + chunk], directions[i : i + chunk], multiple_hits=False
+        )
+        index_ray = index_ray + i
+        hit[index_ray], tri[index_ray] = True, index_tri
+        if len(index_ray):
+            bary[index_ray] = trimesh.triangles.points_to_barycentric(mesh.triangles[index_tri], locations)
     return hit, tri, bary
 
 
