@@ -1,6 +1,6 @@
 """Export a checkpoint as glb and as ply at equal triangles; time, size, held-out PSNR; a screenshot.
 
-    python -m benchmarks.mesh_export RUN --scene CAPTURE [--views N] [--shot docs/images/export_glb.png] [ARGS...]
+    python -m benchmarks.mesh_export RUN --scene CAPTURE [--views N] [--shot PNG] [ARGS...]
 
 ARGS are ``export mesh`` overrides (``resolution=256 texture_size=2048``). The PSNR is
 :func:`benchmarks.mesh_render.held_out_psnr` (the mesh ray-cast from the held-out cameras against the
