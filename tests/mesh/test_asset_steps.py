@@ -107,6 +107,33 @@ def test_surface_colours_come_from_rays_arriving_head_on() -> None:
     np.testing.assert_allclose(rgb, [[0.4, 0.2, 0.6], [0.7, 0.7, 0.7]], atol=1e-6)  # /0.5; missed: field
 
 
+def test_surface_colours_average_the_most_head_on_cameras_weighted_by_cosine_to_the_power() -> None:
+    """One point at the origin, normal +z, three cameras: straight above (cos 1), at 60 degrees (cos 0.5)
+    and below the surface (cos -1, never chosen with views=2). The stub colours a ray red when it
+    comes from straight above and blue otherwise; the head-on fallback ray is green. With power 2 the
+    mean is (1 * red + 0.25 * blue + 1e-6 * green) / 1.250001."""
+    seen = {}
+
+    def render(o: torch.Tensor, d: torch.Tensor) -> dict[str, torch.Tensor]:
+        seen["d"] = d.clone()
+        rgb = torch.zeros(len(d), 3)
+        rgb[:, 2] = 1.0
+        rgb[d[:, 0].abs() < 1e-6, 2] = 0.0  # from above (the camera and the normal ray): red / green
+        rgb[:, 0] = (d[:, 0].abs() < 1e-6).float()
+        rgb[-1] = torch.tensor([0.0, 1.0, 0.0])  # the last ray is the fallback along the normal
+        return {"rgb": rgb, "opacity": torch.ones(len(d), 1)}
+
+    def field(p: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise AssertionError("every ray saw the surface")
+
+    s60, c60 = np.sin(np.pi / 3), np.cos(np.pi / 3)
+    cameras = np.array([[0.0, 0.0, 2.0], [-3 * s60, 0.0, 3 * c60], [0.0, 0.0, -1.0]])
+    rgb = surface_colors(render, field, np.zeros((1, 3)), np.array([[0.0, 0.0, 1.0]]), 0.01, 0.0, 64,
+                         torch.device("cpu"), cameras=cameras, views=2, power=2.0)  # fmt: skip
+    np.testing.assert_allclose(seen["d"].numpy(), [[0, 0, -1], [s60, 0, -c60], [0, 0, -1]], atol=1e-6)
+    np.testing.assert_allclose(rgb, [[1 / 1.250001, 1e-6 / 1.250001, 0.25 / 1.250001]], atol=1e-6)
+
+
 def test_up_axis_and_the_files_of_each_format(tmp_path) -> None:
     np.testing.assert_allclose(to_up(np.array([[1.0, 2.0, 3.0]]), "y"), [[1.0, 3.0, -2.0]])
     np.testing.assert_allclose(to_up(np.array([[1.0, 2.0, 3.0]]), "z"), [[1.0, 2.0, 3.0]])

@@ -81,15 +81,16 @@ def test_texture_matches_the_fields_renders_better_than_vertex_colours(
     assert ply["up"] == "z" and ply["faces"] == info["faces"]  # equal triangles, capture frame
     plain = held_out_psnr(run_dir, tiny_scene, trimesh.load(ply["mesh"], process=False), "z")
     print(f"held-out PSNR over object pixels: texture {textured:.2f} dB, vertex colours {plain:.2f} dB")
-    # measured 24.8 dB (texture) and 24.0 dB (vertex colours) on 2 CPU cores: see docs/apps.md on why
-    # this 120-step field of 40x40 views stays below 25 dB
-    assert textured > 24.0
+    # the bar: at least 25 dB, and vertex colours below the texture
+    assert textured >= 25.0
     assert plain < textured - 0.3
 
 
 def test_obj_writes_obj_mtl_and_png(trained_run, app_cfg) -> None:
     run_dir, _ = trained_run
-    info = export(app_cfg(f"ckpt={run_dir}", *SMALL, "format=obj", "texture_size=128", out="obj"))
+    info = export(
+        app_cfg(f"ckpt={run_dir}", *SMALL, "format=obj", "texture_size=128", "bake_views=0", out="obj")
+    )
     folder = Path(info["mesh"]).parent
     names = sorted(p.name for p in folder.iterdir() if p.suffix in (".obj", ".mtl", ".png"))
     assert names[0] == "material_0.png" or names[0].endswith(".png")

@@ -244,6 +244,7 @@ EXPORT: tuple[Rule, ...] = (
     Rule("format", "choice", choices=("glb", "obj", "ply")),
     _bool("texture"),
     Rule("texture_size", "pow2", high=8192, note="texels per side"),
+    _int("bake_views", 0, note="training cameras per texel"),
     _int("faces", 1, note="the most triangles of the mesh"),
     _num_rule("min_component", low=0, high=1, note="a fraction of the largest piece's faces"),
     _int("smooth", 0, note="smoothing iterations"),
