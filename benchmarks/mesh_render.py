@@ -7,13 +7,12 @@ hit's interpolated UV (a textured mesh) or the vertex colours interpolated at th
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["cast", "held_out_psnr", "shade"]
+__all__ = ["cast", "held_out_psnr", "shade", "view_rays"]
 
 
 def cast(
@@ -68,42 +67,65 @@ def _bilinear(image: np.ndarray, uv: np.ndarray) -> np.ndarray:
     return top * (1 - fy) + bottom * fy
 
 
-def held_out_psnr(run_dir: Path, scene: Path, mesh, up: str, views: int | None = None) -> float:  # noqa: ANN001
+def view_rays(frame, space, up: str | None, width: int | None = None):  # noqa: ANN001, ANN201
+    """The rays of one view through pixel centres, ``width`` pixels wide at most (None: the view's own):
+    (NGP origins, NGP directions) as torch tensors for the field, and (origins, unit directions) as numpy
+    arrays in the mesh file's frame (the capture frame, ``up`` as the export wrote it; NGP space where
+    ``space`` is None), and the image's (h, w)."""
+    import torch
+
+    from nerf_lightning.data.cameras import intrinsics_tensor, pixel_rays, poses_tensor
+    from nerf_lightning.mesh.formats import to_up
+
+    w0, h0 = frame.intrinsics.width, frame.intrinsics.height
+    k = max(1.0, w0 / width) if width else 1.0
+    w, h = int(w0 / k), int(h0 / k)
+    iy, ix = np.meshgrid((np.arange(h) + 0.5) * k, (np.arange(w) + 0.5) * k, indexing="ij")
+    n = w * h
+    px, py = (torch.tensor(a.reshape(-1), dtype=torch.float32) for a in (ix, iy))
+    ro, rd = pixel_rays(poses_tensor([frame]).expand(n, 3, 4), intrinsics_tensor([frame]).expand(n, 10),
+                        px, py, model=frame.intrinsics.model)  # fmt: skip
+    o, d = ro.double().numpy(), rd.double().numpy()
+    if space is not None:  # a similarity: points map, directions follow from two points of the ray
+        o, d = space.points_to_capture(o), space.points_to_capture(o + d) - space.points_to_capture(o)
+        if up is not None:
+            o, d = to_up(o, up), to_up(d, up)
+    return ro, rd, o, d / np.linalg.norm(d, axis=1, keepdims=True), (h, w)
+
+
+def held_out_psnr(
+    run_dir: Path,
+    mesh,
+    up: str | None,
+    views: int | None = None,
+    width: int | None = None,
+    space: str = "capture",
+) -> float:  # noqa: ANN001
     """Mean PSNR (dB) of the mesh seen from the held-out cameras against the field's renders of those views,
     over the object's pixels (the field's opacity > 0.95 and the mesh hit there, one pixel in from the
-    silhouette). The mesh's rays come from transforms.json itself (capture frame, OpenGL pinhole
-    cameras, scaled to the loaded images' size), ``up`` as the export wrote it; ``views``: the first few
-    held-out views only."""
+    silhouette). The mesh's rays are the views' own rays mapped into the file's frame (``up`` as the
+    export wrote it; ``space="ngp"``: NGP coordinates); ``views``: the first few held-out views only;
+    ``width``: views rendered at most that many pixels wide."""
     import torch
     from scipy.ndimage import binary_erosion
 
-    from nerf_lightning.data.cameras import intrinsics_tensor, pixel_rays, poses_tensor
+    from nerf_lightning.data.scene_space import SceneSpace
     from nerf_lightning.run.restore import load_run
 
-    doc = json.loads((scene / "transforms.json").read_text())
-    poses = {Path(f["file_path"]).name: np.asarray(f["transform_matrix"]) for f in doc["frames"]}
     run = load_run(run_dir)
-    model, capture = run.build_model(), run.load_capture()
-    w, h = capture.val[0].intrinsics.width, capture.val[0].intrinsics.height
-    k = w / doc["w"]  # data.downscale
-    fx, fy, cx, cy = (doc[key] * k for key in ("fl_x", "fl_y", "cx", "cy"))
-    iy, ix = np.meshgrid(np.arange(h) + 0.5, np.arange(w) + 0.5, indexing="ij")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, capture = run.build_model().to(device), run.load_capture()
+    frame_space = SceneSpace.of(capture) if space == "capture" else None
     scores = []
     for frame in capture.val[:views]:
-        c2w = poses[frame.image_path.name]
-        d = np.stack([(ix - cx) / fx, -(iy - cy) / fy, -np.ones_like(ix)], -1).reshape(-1, 3) @ c2w[:3, :3].T
-        d /= np.linalg.norm(d, axis=1, keepdims=True)
-        o = np.broadcast_to(c2w[:3, 3], d.shape).copy()
-        if up == "y":  # +Z up -> +Y up: (x, y, z) -> (x, z, -y)
-            o, d = o[:, [0, 2, 1]] * [1, 1, -1], d[:, [0, 2, 1]] * [1, 1, -1]
+        ro, rd, o, d, (h, w) = view_rays(frame, frame_space, up, width)
         rgb, hit = shade(mesh, o, d)
-        n = w * h
-        ro, rd = pixel_rays(poses_tensor([frame]).expand(n, 3, 4), intrinsics_tensor([frame]).expand(n, 10),
-                            torch.tensor(ix.reshape(-1), dtype=torch.float32),
-                            torch.tensor(iy.reshape(-1), dtype=torch.float32), model="pinhole")  # fmt: skip
         with torch.no_grad():
-            ref = model.renderer.render_image(model.field, ro, rd, torch.ones(3))
-        obj = binary_erosion((hit & (ref["opacity"].reshape(-1).numpy() > 0.95)).reshape(h, w)).reshape(-1)
-        err = ((rgb[obj] - ref["rgb"].clamp(0, 1).numpy()[obj]) ** 2).mean()
+            ref = model.renderer.render_image(
+                model.field, ro.to(device), rd.to(device), torch.ones(3, device=device)
+            )
+        opacity, ref_rgb = ref["opacity"].reshape(-1).cpu().numpy(), ref["rgb"].clamp(0, 1).cpu().numpy()
+        obj = binary_erosion((hit & (opacity > 0.95)).reshape(h, w)).reshape(-1)
+        err = ((rgb[obj] - ref_rgb[obj]) ** 2).mean()
         scores.append(-10 * math.log10(err))
     return float(np.mean(scores))

@@ -71,15 +71,13 @@ def test_glb_bounds_are_the_captures_objects_with_y_up(glb, tiny_scene: Path) ->
     assert lo[1] > -1.0
 
 
-def test_texture_matches_the_fields_renders_better_than_vertex_colours(
-    glb, trained_run, tiny_scene: Path, app_cfg
-) -> None:
+def test_texture_matches_the_fields_renders_better_than_vertex_colours(glb, trained_run, app_cfg) -> None:
     run_dir, _ = trained_run
     info, mesh = glb
-    textured = held_out_psnr(run_dir, tiny_scene, mesh, "y")
+    textured = held_out_psnr(run_dir, mesh, "y")
     ply = export(app_cfg(f"ckpt={run_dir}", *SMALL, "format=ply", out="ply"))
     assert ply["up"] == "z" and ply["faces"] == info["faces"]  # equal triangles, capture frame
-    plain = held_out_psnr(run_dir, tiny_scene, trimesh.load(ply["mesh"], process=False), "z")
+    plain = held_out_psnr(run_dir, trimesh.load(ply["mesh"], process=False), "z")
     print(f"held-out PSNR over object pixels: texture {textured:.2f} dB, vertex colours {plain:.2f} dB")
     # the bar: at least 25 dB, and vertex colours below the texture
     assert textured >= 25.0
