@@ -320,7 +320,7 @@ def test_a_read_only_disk_during_an_export_names_the_file(
 
     run_dir, _ = trained_run
     cfg = compose_app_config(
-        "export", ["what=mesh", f"ckpt={run_dir}", "resolution=16", "threshold=1"], tmp_path
+        "export", ["what=mesh", f"ckpt={run_dir}", "resolution=16", "threshold=1", "format=ply"], tmp_path
     )
     _failing_fsync(monkeypatch, errno.EROFS)
     line = _one_line(capsys, lambda: export(cfg))

@@ -23,7 +23,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import hydra
 import lightning as L
@@ -33,6 +33,7 @@ from omegaconf import DictConfig
 
 from nerf_lightning.apps.config_checks import check_config
 from nerf_lightning.apps.entry import hydra_app, nested_overrides
+from nerf_lightning.config_schema import Note
 from nerf_lightning.data.heldout import validation_frames
 from nerf_lightning.errors import UserError
 from nerf_lightning.run.restore import load_run
@@ -104,6 +105,7 @@ class EvalOptions:
 
     split: Literal["auto", "val", "test", "train"]
     save_images: bool
+    fit_heldout: Annotated[bool | Literal["auto"] | None, Note("null: as the run was trained")] = None
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
@@ -133,8 +135,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     log.info("scoring %d of %d %s views: %s", len(val_set.frames), n_split, used, shown)
 
     model = run.build_model(nested_overrides(cfg.get("model")))
-    if cfg.get("fit_heldout") is not None:
-        model.fair_heldout.fit = dataclasses.replace(model.fair_heldout.fit, enabled=cfg.fit_heldout)
+    if opts.fit_heldout is not None:
+        model.fair_heldout.fit = dataclasses.replace(model.fair_heldout.fit, enabled=opts.fit_heldout)
     model.fair_heldout.now = True  # <split>/psnr_fitted when model.heldout_fit is on
     if "save_val_images" in model.hparams:
         model.hparams.save_val_images = False  # the writer below saves every view

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.evaluation import render_view
@@ -62,15 +63,15 @@ class HeldoutFit:
         seed: the pixel draws' seed (the same pixels for every run).
     """
 
-    enabled: bool | str = "auto"
+    enabled: Annotated[bool | Literal["auto"], Note("auto: with learned poses or exposure")] = "auto"
     pose: bool = True
     exposure: bool = True
-    steps: int = 100
-    rays: int = 4096
-    pose_lr: float = 2e-3
-    exposure_lr: float = 0.1
-    final_factor: float = 0.1
-    seed: int = 0
+    steps: Annotated[int, Range(low=1)] = 100
+    rays: Annotated[int, Range(low=1)] = 4096
+    pose_lr: Annotated[float, Range(above=0)] = 2e-3
+    exposure_lr: Annotated[float, Range(above=0)] = 0.1
+    final_factor: Annotated[float, Range(above=0, high=1)] = 0.1
+    seed: Annotated[int, Range(low=0)] = 0
 
     def __post_init__(self) -> None:
         if self.enabled not in ENABLED_VALUES:

@@ -1,0 +1,76 @@
+"""Export a checkpoint as glb and as ply at equal triangles; time, size, held-out PSNR; a screenshot.
+
+    python -m benchmarks.mesh_export RUN [--views N] [--width W] [--shot PNG] [--json PATH] [ARGS...]
+
+ARGS are ``export mesh`` overrides (``resolution=256 texture_size=2048``). The PSNR is
+:func:`benchmarks.mesh_render.held_out_psnr` (the mesh ray-cast from the held-out cameras against the
+field's renders), over the first ``--views`` held-out views at most ``--width`` pixels wide. The
+screenshot is the glb ray-cast from the first held-out camera, 512 pixels wide. ``--json`` writes the
+rows (atomically) besides printing them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+def _screenshot(mesh, run_dir: Path, up: str, path: Path, width: int = 512) -> None:  # noqa: ANN001
+    import imageio.v3 as iio
+
+    from benchmarks.mesh_render import shade, view_rays
+    from nerf_lightning.data.scene_space import SceneSpace
+    from nerf_lightning.run.restore import load_run
+
+    capture = load_run(run_dir).load_capture()
+    _, _, o, d, (h, w) = view_rays(capture.val[0], SceneSpace.of(capture), up, width)
+    rgb, _ = shade(mesh, o, d)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    iio.imwrite(path, (rgb.reshape(h, w, 3) * 255).round().astype(np.uint8))
+
+
+def main() -> None:
+    import trimesh
+    from hydra.core.global_hydra import GlobalHydra
+
+    from benchmarks.mesh_render import held_out_psnr
+    from nerf_lightning.apps.export import export
+    from nerf_lightning.run.config import compose_app_config
+    from nerf_lightning.utils.io import atomic_write_json
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run", type=Path)
+    parser.add_argument(
+        "--shot", type=Path, default=None, help="a PNG of the glb from the first held-out view"
+    )
+    parser.add_argument("--views", type=int, default=None, help="score the first N held-out views only")
+    parser.add_argument("--width", type=int, default=None, help="score views at most W pixels wide")
+    parser.add_argument("--json", type=Path, default=None, help="write the rows there too")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_intermixed_args()
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for fmt in ("glb", "ply"):
+            cfg = compose_app_config("export", ["what=mesh", f"ckpt={args.run}", f"format={fmt}",
+                                                *args.overrides], Path(tmp) / fmt)  # fmt: skip
+            GlobalHydra.instance().clear()
+            info = export(cfg)
+            mesh = trimesh.load(info["mesh"], force="mesh", process=False)
+            psnr = held_out_psnr(args.run, mesh, info["up"], args.views, args.width, str(cfg.space))
+            size = sum(Path(p).stat().st_size for p in info["files"])
+            rows[fmt] = {"seconds": round(info["seconds"], 1), "triangles": info["faces"], "bytes": size,
+                         "texture_size": info["texture_size"], "psnr": round(psnr, 2)}  # fmt: skip
+            if fmt == "glb" and args.shot is not None:
+                _screenshot(mesh, args.run, info["up"], args.shot)
+    rows["overrides"] = args.overrides
+    print(json.dumps(rows, indent=2), flush=True)
+    if args.json is not None:
+        atomic_write_json(args.json, rows)
+
+
+if __name__ == "__main__":
+    main()
