@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -59,11 +60,16 @@ def main() -> None:
                                                 *args.overrides], Path(tmp) / fmt)  # fmt: skip
             GlobalHydra.instance().clear()
             info = export(cfg)
+            print(f"[mesh_export] {fmt}: {info['seconds']:.1f} s, stages {info['stage_seconds']}", flush=True)
             mesh = trimesh.load(info["mesh"], force="mesh", process=False)
+            t0 = time.perf_counter()
             psnr = held_out_psnr(args.run, mesh, info["up"], args.views, args.width, str(cfg.space))
+            scored = time.perf_counter() - t0
+            print(f"[mesh_export] {fmt}: held-out PSNR {psnr:.2f} dB in {scored:.1f} s", flush=True)
             size = sum(Path(p).stat().st_size for p in info["files"])
             rows[fmt] = {"seconds": round(info["seconds"], 1), "triangles": info["faces"], "bytes": size,
-                         "texture_size": info["texture_size"], "psnr": round(psnr, 2)}  # fmt: skip
+                         "texture_size": info["texture_size"], "psnr": round(psnr, 2),
+                         "stage_seconds": info["stage_seconds"]}  # fmt: skip
             if fmt == "glb" and args.shot is not None:
                 _screenshot(mesh, args.run, info["up"], args.shot)
     rows["overrides"] = args.overrides

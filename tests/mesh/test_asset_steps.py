@@ -11,7 +11,14 @@ import trimesh
 
 from nerf_lightning.mesh.clean import clean_mesh
 from nerf_lightning.mesh.formats import encode, to_up, write_files
-from nerf_lightning.mesh.texture import bake_texture, dilate, surface_colors, unwrap
+from nerf_lightning.mesh.texture import (
+    bake_texture,
+    dilate,
+    rasterize_uv,
+    spatial_blocks,
+    surface_colors,
+    unwrap,
+)
 
 
 def _two_balls() -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +82,46 @@ def test_bake_puts_each_texels_surface_colour_at_its_uv_and_pads_the_seams() -> 
     rows = np.clip(((1 - centroid_uv[:, 1]) * 256).astype(int), 0, 255)
     expected = _colour_of_position(vertices[faces].mean(axis=1)) * 255
     assert np.abs(texture[rows, cols] - expected).max() < 6
+
+
+def test_spatial_blocks_group_faces_by_the_grid_cell_of_their_centroid() -> None:
+    # one small triangle near each corner of the unit cube: 8 faces, at most 1 a block -> a 2x2x2 grid
+    corners = np.array([[x, y, z] for x in (0, 1) for y in (0, 1) for z in (0, 1)], float)
+    tri = np.array([[0, 0, 0], [0.1, 0, 0], [0, 0.1, 0]])
+    vertices = np.concatenate([np.clip(c + tri * (1 - 2 * c), 0, 1) for c in corners])
+    faces = np.arange(24).reshape(8, 3)
+    blocks = spatial_blocks(vertices, faces, max_faces=1)
+    assert sorted(len(b) for b in blocks) == [1] * 8
+    assert sorted(np.concatenate(blocks).tolist()) == list(range(8))
+    blocks = spatial_blocks(vertices, faces, max_faces=8)  # k = 1: one block of all
+    assert len(blocks) == 1 and sorted(blocks[0].tolist()) == list(range(8))
+    blocks = spatial_blocks(vertices, faces, max_faces=4)  # k = ceil(2 ** (1/3)) = 2 again
+    assert len(blocks) == 8
+
+
+def test_unwrap_in_blocks_keeps_every_face_and_packs_the_blocks_without_overlap() -> None:
+    ball = trimesh.creation.icosphere(subdivisions=4, radius=1.0)  # 5120 faces
+    v, f = np.asarray(ball.vertices), np.asarray(ball.faces)
+    vmap, faces, uv = unwrap(v, f, 512, block_faces=400)
+    assert len(spatial_blocks(v, f, 400)) > 8 and len(faces) == 5120
+
+    # the same triangles in space, each with its winding (the first vertex may rotate)
+    def canonical(tris: np.ndarray) -> set:
+        out = set()
+        for t in np.round(tris, 6):
+            i = min(range(3), key=lambda k: tuple(t[k]))
+            out.add(tuple(map(tuple, np.roll(t, -i, axis=0))))
+        return out
+
+    assert canonical(v[vmap][faces]) == canonical(v[f])
+    assert uv.min() >= 0 and uv.max() <= 1
+    # no two charts share texels: the texels covered equal the charts' summed area (one shared atlas;
+    # blocks packed each on their own would overlap and cover less than their sum)
+    a, b, c = (uv[faces][:, k] for k in range(3))
+    area = 0.5 * np.abs((b - a)[:, 0] * (c - a)[:, 1] - (b - a)[:, 1] * (c - a)[:, 0]).sum()
+    face_id, _ = rasterize_uv(uv, faces, 2048)
+    covered = (face_id >= 0).mean()
+    assert 0.3 < area < 1 and covered == pytest.approx(area, rel=0.1)
 
 
 def test_dilate_fills_from_the_nearest_covered_texel() -> None:

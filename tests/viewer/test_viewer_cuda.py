@@ -39,8 +39,10 @@ def test_viewer_renders_between_graphed_steps(tiny_scene: Path, tmp_path: Path) 
         client.send_camera(c2w, 0.8, 160, 120)
         first = client.wait_complete(0, timeout_s=120)
         assert first.image.shape == (96, 128, 3)
-        assert client.wait_for(
-            lambda c: c.completed >= 3 or not proc.is_alive(), 120
+        assert client.wait_for(lambda c: c.completed >= 3 or not proc.is_alive(), 120), (
+            client.completed,
+            client.status,
+            log.read_text()[-3000:],
         )  # re-rendered as it trains
         client.close()
         proc.join(300)
