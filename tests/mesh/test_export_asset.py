@@ -55,6 +55,9 @@ def test_glb_loads_with_uvs_one_material_and_the_requested_texture(glb) -> None:
     assert 500 <= len(mesh.faces) <= 1000 and info["faces"] == len(mesh.faces)
     texture = np.asarray(material.baseColorTexture.convert("RGB"))
     assert texture.std() > 5 and (texture.sum(axis=-1) > 0).all()  # an image, padded: no black texel
+    # the stages account for the whole export, in order
+    assert list(info["stage_seconds"]) == ["extract", "clean", "unwrap", "bake", "write"]
+    assert sum(info["stage_seconds"].values()) == pytest.approx(info["seconds"], abs=0.05)
 
 
 def test_glb_bounds_are_the_captures_objects_with_y_up(glb, tiny_scene: Path) -> None:

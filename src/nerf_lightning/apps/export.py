@@ -123,11 +123,18 @@ def export_mesh(
         )
     except ValueError as err:
         raise UserError(f"export mesh (threshold={opts.threshold}, bounds={bounds}): {err}") from err
-    stages = {"extract": time.perf_counter() - t0}
+    stages: dict[str, float] = {}
+    last = [t0]
+
+    def lap(stage: str) -> None:  # seconds since the previous stage ended
+        now = time.perf_counter()
+        stages[stage], last[0] = now - last[0], now
+
+    lap("extract")
     cell = float(np.ptp(mesh.vertices, axis=0).max()) / opts.resolution  # marching-cubes cell (NGP)
     vertices, faces = clean_mesh(mesh.vertices, mesh.faces, opts.min_component, opts.smooth, opts.faces)
     normals = np.asarray(trimesh.Trimesh(vertices, faces, process=False).vertex_normals)
-    stages["clean"] = time.perf_counter() - t0 - sum(stages.values())
+    lap("clean")
     bg = torch.zeros(3, device=device)
     colors_of = functools.partial(
         _bake_colors,
@@ -147,18 +154,18 @@ def export_mesh(
     if textured:
         vmap, faces, uv = unwrap(vertices, faces, size)
         vertices, normals = vertices[vmap], normals[vmap]
-        stages["unwrap"] = time.perf_counter() - t0 - sum(stages.values())
+        lap("unwrap")
         texture = bake_texture(vertices, faces, normals, uv, size, colors_of)
     else:
         colors = (colors_of(vertices, normals) * 255).round().astype(np.uint8)
-    stages["bake"] = time.perf_counter() - t0 - sum(stages.values())
+    lap("bake")
     out_vertices = _output_points(vertices, space, up)
     if np.linalg.det(_output_points(np.eye(3), space, up) - _output_points(np.zeros((1, 3)), space, up)) < 0:
         faces = faces[:, ::-1].copy()  # a mirroring frame: keep the faces counter-clockwise from outside
     files = encode(fmt, out_vertices, faces, uv=uv, texture=texture, colors=colors)
     paths = write_files(folder, files)
-    seconds = time.perf_counter() - t0
-    stages["write"] = seconds - sum(stages.values())
+    lap("write")
+    seconds = last[0] - t0
     lo, hi = out_vertices.min(axis=0), out_vertices.max(axis=0)
     frame = "NGP space" if space is None else f"capture units, +{up.upper()} up"
     print(

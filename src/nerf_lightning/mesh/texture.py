@@ -85,10 +85,11 @@ def unwrap(
     import xatlas
 
     atlas = xatlas.Atlas()
+    points = vertices.astype(np.float32)
     blocks = []
     for block in spatial_blocks(vertices, faces, block_faces):
         used, local = np.unique(faces[block], return_inverse=True)
-        atlas.add_mesh(vertices[used].astype(np.float32), local.reshape(-1, 3).astype(np.uint32))
+        atlas.add_mesh(points[used], local.reshape(-1, 3).astype(np.uint32))
         blocks.append(used)
     pack = xatlas.PackOptions()
     pack.resolution = int(size)
