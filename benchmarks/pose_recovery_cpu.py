@@ -83,18 +83,49 @@ def reprojection_px(truth: np.ndarray, poses: np.ndarray, focal_px: float) -> fl
     )
 
 
-def _with_eps(factory: Any, eps: float, **kwargs: Any) -> CameraOptimizer:
-    """The camera optimizer of ``factory(**kwargs)`` whose optimizer group has Adam's ``eps``."""
+def _with_group(
+    factory: Any,
+    eps: float | None = None,
+    beta2: float | None = None,
+    every: int = 1,
+    ngp_schedule: bool = False,
+    **kwargs: Any,
+) -> CameraOptimizer:
+    """The camera optimizer of ``factory(**kwargs)`` with its optimizer group changed: Adam's ``eps`` and
+    ``beta2`` (None: the optimizer's), one update every ``every`` training steps with the gradient
+    averaged over them (instant-ngp's ``n_steps_between_cam_updates``), and with ``ngp_schedule``
+    instant-ngp's rate ``lr * 0.33 ** (update // 128)``, floored at the main rate (1e-2) / 1000,
+    instead of the camera optimizer's own schedule."""
     camera = factory(**kwargs)
     group_of = camera.parameter_group
+    overrides: dict[str, Any] = {}
+    if eps is not None:
+        overrides["eps"] = eps
+    if beta2 is not None:
+        overrides["betas"] = (0.9, beta2)
 
     def parameter_group(total_steps: int) -> Any:
         group = group_of(total_steps)
         as_dict = group.as_dict
-        group.as_dict = lambda: {**as_dict(), "eps": eps}
+        group.as_dict = lambda: {**as_dict(), **overrides}
+        if ngp_schedule:  # the factor at training step s; the camera update it takes is s // every
+            floor = 1e-5 / camera.lr
+            group.lr_lambda = lambda step: max(0.33 ** (step // every // 128), floor)
         return group
 
     camera.parameter_group = parameter_group
+    if every > 1:
+        state: dict[str, Any] = {"sum": None, "n": 0}
+
+        def accumulate(p: torch.Tensor) -> None:  # after each backward has written p.grad
+            state["sum"] = p.grad.clone() if state["sum"] is None else state["sum"] + p.grad
+            state["n"] += 1
+            if state["n"] % every:
+                p.grad = None  # Adam skips a parameter without a gradient (its step count too)
+            else:
+                p.grad, state["sum"] = state["sum"] / every, None
+
+        camera.adjustment.register_post_accumulate_grad_hook(accumulate)
     return camera
 
 
@@ -106,8 +137,10 @@ def run(args: argparse.Namespace, scene: Path, work: Path) -> dict[str, Any]:
             CameraOptimizer, enabled=True, lr=args.lr, lr_final=args.lr_final, decay_steps=args.decay,
             warmup_steps=args.warmup, gauge=args.gauge, weight_decay=args.weight_decay,
         )  # fmt: skip
-        if args.eps is not None:
-            components["camera_opt"] = functools.partial(_with_eps, components["camera_opt"], args.eps)
+        components["camera_opt"] = functools.partial(
+            _with_group, components["camera_opt"], eps=args.eps, beta2=args.beta2, every=args.cam_every,
+            ngp_schedule=args.ngp_schedule,
+        )  # fmt: skip
     start = time.perf_counter()
     model, dm = train_tiny(path, args.steps, rays=args.rays, seed=args.seed, **components)
     seconds = time.perf_counter() - start
@@ -135,9 +168,9 @@ def run(args: argparse.Namespace, scene: Path, work: Path) -> dict[str, Any]:
         out["adam_sqrt_v_median"] = float(state["exp_avg_sq"].sqrt().median())
         out["adam_sqrt_v_min"] = float(state["exp_avg_sq"].sqrt().min())
     if model.camera_opt is not None:
-        out["camera_eps"] = [
-            g.get("eps") for g in model.trainer.optimizers[0].param_groups if g.get("name") == "camera_opt"
-        ][0]
+        group = [g for g in model.trainer.optimizers[0].param_groups if g.get("name") == "camera_opt"][0]
+        out.update(camera_eps=group.get("eps"), camera_betas=group.get("betas"), camera_lr_last=group["lr"])
+        out["camera_updates"] = int(state["step"])
     out["train_psnr"] = validate(model, path, split="train")["val/psnr"]
     held = validate(model, path, fit=args.fit)
     out["heldout_psnr"] = held["val/psnr"]
@@ -161,6 +194,13 @@ def main() -> None:
     parser.add_argument("--weight-decay", type=float, default=1e-4)
     parser.add_argument(
         "--eps", type=float, default=None, help="Adam eps of the pose group (default: its own)"
+    )
+    parser.add_argument("--beta2", type=float, default=None, help="Adam beta2 of the pose group")
+    parser.add_argument(
+        "--cam-every", type=int, default=1, help="one pose update every K steps, on the mean gradient"
+    )
+    parser.add_argument(
+        "--ngp-schedule", action="store_true", help="pose lr: --lr * 0.33 ** (update // 128), as instant-ngp"
     )
     parser.add_argument("--fit", action="store_true", help="also the fair held-out protocol (slow)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/pose_recovery_cpu"))
