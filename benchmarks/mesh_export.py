@@ -1,12 +1,13 @@
 """Export a checkpoint as glb and as ply at equal triangles; time, size, held-out PSNR; a screenshot.
 
-    python -m benchmarks.mesh_export RUN [--views N] [--width W] [--shot PNG] [--json PATH] [ARGS...]
+    python -m benchmarks.mesh_export RUN [--views N] [--width W] [--shot PNG [--shot-view I]] \
+        [--json PATH] [ARGS...]
 
 ARGS are ``export mesh`` overrides (``resolution=256 texture_size=2048``). The PSNR is
 :func:`benchmarks.mesh_render.held_out_psnr` (the mesh ray-cast from the held-out cameras against the
 field's renders), over the first ``--views`` held-out views at most ``--width`` pixels wide. The
-screenshot is the glb ray-cast from the first held-out camera, 512 pixels wide. ``--json`` writes the
-rows (atomically) besides printing them.
+screenshot is the glb ray-cast from a held-out camera (``--shot-view``, the first by default) scaled
+to 512 pixels wide. ``--json`` writes the rows (atomically) besides printing them.
 """
 
 from __future__ import annotations
@@ -20,16 +21,29 @@ from pathlib import Path
 import numpy as np
 
 
-def _screenshot(mesh, run_dir: Path, up: str, path: Path, width: int = 512) -> None:  # noqa: ANN001
-    import imageio.v3 as iio
+def _screenshot(mesh, run_dir: Path, up: str, path: Path, view: int = 0, width: int = 512) -> None:  # noqa: ANN001
+    """The mesh seen from held-out camera ``view``, its intrinsics scaled to ``width`` pixels (the README's
+    picture): trimesh's own ray caster (embree when ``embreex`` is installed), textured as ``shade``."""
+    import dataclasses
 
-    from benchmarks.mesh_render import shade, view_rays
+    import imageio.v3 as iio
+    import trimesh
+
+    from benchmarks.mesh_render import _bilinear, view_rays
     from nerf_lightning.data.scene_space import SceneSpace
     from nerf_lightning.run.restore import load_run
 
     capture = load_run(run_dir).load_capture()
-    _, _, o, d, (h, w) = view_rays(capture.val[0], SceneSpace.of(capture), up, width)
-    rgb, _ = shade(mesh, o, d)
+    frame = capture.val[view]
+    k, intr = width / frame.intrinsics.width, frame.intrinsics
+    intr = dataclasses.replace(intr, width=width, height=round(intr.height * k), fx=intr.fx * k,
+                               fy=intr.fy * k, cx=intr.cx * k, cy=intr.cy * k)  # fmt: skip
+    _, _, o, d, (h, w) = view_rays(dataclasses.replace(frame, intrinsics=intr), SceneSpace.of(capture), up)
+    points, ray, tri = mesh.ray.intersects_location(o, d, multiple_hits=False)
+    bary = trimesh.triangles.points_to_barycentric(mesh.triangles[tri], points)[:, :, None]
+    rgb = np.ones((len(o), 3))
+    texture = np.asarray(mesh.visual.material.baseColorTexture.convert("RGB"), np.float64) / 255.0
+    rgb[ray] = _bilinear(texture, (mesh.visual.uv[mesh.faces[tri]] * bary).sum(axis=1))
     path.parent.mkdir(parents=True, exist_ok=True)
     iio.imwrite(path, (rgb.reshape(h, w, 3) * 255).round().astype(np.uint8))
 
@@ -46,8 +60,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path)
     parser.add_argument(
-        "--shot", type=Path, default=None, help="a PNG of the glb from the first held-out view"
+        "--shot", type=Path, default=None, help="a 512-px PNG of the glb from a held-out view"
     )
+    parser.add_argument("--shot-view", type=int, default=0, help="which held-out view (index)")
     parser.add_argument("--views", type=int, default=None, help="score the first N held-out views only")
     parser.add_argument("--width", type=int, default=None, help="score views at most W pixels wide")
     parser.add_argument("--json", type=Path, default=None, help="write the rows there too")
@@ -71,7 +86,7 @@ def main() -> None:
                          "texture_size": info["texture_size"], "psnr": round(psnr, 2),
                          "stage_seconds": info["stage_seconds"]}  # fmt: skip
             if fmt == "glb" and args.shot is not None:
-                _screenshot(mesh, args.run, info["up"], args.shot)
+                _screenshot(mesh, args.run, info["up"], args.shot, args.shot_view)
     rows["overrides"] = args.overrides
     print(json.dumps(rows, indent=2), flush=True)
     if args.json is not None:
