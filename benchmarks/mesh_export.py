@@ -22,14 +22,13 @@ import numpy as np
 
 
 def _screenshot(mesh, run_dir: Path, up: str, path: Path, view: int = 0, width: int = 512) -> None:  # noqa: ANN001
-    """The mesh seen from held-out camera ``view``, its intrinsics scaled to ``width`` pixels (the README's
-    picture): trimesh's own ray caster (embree when ``embreex`` is installed), textured as ``shade``."""
+    """The mesh seen from held-out camera ``view`` (:func:`benchmarks.mesh_render.shade`), its intrinsics
+    scaled to ``width`` pixels (the README's picture)."""
     import dataclasses
 
     import imageio.v3 as iio
-    import trimesh
 
-    from benchmarks.mesh_render import _bilinear, view_rays
+    from benchmarks.mesh_render import shade, view_rays
     from nerf_lightning.data.scene_space import SceneSpace
     from nerf_lightning.run.restore import load_run
 
@@ -39,11 +38,7 @@ def _screenshot(mesh, run_dir: Path, up: str, path: Path, view: int = 0, width: 
     intr = dataclasses.replace(intr, width=width, height=round(intr.height * k), fx=intr.fx * k,
                                fy=intr.fy * k, cx=intr.cx * k, cy=intr.cy * k)  # fmt: skip
     _, _, o, d, (h, w) = view_rays(dataclasses.replace(frame, intrinsics=intr), SceneSpace.of(capture), up)
-    points, ray, tri = mesh.ray.intersects_location(o, d, multiple_hits=False)
-    bary = trimesh.triangles.points_to_barycentric(mesh.triangles[tri], points)[:, :, None]
-    rgb = np.ones((len(o), 3))
-    texture = np.asarray(mesh.visual.material.baseColorTexture.convert("RGB"), np.float64) / 255.0
-    rgb[ray] = _bilinear(texture, (mesh.visual.uv[mesh.faces[tri]] * bary).sum(axis=1))
+    rgb, _ = shade(mesh, o, d)
     path.parent.mkdir(parents=True, exist_ok=True)
     iio.imwrite(path, (rgb.reshape(h, w, 3) * 255).round().astype(np.uint8))
 

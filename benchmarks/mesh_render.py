@@ -1,5 +1,6 @@
 """A small ray-casting rasterizer for exported meshes: what the texture-fidelity test and the README's
-screenshot see (``trimesh`` ray casting, ``rtree`` for its triangle tree).
+screenshot see (``trimesh`` ray casting: embree when ``embreex`` is installed, else ``rtree`` for its
+triangle tree).
 
 A pixel's ray hits the nearest triangle; its colour is the base-colour texture sampled bilinearly at the
 hit's interpolated UV (a textured mesh) or the vertex colours interpolated at the hit (a PLY).
@@ -18,10 +19,11 @@ __all__ = ["cast", "held_out_psnr", "shade", "view_rays"]
 def cast(
     mesh, origins: np.ndarray, directions: np.ndarray, chunk: int = 512
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001, E501
-    """Nearest hits: (hit bool [R], triangle int64 [R], barycentric float64 [R, 3]) of unit rays [R, 3]."""
+    """Nearest hits: (hit bool [R], triangle int64 [R], barycentric float64 [R, 3]) of unit rays [R, 3],
+    through trimesh's ray caster (embree when ``embreex`` is installed, else its own triangle tree)."""
     import trimesh
 
-    caster = trimesh.ray.ray_triangle.RayMeshIntersector(mesh)
+    caster = mesh.ray
     hit = np.zeros(len(origins), bool)
     tri = np.zeros(len(origins), np.int64)
     bary = np.zeros((len(origins), 3))
