@@ -53,6 +53,9 @@ def test_training_raises_psnr_and_writes_run_outputs(
     # instant-ngp's metric of the same views (over black in linear RGB) next to the headline one
     assert written["val/psnr_ngp"] == pytest.approx(sum(per_view["psnr_ngp"]) / 3, abs=1e-4)
     assert written["val/psnr_ngp"] != pytest.approx(written["val/psnr"], abs=1e-3)
+    # and over black in sRGB (the ground truth of run.py --nerf_compatibility), a third number
+    assert written["val/psnr_black"] == pytest.approx(sum(per_view["psnr_black"]) / 3, abs=1e-4)
+    assert written["val/psnr_black"] != pytest.approx(written["val/psnr_ngp"], abs=1e-3)
     assert written["eval/split"] == "val" and written["eval/psnr"] == pytest.approx(written["val/psnr"])
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert list((run_dir / "val").glob("*.png")), "validation render missing"

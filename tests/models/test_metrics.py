@@ -142,3 +142,32 @@ def test_psnr_ngp_scores_the_pairs_it_is_given() -> None:
     m.update(*a, view=2)  # a view without the pair: no psnr_ngp for the pass (not a mean of some views)
     out = m.compute()
     assert "psnr_ngp" not in out and out["views"].tolist() == [0, 1, 2]
+
+
+def test_srgb_over_black_is_the_straight_colour_times_alpha() -> None:
+    """Over black in sRGB (NeRF's compositing; the ground truth of instant-ngp's run.py with
+    --nerf_compatibility): straight sRGB colour 0.5 at opacity 0.5 (0.75 over white) is 0.25, not the
+    0.36078 of compositing in linear RGB; an opaque pixel keeps its colour, a transparent one is black."""
+    white = torch.ones(3)
+    rgb = torch.tensor([[0.75, 0.75, 0.75], [0.3, 0.6, 0.9], [1.0, 1.0, 1.0]])
+    alpha = torch.tensor([0.5, 1.0, 0.0])
+    out = M.srgb_over_black(rgb, alpha, white)
+    torch.testing.assert_close(out[0], torch.full((3,), 0.25), rtol=0, atol=1e-7)
+    torch.testing.assert_close(out[1], rgb[1], rtol=0, atol=1e-7)
+    torch.testing.assert_close(out[2], torch.zeros(3), rtol=0, atol=0)
+    # a faint floater over white (opacity 0.01 of white) is 0.01 over black here, 0.0998 in linear RGB
+    faint = (torch.ones(1, 3), torch.tensor([0.01]), white)
+    assert float(M.srgb_over_black(*faint)[0, 0]) == pytest.approx(0.01, abs=1e-6)
+    assert float(M.ngp_composite(*faint)[0, 0]) == pytest.approx(0.0998, abs=1e-3)
+
+
+def test_psnr_black_scores_its_pairs_beside_psnr_ngp() -> None:
+    """``psnr_black`` is the mean per-image PSNR of the pairs passed as ``black``, kept apart from
+    ``psnr_ngp``."""
+    m = M.ViewMetrics(lpips=False)
+    m.update(*_image(0.5, 0.1), view=0, ngp=_image(0.2, 0.01), black=_image(0.3, 0.1))  # 40, 20 dB
+    m.update(*_image(0.5, 0.1), view=1, ngp=_image(0.2, 0.01), black=_image(0.3, 0.001))  # 40, 60 dB
+    out = m.compute()
+    assert float(out["psnr_ngp"]) == pytest.approx(40.0, abs=1e-2)
+    assert float(out["psnr_black"]) == pytest.approx(40.0, abs=1e-2)
+    assert M.per_view_table(out)["psnr_black"] == pytest.approx([20.0, 60.0], abs=1e-2)

@@ -231,6 +231,7 @@ def curve(
             "steps_per_s": steps / max(train_s, 1e-6),
             "psnr": m.get("val/psnr"),
             "psnr_ngp": m.get("val/psnr_ngp"),
+            "psnr_black": m.get("val/psnr_black"),
             "ssim": m.get("val/ssim"),
             "rays_per_s": m.get("train/rays_per_s"),
             "samples_per_s": m.get("train/samples_per_s"),

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.models.metrics import ngp_composite
+from nerf_lightning.models.metrics import ngp_composite, srgb_over_black
 from nerf_lightning.volume.renderer import Renderer
 
 __all__ = ["render_view", "save_panel"]
@@ -34,7 +34,8 @@ def render_view(
         ``rgb`` prediction [H, W, 3] in [0, 1] over the batch's background, ``gt`` ground truth
         [H, W, 3], ``depth`` [H, W] (weighted sample distance, not normalized by opacity), ``opacity``
         [H, W] and ``ngp``: (prediction, ground truth) as instant-ngp scores them
-        (``metrics.ngp_composite``), when the batch carries the image's ``alpha``.
+        (``metrics.ngp_composite``) and ``black``: the pair over black in sRGB
+        (``metrics.srgb_over_black``), when the batch carries the image's ``alpha``.
     """
     h, w = batch["height"], batch["width"]
     rays_o, rays_d, background = batch["rays_o"], batch["rays_d"], batch["background"]
@@ -52,11 +53,10 @@ def render_view(
         "opacity": out["opacity"].reshape(h, w),
     }
     if "alpha" in batch:
-        background = batch["background"][0]
-        view["ngp"] = (
-            ngp_composite(view["rgb"], view["opacity"], background),
-            ngp_composite(view["gt"], batch["alpha"].reshape(h, w), background),
-        )
+        background, alpha = batch["background"][0], batch["alpha"].reshape(h, w)
+        for key, composite in (("ngp", ngp_composite), ("black", srgb_over_black)):
+            pred = composite(view["rgb"], view["opacity"], background)
+            view[key] = (pred, composite(view["gt"], alpha, background))
     return view
 
 

@@ -13,6 +13,14 @@ shows through instead of the evaluation background); on RGBA renders it scores t
 The headline ``psnr`` stays the nerfacc convention: the prediction composited over the evaluation
 background in sRGB against the image composited the same way.
 
+``psnr_black`` is the same over black: the straight sRGB colour times the opacity, against the image's
+sRGB colour times its alpha (:func:`srgb_over_black`). Its ground truth is the one instant-ngp's
+``run.py --test_transforms --nerf_compatibility`` scores against, the mode of instant-ngp's published
+NeRF-synthetic numbers: with ``--nerf_compatibility`` instant-ngp works in sRGB and composites the test
+image over black in sRGB (``overlay_image`` in ``render_buffer.cu``), not in linear RGB as
+``psnr_ngp`` (its default mode) does. The two differ only at partly transparent pixels, where
+``psnr_ngp`` charges faint opacity far more (an opacity of 0.01 over black reads 0.10 after sRGB).
+
 LPIPS needs ``torchvision`` and the backbone's ImageNet weights in the torch hub cache
 (``torch.hub.get_dir()/checkpoints``); they are never downloaded during a run. When either is
 missing, LPIPS is skipped with one log line per process.
@@ -47,6 +55,7 @@ __all__ = [
     "lpips_weights_path",
     "ngp_composite",
     "per_view_table",
+    "srgb_over_black",
     "srgb_to_linear",
 ]
 
@@ -57,7 +66,7 @@ LPIPS_NETS = {"vgg": "VGG16_Weights", "alex": "AlexNet_Weights", "squeeze": "Squ
 
 #: the per-view metrics :class:`ViewMetrics` keeps (``lpips`` when its weights are local, ``psnr_ngp``
 #: when the update gets instant-ngp's images)
-METRICS = ("psnr", "ssim", "lpips", "psnr_ngp")
+METRICS = ("psnr", "ssim", "lpips", "psnr_ngp", "psnr_black")
 
 _lpips_cache: dict[str, nn.Module | None] = {}
 
@@ -89,6 +98,24 @@ def ngp_composite(rgb: Tensor, alpha: Tensor, background: Tensor) -> Tensor:
     premultiplied = rgb.float() - (1.0 - a) * background.float()
     straight = torch.where(a > 1e-6, premultiplied / a.clamp_min(1e-6), torch.zeros_like(premultiplied))
     return linear_to_srgb(srgb_to_linear(straight.clamp(0.0, 1.0)) * a).clamp(0.0, 1.0)
+
+
+def srgb_over_black(rgb: Tensor, alpha: Tensor, background: Tensor) -> Tensor:
+    """An image over black in sRGB: NeRF's compositing, and the ground truth of instant-ngp's ``run.py``
+    in its ``--nerf_compatibility`` mode.
+
+    Args:
+        rgb: [..., 3] sRGB colour composited over ``background`` (a prediction, or an RGBA image's
+            colour over the evaluation background), in [0, 1].
+        alpha: [...] opacity of each pixel (the rendered opacity, or the image's alpha).
+        background: [3] (or broadcastable) sRGB colour ``rgb`` was composited over.
+
+    Returns:
+        [..., 3] ``c * alpha`` (the premultiplied sRGB colour ``rgb - (1 - alpha) * background``),
+        clipped to [0, 1].
+    """
+    a = alpha.float().clamp(0.0, 1.0)[..., None]
+    return (rgb.float() - (1.0 - a) * background.float()).clamp(0.0, 1.0)
 
 
 def lpips_weights_path(net: str = "vgg") -> Path | str:
@@ -137,13 +164,14 @@ class ViewMetrics(Metric):
         lpips: ``None`` (LPIPS when its weights are local), ``False`` (never), or a net name
             (``vgg`` like nerfacc, ``alex``, ``squeeze``; skipped when its weights are missing).
 
-    ``update(pred, target, view[, ngp])`` takes one whole image: ``pred`` and ``target`` float
+    ``update(pred, target, view[, ngp][, black])`` takes one whole image: ``pred`` and ``target`` float
     [H, W, 3] in [0, 1] (``pred`` is clamped), ``view`` its index in the evaluated split, ``ngp`` the
-    pair (prediction, ground truth) as :func:`ngp_composite` makes them, for ``psnr_ngp``.
-    ``compute()`` returns ``{"psnr", "ssim"[, "lpips"][, "psnr_ngp"]}`` means over the distinct views
-    (0-dim tensors), plus ``"views"``
-    (int64 [V], sorted) and ``"per_view"`` (dict of float [V] tensors in the same order); with a single
-    view torchmetrics squeezes those to 0-dim, so read them with ``.reshape(-1)``.
+    pair (prediction, ground truth) as :func:`ngp_composite` makes them, for ``psnr_ngp``, and ``black``
+    the pair as :func:`srgb_over_black` makes them, for ``psnr_black``.
+    ``compute()`` returns ``{"psnr", "ssim"[, "lpips"][, "psnr_ngp"][, "psnr_black"]}`` means over the
+    distinct views (0-dim tensors), plus ``"views"`` (int64 [V], sorted) and ``"per_view"`` (dict of
+    float [V] tensors in the same order); with a single view torchmetrics squeezes those to 0-dim, so
+    read them with ``.reshape(-1)``.
     """
 
     full_state_update = False
@@ -190,15 +218,21 @@ class ViewMetrics(Metric):
         return values
 
     def update(  # type: ignore[override]
-        self, pred: Tensor, target: Tensor, view: int, ngp: tuple[Tensor, Tensor] | None = None
+        self,
+        pred: Tensor,
+        target: Tensor,
+        view: int,
+        ngp: tuple[Tensor, Tensor] | None = None,
+        black: tuple[Tensor, Tensor] | None = None,
     ) -> None:
         """Score one whole image (see :meth:`score`) as view ``view`` of the evaluated split; ``ngp``:
         also ``psnr_ngp`` of the (prediction, ground truth) pair, both [H, W, 3] from
-        :func:`ngp_composite`."""
+        :func:`ngp_composite`; ``black``: ``psnr_black`` of the pair from :func:`srgb_over_black`."""
         values = self.score(pred, target)
-        if ngp is not None:
-            with torch.autocast(pred.device.type, enabled=False):
-                values["psnr_ngp"] = peak_signal_noise_ratio(ngp[0].float(), ngp[1].float(), data_range=1.0)
+        with torch.autocast(pred.device.type, enabled=False):
+            for name, pair in (("psnr_ngp", ngp), ("psnr_black", black)):
+                if pair is not None:
+                    values[name] = peak_signal_noise_ratio(pair[0].float(), pair[1].float(), data_range=1.0)
         self.views.append(torch.tensor([int(view)], device=pred.device))
         for name, value in values.items():
             getattr(self, name).append(value.reshape(1).float())

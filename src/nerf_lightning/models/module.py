@@ -309,7 +309,9 @@ class NeRFModule(FastHookNames, L.LightningModule):
         chunk = self.hparams.val_chunk
         view = render_view(self.renderer, field, batch, chunk, self.camera_opt, self.appearance)
         if stage is not None:
-            self.metrics[stage].update(view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"))
+            self.metrics[stage].update(
+                view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"), black=view.get("black")
+            )
             self.fair_heldout.update(stage, self.renderer, field, batch, chunk, bool(self.view_components))
         return view
 
