@@ -82,7 +82,8 @@ def test_a_failed_copy_names_the_file_written_and_the_key_of_the_app(capsys) -> 
     )
     read_only = OSError(errno.EROFS, "Read-only file system", "/ro/run/metrics.json")
     assert _user_error_line(capsys, lambda: (_ for _ in ()).throw(read_only)) == (
-        "error: /ro/run/metrics.json: read-only file system; choose a folder you can write (hydra.run.dir=...)"
+        "error: /ro/run/metrics.json: read-only file system; choose a folder you can write "
+        "(hydra.run.dir=...)"
     )
 
 

@@ -14,7 +14,12 @@ from hydra.core.global_hydra import GlobalHydra
 
 from nerf_lightning.run import folder_commit
 from nerf_lightning.run.config import compose_train_config
-from nerf_lightning.run.folder_commit import HeldFileHandler, commit_run_folder, end_run_folder, hold_run_folder
+from nerf_lightning.run.folder_commit import (
+    HeldFileHandler,
+    commit_run_folder,
+    end_run_folder,
+    hold_run_folder,
+)
 
 log = logging.getLogger("nerf_lightning.test_folder_commit")
 
