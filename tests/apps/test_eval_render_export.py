@@ -315,8 +315,8 @@ def test_sigterm_during_an_eval_leaves_no_views_and_names_the_folder(
     assert exit_info.value.code == EXIT_INTERRUPTED and len(seen) == 2
     assert not out.exists() or sorted(p.name for p in out.rglob("*")) == []
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"error: eval stopped by SIGTERM before it finished; nothing was written into {out} (no "
-        "metrics.json, no views/): run the same command again"
+        "error: eval stopped by SIGTERM before it finished; no metrics.json and no views/ were written into "
+        f"{out}: run the same command again"
     ]
 
 

@@ -159,8 +159,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             results = trainer.validate(model, datamodule=datamodule, verbose=False)
         except SIGTERMException:  # Lightning's own handler stopped the loop
             raise Interrupted(
-                f"eval stopped by SIGTERM before it finished; nothing was written into {out_dir} (no "
-                "metrics.json, no views/): run the same command again"
+                f"eval stopped by SIGTERM before it finished; no metrics.json and no views/ were written "
+                f"into {out_dir}: run the same command again"
             ) from None
 
     metrics = {_rename(k, used): float(v) for k, v in (results[0] if results else {}).items()}
