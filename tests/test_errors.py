@@ -65,6 +65,28 @@ def test_bugs_keep_their_traceback() -> None:
             _ = 1 / 0
 
 
+def test_a_failed_copy_names_the_file_written_and_the_key_of_the_app(capsys) -> None:
+    """shutil names the source of a copy first: the file that found the disk full is the second."""
+    import errno
+
+    from nerf_lightning.errors import writing_to
+
+    full = OSError(errno.ENOSPC, "No space left on device", "/photos/a.jpg", None, "/capture/images/a.jpg")
+
+    def export_onto_a_full_disk() -> None:
+        with writing_to("out"):
+            raise full
+
+    assert _user_error_line(capsys, export_onto_a_full_disk) == (
+        "error: /capture/images/a.jpg: no space left on device; free space there or write elsewhere (out=...)"
+    )
+    read_only = OSError(errno.EROFS, "Read-only file system", "/ro/run/metrics.json")
+    assert _user_error_line(capsys, lambda: (_ for _ in ()).throw(read_only)) == (
+        "error: /ro/run/metrics.json: read-only file system; choose a folder you can write "
+        "(hydra.run.dir=...)"
+    )
+
+
 def test_entry_point_prints_one_line_to_stderr_and_the_log(tmp_path: Path) -> None:
     # the entry point's main() in a process of its own (forked: no interpreter start-up), as `python -m`
     out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"

@@ -38,7 +38,11 @@ __all__ = [
     "StopRun",
     "UserError",
     "as_stop",
+    "io_error_line",
+    "is_io_error",
     "user_errors",
+    "writing_to",
+    "written_file",
 ]
 
 log = logging.getLogger("nerf_lightning")
@@ -108,7 +112,7 @@ def as_stop(err: BaseException) -> StopRun | None:
             key = getattr(cur, "full_key", None) or "?"
             msg = str(cur).splitlines()[0].split("resolving interpolation: ", 1)[-1].strip("\"'")
             return UserError(f"config key `{key}`: {msg} (set it on the command line or in the environment)")
-        if isinstance(cur, OSError) and cur.errno in _IO_ERRNOS:
+        if isinstance(cur, OSError) and is_io_error(cur):
             return UserError(io_error_line(cur))
         cur = cur.__cause__ or cur.__context__
     if isinstance(err, InstantiationException):
@@ -120,16 +124,45 @@ def as_stop(err: BaseException) -> StopRun | None:
     return None
 
 
-def io_error_line(err: OSError) -> str:
-    """``<file>: <cause>`` of a failed write, e.g. ``run/checkpoints/last.ckpt: no space left on device``."""
+def io_error_line(err: OSError, setting: str = "hydra.run.dir", where: str | None = None) -> str:
+    """``<file>: <cause>; <what to do>`` of a failed write, e.g. ``run/checkpoints/last.ckpt: no space
+    left on device; free space there or write elsewhere (hydra.run.dir=...)``.
+
+    ``setting``: the key that chooses where the app writes (``out`` for export and process); ``where``:
+    the file to name instead of the error's own (a build folder's file as it will be named)."""
     cause = (err.strerror or os.strerror(err.errno or 0)).lower()
-    where = err.filename if err.filename is not None else "a file"
+    if where is None:
+        where = written_file(err) or "a file"
     hint = {
-        errno.ENOSPC: "free space there or write elsewhere (hydra.run.dir=...)",
-        errno.EDQUOT: "free space there or write elsewhere (hydra.run.dir=...)",
+        errno.ENOSPC: f"free space there or write elsewhere ({setting}=...)",
+        errno.EDQUOT: f"free space there or write elsewhere ({setting}=...)",
         errno.EFBIG: "the file system or a ulimit refuses a file this large",
-    }.get(err.errno or 0, "choose a folder you can write (hydra.run.dir=...)")
+    }.get(err.errno or 0, f"choose a folder you can write ({setting}=...)")
     return f"{where}: {cause}; {hint}"
+
+
+def written_file(err: OSError) -> str | None:
+    """The file a failed write was writing: a copy's error names its source first (``filename``, shutil)
+    and the file written second (``filename2``)."""
+    written = err.filename2 if err.filename2 is not None else err.filename
+    return None if written is None else str(written)
+
+
+def is_io_error(err: BaseException) -> bool:
+    """Whether ``err`` is a failed write the user fixes (space, permissions), not a bug."""
+    return isinstance(err, OSError) and err.errno in _IO_ERRNOS
+
+
+@contextmanager
+def writing_to(setting: str) -> Iterator[None]:
+    """Inside: a full disk or a folder that cannot be written ends the run as a :class:`UserError` whose
+    advice names ``setting``, the key that chooses where this app writes (``out`` for export)."""
+    try:
+        yield
+    except OSError as err:
+        if not is_io_error(err):
+            raise
+        raise UserError(io_error_line(err, setting)) from err
 
 
 def _full_key(err: BaseException) -> str | None:

@@ -58,7 +58,9 @@ def test_cpu_preset_is_added_only_without_gpu_and_without_an_explicit_choice() -
     assert with_device_preset(["-m", "seed=1,2"], has_cuda=False) == ["-m", "seed=1,2", "experiment=cpu"]
     assert with_device_preset(["data.downscale=8"], has_cuda=True) == ["data.downscale=8"]
     assert with_device_preset(["experiment=fox"], has_cuda=False) == ["experiment=fox"]
-    assert with_device_preset(["experiment=null"], has_cuda=False) == ["experiment=null"]
+    # no preset: the default, which Hydra would refuse to be set to null ("Config group override must be
+    # a string or a list")
+    assert with_device_preset(["experiment=null", "seed=1"], has_cuda=False) == ["seed=1"]
 
 
 # ------------------------------------------------------------------------------------ hydra_app

@@ -239,7 +239,23 @@ def test_camera_path_files_that_cannot_make_a_video(tmp_path: Path, edit: dict, 
         read_nerfstudio_path(path, None)
 
 
-def test_sigterm_during_a_render_leaves_no_video_and_exits_143(trained_run, app_cfg, monkeypatch) -> None:
+@pytest.mark.parametrize("doc", ["[]", "3", '"orbit"'])
+def test_a_camera_path_file_that_is_no_object_is_one_line(tmp_path: Path, doc: str) -> None:
+    path = tmp_path / "camera_path.json"
+    path.write_text(doc)
+    kind = {"[]": "list", "3": "number", '"orbit"': "string"}[doc]
+    with pytest.raises(UserError) as err:
+        read_nerfstudio_path(path, None)
+    assert str(err.value) == (
+        f"{path}: a JSON {kind}; expected nerfstudio's camera_path.json, an object with `render_width`, "
+        "`render_height` and a `camera_path` list"
+    )
+
+
+@pytest.mark.parametrize("save_frames", [False, True])
+def test_sigterm_during_a_render_leaves_no_video_and_exits_143(
+    trained_run, app_cfg, monkeypatch, capsys, save_frames: bool
+) -> None:
     import os
     import signal
 
@@ -248,7 +264,8 @@ def test_sigterm_during_a_render_leaves_no_video_and_exits_143(trained_run, app_
     from nerf_lightning.errors import EXIT_INTERRUPTED, user_errors
 
     run_dir, _ = trained_run
-    cfg = app_cfg("render", f"ckpt={run_dir}", "frames=4", "width=16", "height=16")
+    size = ["frames=4", "width=16", "height=16"]
+    cfg = app_cfg("render", f"ckpt={run_dir}", *size, f"save_frames={save_frames}")
     real_rays, calls = render_app.camera_rays, []
 
     def rays_then_sigterm(cam, device):
@@ -266,7 +283,41 @@ def test_sigterm_during_a_render_leaves_no_video_and_exits_143(trained_run, app_
         signal.signal(signal.SIGTERM, previous)
     assert exit_info.value.code == EXIT_INTERRUPTED and len(calls) == 3
     out = Path(cfg.paths.output_dir)
-    assert not out.exists() or sorted(p.name for p in out.iterdir() if p.suffix in (".mp4", ".json")) == []
+    assert not out.exists() or sorted(p.name for p in out.rglob("*")) == []  # two frames were rendered
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: render stopped by SIGTERM before it finished; no partial output is left"
+    ]
+
+
+def test_sigterm_during_an_eval_leaves_no_views_and_names_the_folder(
+    trained_run, app_cfg, monkeypatch, capsys
+) -> None:
+    import os
+    import signal
+
+    from nerf_lightning.apps import eval as eval_app
+    from nerf_lightning.errors import EXIT_INTERRUPTED, user_errors
+
+    run_dir, _ = trained_run
+    cfg = app_cfg("eval", f"ckpt={run_dir}")
+    out = Path(cfg.paths.output_dir)
+    real_end, seen = eval_app.ViewWriter.on_validation_batch_end, []
+
+    def end_then_sigterm(self, *args, **kwargs):
+        real_end(self, *args, **kwargs)  # the view's images are written
+        seen.append(1)
+        if len(seen) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # Lightning's handler: the loop stops after this view
+
+    monkeypatch.setattr(eval_app.ViewWriter, "on_validation_batch_end", end_then_sigterm)
+    with pytest.raises(SystemExit) as exit_info, user_errors():
+        eval_app.evaluate(cfg)
+    assert exit_info.value.code == EXIT_INTERRUPTED and len(seen) == 2
+    assert not out.exists() or sorted(p.name for p in out.rglob("*")) == []
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: eval stopped by SIGTERM before it finished; no metrics.json and no views/ were written into "
+        f"{out}: run the same command again"
+    ]
 
 
 def test_turbo_colour_map() -> None:

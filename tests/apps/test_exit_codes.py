@@ -310,9 +310,17 @@ def test_a_full_disk_during_training_names_the_checkpoint(
     assert list((out / "checkpoints").iterdir()) == []  # no temporary file left behind
 
 
-def test_a_read_only_disk_during_an_export_names_the_file(
-    trained_run, capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+@pytest.mark.parametrize(
+    "code, advice",
+    [
+        ("EROFS", "read-only file system; choose a folder you can write (out=...)"),
+        ("ENOSPC", "no space left on device; free space there or write elsewhere (out=...)"),
+    ],
+)
+def test_a_failing_disk_during_an_export_names_the_file_and_out(
+    trained_run, capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, code: str, advice: str
 ) -> None:
+    """The export writes where ``out=`` says (its run folder by default): that is the key to change."""
     import errno
 
     from nerf_lightning.apps.export import export
@@ -322,9 +330,9 @@ def test_a_read_only_disk_during_an_export_names_the_file(
     cfg = compose_app_config(
         "export", ["what=mesh", f"ckpt={run_dir}", "resolution=16", "threshold=1", "format=ply"], tmp_path
     )
-    _failing_fsync(monkeypatch, errno.EROFS)
+    _failing_fsync(monkeypatch, getattr(errno, code))
     line = _one_line(capsys, lambda: export(cfg))
-    assert line.startswith(f"error: {tmp_path / 'mesh.ply'}: read-only file system; choose a folder")
+    assert line == f"error: {tmp_path / 'mesh.ply'}: {advice}"
     assert list(tmp_path.glob("*.ply")) == [] and list(tmp_path.glob(".*")) == []
 
 

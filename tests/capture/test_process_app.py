@@ -335,3 +335,52 @@ def test_sigterm_during_the_solve_leaves_nothing(tmp_path: Path, monkeypatch: py
     assert proc.exitcode == 143, err.read_text()
     assert "stopped by SIGTERM" in err.read_text()
     _nothing_written(tmp_path / "cap")
+
+
+def test_a_full_disk_names_the_file_written_into_out(tmp_path: Path, run, monkeypatch) -> None:
+    """shutil's copy names its source first: the photo read, not the file that found no space."""
+    import errno
+    import shutil
+
+    import nerf_lightning.capture.photos as photos_module
+
+    photos, out = _photos(tmp_path / "photos", 4), tmp_path / "capture"
+    real_copy = shutil.copyfile
+
+    def copy_onto_a_full_disk(src, dst, *args, **kwargs):
+        if Path(src).name == "002.jpg":
+            raise OSError(errno.ENOSPC, "No space left on device", str(src), None, str(dst))
+        return real_copy(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(photos_module.shutil, "copyfile", copy_onto_a_full_disk)
+    with pytest.raises(UserError) as err:
+        run(f"images={photos}", f"out={out}", sfm=_fake_sfm())
+    assert str(err.value) == (
+        f"{out / 'images' / '002.jpg'}: no space left on device; free space there or write elsewhere "
+        "(out=...)"
+    )
+    _nothing_written(out)
+
+
+@pytest.mark.parametrize("where", ["through a file", "read-only"])
+def test_an_out_that_cannot_be_written_is_named_before_any_work(where: str, tmp_path: Path, run) -> None:
+    import os
+
+    if where == "read-only" and os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder")
+    photos, parent = _photos(tmp_path / "photos", 3), tmp_path / "parent"
+    if where == "through a file":
+        parent.write_text("a file")
+    else:
+        parent.mkdir(mode=0o555)
+    out = parent / "capture"
+    try:
+        with pytest.raises(UserError) as err:
+            run(f"images={photos}", f"out={out}", sfm=_fake_sfm())
+    finally:
+        if parent.is_dir():
+            parent.chmod(0o755)
+    cause = "not a directory" if where == "through a file" else "permission denied"
+    advice = "choose a folder you can write (out=...)"
+    assert str(err.value) == f"out={out}: cannot write there ({cause}); {advice}"
+    assert not out.exists() and ".tmp-" not in str(err.value)

@@ -35,6 +35,22 @@ def test_no_transforms_file(tmp_path):
         load_capture(tmp_path / "empty")
 
 
+@pytest.mark.parametrize("inside", [".", "images"])
+def test_a_folder_of_photos_without_poses_says_how_to_make_a_capture(tmp_path, inside):
+    photos = tmp_path / "photos"
+    (photos / inside).mkdir(parents=True)
+    for name in ("IMG_0001.JPG", "IMG_0002.JPG", "IMG_0003.jpeg"):
+        (photos / inside / name).write_bytes(b"")
+    folder = (photos / inside).resolve()
+    with pytest.raises(CaptureError) as err:
+        load_capture(photos)
+    assert str(err.value) == (
+        f"{photos}: no transforms file; expected transforms.json (instant-ngp / nerfstudio) or "
+        f"transforms_train.json (Blender); its 3 photos have no camera poses: python -m "
+        f"nerf_lightning.process images={folder} out=CAPTURE makes a capture of them, then data.path=CAPTURE"
+    )
+
+
 def test_malformed_json_reports_line_and_column(make_ngp):
     root = make_ngp(n=2)
     p = root / "transforms.json"

@@ -235,8 +235,16 @@ def test_checkpoint_round_trip_is_exact():
 def test_checkpoint_from_other_views_is_rejected():
     a = LossWeightedRaySampler(widths=WIDTHS, heights=HEIGHTS)
     b = LossWeightedRaySampler(widths=[16, 32, 8, 21], heights=HEIGHTS)
-    with pytest.raises(RuntimeError, match="does not match the training views"):
+    sizes = "4 sizes from 8x8 to 32x8 pixels"
+    with pytest.raises(RuntimeError, match=f"training views are {sizes}, this run's 4 are {sizes}: were the"):
         b.load_state_dict(a.state_dict())
+    halved = LossWeightedRaySampler(widths=[w // 2 for w in WIDTHS], heights=[h // 2 for h in HEIGHTS])
+    with pytest.raises(RuntimeError, match="this run's 4 are 4 sizes from 4x4 to 16x4 pixels"):
+        halved.load_state_dict(a.state_dict())
+    square = UniformRaySampler(widths=[40] * 3, heights=[40] * 3)
+    expected = "the checkpoint's 3 training views are 40x40 pixels, this run's 2 are 20x20 pixels"
+    with pytest.raises(RuntimeError, match=expected):
+        UniformRaySampler(widths=[20] * 2, heights=[20] * 2).load_state_dict(square.state_dict())
 
 
 def test_dtype_casts_keep_sampler_state():

@@ -21,7 +21,7 @@ import yaml
 from runs import TINY_TRAIN, fork_app
 
 from nerf_lightning.errors import EXIT_USER_ERROR, UserError
-from nerf_lightning.run.folder_lock import LOCK_NAME, claim_folder, release_folder
+from nerf_lightning.run.folder_lock import LOCK_NAME, abandon_folder, claim_folder, release_folder
 
 
 def _hold(folder: str, ready) -> None:  # noqa: ANN001 - a multiprocessing Event
@@ -61,6 +61,28 @@ def test_a_held_folder_is_refused_and_a_dead_holder_is_recognised(tmp_path: Path
         assert lock is not None and lock.previous is None  # nothing reported after a clean end
     finally:
         release_folder(folder)
+
+
+def test_a_refused_claim_gives_the_lock_file_back_as_it_found_it(tmp_path: Path) -> None:
+    """``abandon_folder``: the record of a run that died, byte for byte; no lock file where there was none."""
+    died = tmp_path / "died"
+    died.mkdir()
+    record = b'{"pid": 999999,  "host": "node7", "started": "2026-12-01 08:00:00"}\n'  # not json.dumps'
+    (died / LOCK_NAME).write_bytes(record)
+    lock = claim_folder(died)
+    assert lock is not None and lock.previous is not None and lock.previous["pid"] == 999999
+    assert (died / LOCK_NAME).read_bytes() != record  # this process's record while it holds the folder
+    abandon_folder(died)
+    assert (died / LOCK_NAME).read_bytes() == record
+    new = tmp_path / "new"
+    claim_folder(new)
+    abandon_folder(new)
+    assert list(new.iterdir()) == []
+    lock = claim_folder(new)  # free again: a later claim creates the file anew
+    try:
+        assert lock is not None and lock.previous is None
+    finally:
+        release_folder(new)
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.errors import EXIT_DIVERGED, EXIT_USER_ERROR, Cancelled, Interrupted, user_errors
 from nerf_lightning.run.config import CONF_DIR, alias_override
+from nerf_lightning.run.folder_guard import end_job
 from nerf_lightning.run.run_dir import register_resolvers
 
 __all__ = ["device_of", "hydra_app", "nested_overrides", "normalize_argv"]
@@ -87,6 +88,14 @@ def hydra_app(
     @functools.wraps(task)  # Hydra names the job after the task's module (hydra.job.name)
     def run(cfg: DictConfig) -> Any:
         torch.set_float32_matmul_precision("high")
+        try:
+            return _run_task(cfg)
+        finally:
+            # however the job ended: its folder keeps its record, or one it never wrote into (a refused
+            # command) is left as it was, lock file included (run/folder_guard.py)
+            end_job()
+
+    def _run_task(cfg: DictConfig) -> Any:
         try:
             with user_errors():
                 if stop_on_sigterm:

@@ -19,6 +19,7 @@ the split's ``n_split_views``), ``views/<frame>.png`` (prediction) and ``views/<
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -29,15 +30,17 @@ import hydra
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from nerf_lightning.apps.config_checks import check_config
 from nerf_lightning.apps.entry import hydra_app, nested_overrides
 from nerf_lightning.config_schema import Note
 from nerf_lightning.data.heldout import validation_frames
-from nerf_lightning.errors import UserError
+from nerf_lightning.errors import Interrupted, UserError
+from nerf_lightning.run.folder_commit import commit_run_folder
 from nerf_lightning.run.restore import load_run
-from nerf_lightning.utils.io import atomic_write_json
+from nerf_lightning.utils.io import atomic_directory, atomic_write_json
 
 log = logging.getLogger("nerf_lightning.eval")
 
@@ -143,10 +146,22 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     names = [Path(f.image_path).stem for f in val_set.frames]
     if len(set(names)) < len(names):  # same file names in different folders
         names = [f"{i:03d}_{n}" for i, n in enumerate(names)]
-    writer = ViewWriter(out_dir / "views" if opts.save_images else None, names)
-    callbacks = [hydra.utils.instantiate(c) for c in cfg.trainer.get("callbacks") or []]
-    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=[*callbacks, writer])
-    results = trainer.validate(model, datamodule=datamodule, verbose=False)
+    commit_run_folder()  # every check has passed
+    with contextlib.ExitStack() as stack:
+        # the views are written aside and go into place once every view is scored
+        views = None
+        if opts.save_images:
+            views = stack.enter_context(atomic_directory(out_dir / "views", overwrite=True))
+        writer = ViewWriter(views, names)
+        callbacks = [hydra.utils.instantiate(c) for c in cfg.trainer.get("callbacks") or []]
+        trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=[*callbacks, writer])
+        try:
+            results = trainer.validate(model, datamodule=datamodule, verbose=False)
+        except SIGTERMException:  # Lightning's own handler stopped the loop
+            raise Interrupted(
+                f"eval stopped by SIGTERM before it finished; no metrics.json and no views/ were written "
+                f"into {out_dir}: run the same command again"
+            ) from None
 
     metrics = {_rename(k, used): float(v) for k, v in (results[0] if results else {}).items()}
     doc: dict[str, Any] = {

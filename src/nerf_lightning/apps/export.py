@@ -34,11 +34,12 @@ from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
 from nerf_lightning.config_schema import Note, PowerOfTwo, Range
 from nerf_lightning.data.cameras import intrinsics_tensor, pixel_rays, poses_tensor
 from nerf_lightning.data.scene_space import SceneSpace
-from nerf_lightning.errors import UserError
+from nerf_lightning.errors import UserError, writing_to
 from nerf_lightning.mesh.clean import clean_mesh
 from nerf_lightning.mesh.extract import extract_mesh, render_point_cloud
 from nerf_lightning.mesh.formats import encode, to_up, write_files
 from nerf_lightning.mesh.texture import bake_texture, surface_colors, unwrap
+from nerf_lightning.run.folder_commit import commit_run_folder
 from nerf_lightning.run.restore import load_run
 from nerf_lightning.utils.io import atomic_write_bytes, atomic_write_json
 
@@ -269,8 +270,9 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     capture = run.load_capture(nested_overrides(cfg.get("data")))
     space = SceneSpace.of(capture) if opts.space == "capture" else None
     model = run.build_model(nested_overrides(cfg.get("model"))).to(device)
+    commit_run_folder()  # every check has passed
     info: dict[str, Any] = {"checkpoint": str(run.path), "step": run.global_step, "space": opts.space}
-    with torch.inference_mode():
+    with torch.inference_mode(), writing_to("out"):  # a full disk: `out=` says where the files go
         if opts.what == "mesh":
             cameras = np.stack([np.asarray(f.c2w)[:3, 3] for f in capture.train]) if capture.train else None
             info.update(export_mesh(opts, folder, model, space, device, cameras))

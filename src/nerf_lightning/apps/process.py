@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,8 @@ from nerf_lightning.capture.sfm_child import run_sfm_in_child as run_sfm
 from nerf_lightning.capture.transforms import TransformFrame, transforms_doc, write_transforms
 from nerf_lightning.capture.video_frames import extract_frames
 from nerf_lightning.data.poses import NGP_DEFAULT_SCALE
-from nerf_lightning.errors import UserError
+from nerf_lightning.errors import UserError, io_error_line, is_io_error, written_file
+from nerf_lightning.run.folder_commit import commit_run_folder
 from nerf_lightning.utils.io import atomic_directory, atomic_write_json
 
 log = logging.getLogger("nerf_lightning.process")
@@ -98,6 +100,26 @@ def _check_out(out: Path, overwrite: bool, source: Path) -> None:
         )
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UserError(f"out={out}: exists and is not empty; choose another folder or pass overwrite=true")
+    # the capture is built in a hidden folder next to `out`: its parent, or what exists of it, must take files
+    base = next(p for p in (out.parent, *out.parent.parents) if p.exists())
+    try:
+        with tempfile.TemporaryFile(dir=base):
+            pass
+    except OSError as err:
+        cause = (err.strerror or str(err)).lower()
+        raise UserError(
+            f"out={out}: cannot write there ({cause}); choose a folder you can write (out=...)"
+        ) from err
+
+
+def _as_written(err: OSError, build: Path | None, out: Path) -> UserError:
+    """A failed write into the build folder, naming the file as ``out`` will hold it (``out/images/x.jpg``,
+    not the hidden build folder, nor the photo a copy read) and the key that moves it (``out=``)."""
+    written, where = written_file(err), None
+    if build is not None and written is not None:
+        path = Path(written)
+        where = str(out / path.relative_to(build)) if path.is_relative_to(build) else written
+    return UserError(io_error_line(err, "out", where))
 
 
 def _options(cfg: DictConfig, kind: str, n_photos: int) -> SfmOptions:
@@ -180,12 +202,15 @@ def process(cfg: DictConfig) -> dict[str, Any]:
         )
     options = _options(cfg, kind, len(photos))
     import_pycolmap()  # before anything is copied: the install hint is the first thing to fix
+    commit_run_folder()  # every check has passed
     started = time.perf_counter()
     seconds: dict[str, float] = {}
     source_info: dict[str, Any] = {kind: str(source)}
+    build: Path | None = None
     try:
         remove_stale_builds(out)  # leftovers of an earlier run of this command that was killed
         with _progress() as progress, atomic_directory(out, overwrite=overwrite) as tmp, building(tmp):
+            build = tmp
             bars = StageBars(progress)
             t0 = time.perf_counter()
             if kind == "images":
@@ -228,6 +253,10 @@ def process(cfg: DictConfig) -> dict[str, Any]:
         raise UserError(
             f"out={out}: exists and is not empty; choose another folder or pass overwrite=true"
         ) from err
+    except OSError as err:  # a full disk, a folder that turned read-only
+        if not is_io_error(err):
+            raise
+        raise _as_written(err, build, out) from err
     _print_summary(out, summary)
     return summary
 

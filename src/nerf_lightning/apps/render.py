@@ -14,6 +14,7 @@ a rich progress bar shows the frames. See ``video/camera_paths.py`` for the path
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -31,8 +32,9 @@ from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.data.types import Capture
 from nerf_lightning.errors import UserError
+from nerf_lightning.run.folder_commit import commit_run_folder
 from nerf_lightning.run.restore import load_run
-from nerf_lightning.utils.io import atomic_write_json
+from nerf_lightning.utils.io import atomic_directory, atomic_write_json
 from nerf_lightning.video import writer
 from nerf_lightning.video.camera_paths import PathCamera, camera_rays, orbit_path, read_nerfstudio_path
 from nerf_lightning.video.writer import VideoWriter, turbo
@@ -109,6 +111,7 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
         device,
     )
 
+    commit_run_folder()  # every check has passed
     depth_range: tuple[float, float] | None = None
     render_s = 0.0
     start = time.perf_counter()
@@ -116,7 +119,14 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
     depth_video = VideoWriter(out_dir / "depth.mp4", fps, opts.quality) if opts.depth else None
     columns = (TextColumn("render"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     try:
-        with Progress(*columns, transient=False) as progress, torch.inference_mode():
+        with contextlib.ExitStack() as stack:
+            # the frames are built aside and go into place once all are written (an interrupted render
+            # leaves none)
+            frames = None
+            if opts.save_frames:
+                frames = stack.enter_context(atomic_directory(out_dir / "frames", overwrite=True))
+            progress = stack.enter_context(Progress(*columns, transient=False))
+            stack.enter_context(torch.inference_mode())
             task = progress.add_task("frames", total=len(cams))
             for i, cam in enumerate(cams):
                 t0 = time.perf_counter()
@@ -138,11 +148,10 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
                         depth_range = writer.depth_range(depth_np, opacity.cpu().numpy())
                     lo, hi = depth_range
                     depth_video.append(turbo((depth_np - lo) / (hi - lo)))
-                if opts.save_frames:
+                if frames is not None:
                     import imageio.v3 as iio
 
-                    (out_dir / "frames").mkdir(parents=True, exist_ok=True)
-                    iio.imwrite(out_dir / "frames" / f"rgb_{i:04d}.png", rgb8)
+                    iio.imwrite(frames / f"rgb_{i:04d}.png", rgb8)
                 progress.advance(task)
         rgb_video.close()
         if depth_video is not None:

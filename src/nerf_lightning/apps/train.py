@@ -11,6 +11,7 @@ Returns the value of ``optimized_metric`` (val/psnr) so Hydra sweepers can optim
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import sys
 import time
@@ -34,11 +35,14 @@ from nerf_lightning.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, Diverged, Int
 from nerf_lightning.lightning_compat import last_saved_step, slurm_detection_off
 from nerf_lightning.models.metrics import final_evaluation
 from nerf_lightning.run.checkpoint_callbacks import LastCheckpoint, RunState
-from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO
+from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from nerf_lightning.run.divergence import DivergenceGuard
 from nerf_lightning.run.elastic import restart_hazard
+from nerf_lightning.run.folder_commit import commit_run_folder
+from nerf_lightning.run.folder_guard import delete_old_run
 from nerf_lightning.run.loop import QuietProfiler, drop_inert_callbacks, progress_bar
 from nerf_lightning.run.resume import resolve_ckpt_path, select_run_dir
+from nerf_lightning.run.resume_check import check_resumable, finished_note
 from nerf_lightning.run.run_dir import rank_tag
 from nerf_lightning.run.strategies import unshard_fsdp_root
 from nerf_lightning.tracking.wandb_logger import finish_loggers
@@ -104,18 +108,6 @@ def run_config(cfg: DictConfig) -> dict[str, Any]:
         root = Path(str(OmegaConf.select(cfg, "paths.root_dir", default=".") or "."))
         data["path"] = str((root / Path(str(data["path"])).expanduser()).resolve())
     return plain
-
-
-def _load_state_error(err: RuntimeError, ckpt_path: str) -> UserError | None:
-    """A checkpoint whose weights do not fit this run's model, as one actionable line."""
-    text = str(err)
-    if "Error(s) in loading state_dict" not in text:
-        return None
-    detail = next((ln.strip() for ln in text.splitlines()[1:] if ln.strip()), "")
-    return UserError(
-        f"ckpt_path={ckpt_path}: its weights do not fit this run's model ({detail[:200]}); resume with the "
-        "model config the checkpoint was trained with (stored in it; see `python -m nerf_lightning.eval`)"
-    )
 
 
 def _of_max(trainer: L.Trainer) -> str:
@@ -192,7 +184,8 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     ``extra_callbacks`` (benchmarks, tests) are added to the configured ones.
 
     Raises:
-        UserError: a bad config value (checked before the data loads), capture or checkpoint.
+        UserError: a bad config value (checked before the data loads), capture or checkpoint (checked
+            before the run folder is written: ``run/folder_commit.py``).
         Diverged: the loss or the weights became NaN/inf (no checkpoint of that state is written).
         Interrupted: SIGTERM stopped training (``last.ckpt`` was written at that step first).
     """
@@ -206,6 +199,8 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         log.info("ckpt_path=last: no %s yet, starting from scratch", output_dir / "checkpoints" / "last.ckpt")
     if (hazard := restart_hazard()) is not None and rank_tag() is None:
         log.warning(hazard)
+    # the weights are checked before anything else (NaN/inf: refused), and read once
+    checkpoint = read_checkpoint(ckpt_path) if ckpt_path is not None else None
     L.seed_everything(opts.seed, workers=True)
 
     datamodule = build_datamodule(cfg)
@@ -216,6 +211,13 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     except ValueError as err:  # data.* values the loaders reject (CaptureError is a UserError already)
         raise (err if isinstance(err, UserError) else UserError(f"data: {err}")) from err
     model, model_kwargs = build_model(cfg, datamodule)
+    if checkpoint is not None:  # trainer.fit loads the same again, once the run folder is written
+        setting = f"ckpt_path={opts.ckpt_path}" if opts.ckpt_path else f"resume={opts.resume}"
+        check_resumable(setting, ckpt_path, checkpoint, model, datamodule, plain_config)
+        if done := finished_note(checkpoint, cfg.trainer.max_steps, output_dir):
+            if rank_tag() is None:
+                print(done, file=sys.stderr, flush=True)
+            return json.loads((output_dir / "metrics.json").read_text())
 
     # the callbacks that read the sampler or the capture take the same feedback at construction
     callbacks = instantiate_group(cfg.get("callbacks"), feedback=datamodule.feedback)
@@ -231,15 +233,23 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     # callbacks group has none, a generator context per hook call, callbacks inert in this run)
     quiet = {} if cfg.trainer.get("profiler") else {"profiler": QuietProfiler()}
     callbacks, bar = progress_bar(callbacks, bool(cfg.trainer.get("enable_progress_bar", True)))
+    checkpoint_io = AtomicCheckpointIO()
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer,
         callbacks=callbacks,
         logger=loggers or False,
-        plugins=[AtomicCheckpointIO(), *cluster],
+        plugins=[checkpoint_io, *cluster],
         enable_progress_bar=bar,
         **quiet,
     )
     drop_inert_callbacks(trainer)
+    # every check has passed: from here on the run writes into its folder
+    if opts.overwrite and rank_tag() is None:
+        delete_old_run(output_dir)
+    commit_run_folder()
+    if checkpoint is not None:
+        checkpoint_io.hand_over(ckpt_path, checkpoint)
+        del checkpoint
     metrics: dict[str, float] = {}
     exit_code = 1
     try:  # a W&B run is closed even when training fails, so the next multirun job gets its own run
@@ -249,11 +259,6 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         start = time.perf_counter()
         try:
             trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
-        except RuntimeError as err:
-            user = _load_state_error(err, str(ckpt_path)) if ckpt_path else None
-            if user is None:
-                raise
-            raise user from err
         except SIGTERMException:
             exit_code = EXIT_INTERRUPTED
             raise Interrupted(
@@ -324,6 +329,8 @@ def with_device_preset(argv: list[str], has_cuda: bool) -> list[str]:
     instant-ngp's defaults assume a GPU; on a CPU they would take hours. The CPU preset keeps the
     same scene and pipeline with a smaller grid and coarser marching. ``experiment=null`` opts out.
     """
+    if "experiment=null" in argv:  # the default already: Hydra refuses null for a config group
+        return [a for a in argv if a != "experiment=null"]
     if has_cuda or any(a.lstrip("+~").startswith(("experiment=", "hparams_search=")) for a in argv):
         return argv
     if any(a in ("--help", "-h", "--hydra-help", "--info") for a in argv):

@@ -29,6 +29,7 @@ from nerf_lightning.apps.config_checks import check_config, read_options
 from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
 from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.errors import UserError
+from nerf_lightning.run.folder_commit import commit_run_folder
 from nerf_lightning.run.restore import load_run
 from nerf_lightning.viewer.options import MaxSize, Port, PreviewSize
 
@@ -81,6 +82,7 @@ def build_viewer(cfg: DictConfig):  # noqa: ANN201 - ViewerServer (viser importe
             flush=True,
         )
     model = run.build_model(nested_overrides(cfg.get("model"))).to(device)
+    commit_run_folder()  # every check has passed
     source = RenderSource(
         renderer=model.renderer,
         field=model.field,

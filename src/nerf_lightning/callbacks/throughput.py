@@ -14,7 +14,7 @@ covers the window since the previous one:
   loop (validation excluded), summed over ranks. ``time/train_s`` is the training time of every
   process that trained the run (each checkpoint stores the time up to it, a resumed run adds its own),
   ``time/train_s_this_process`` this process's part; the rates and ``perf/step_time_ms`` are this
-  process's.
+  process's (absent when it trained no step).
 """
 
 from __future__ import annotations
@@ -296,14 +296,14 @@ class ThroughputMonitor(L.Callback):
         }
         steps_run = max(self._steps - self._steps_at_start, 0)
         out = {
-            "train/rays_per_s": total["rays_per_s"],
-            "train/samples_per_s": total["samples_per_s"],
-            "train/samples_per_ray": total["samples"] / max(total["rays"], 1.0),
             "time/train_s": self._train_s_before + total["train_s"],  # across resumes
             "time/train_s_this_process": total["train_s"],
             "steps": self._steps,
         }
-        if steps_run > 0:
+        if steps_run > 0:  # rates of this process: none when it trained no step (a resumed finished run)
+            out["train/rays_per_s"] = total["rays_per_s"]
+            out["train/samples_per_s"] = total["samples_per_s"]
+            out["train/samples_per_ray"] = total["samples"] / max(total["rays"], 1.0)
             out["perf/step_time_ms"] = total["train_s"] / steps_run * 1e3
         if self._util:
             out["gpu/utilization_mean"] = sum(self._util) / len(self._util)

@@ -51,6 +51,7 @@ from nerf_lightning.data.poses import (
 )
 from nerf_lightning.data.transforms_json import (
     DISTORTION_KEYS,
+    IMAGE_EXTENSIONS,
     CaptureError,
     hold_out_every,
     is_nonzero,
@@ -104,12 +105,25 @@ def detect_format(path: Path) -> str:
     if not json_path.is_file():
         raise CaptureError(
             f"{root}: no transforms file; expected transforms.json (instant-ngp / nerfstudio) or "
-            "transforms_train.json (Blender)"
+            f"transforms_train.json (Blender){_photos_hint(root)}"
         )
     data = read_transforms_json(json_path)
     if "camera_model" in data or "applied_transform" in data:
         return "nerfstudio"
     return "ngp"
+
+
+def _photos_hint(root: Path) -> str:
+    """``; its 12 photos have no camera poses: python -m nerf_lightning.process ...`` when ``root`` (or its
+    ``images/``) holds photos but no capture: the process app makes one of them."""
+    for folder in (root, root / "images"):
+        photos = [p for p in folder.glob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()]
+        if photos:
+            return (
+                f"; its {len(photos)} photos have no camera poses: python -m nerf_lightning.process "
+                f"images={folder.resolve()} out=CAPTURE makes a capture of them, then data.path=CAPTURE"
+            )
+    return ""
 
 
 def _ngp_camera_model(data: dict[str, Any]) -> Any:
@@ -330,6 +344,6 @@ def load_capture(
         return _load_blender(root, downscale, test_every, scale, offset, aabb_scale)
     json_path = path if path.is_file() else root / "transforms.json"
     if not json_path.is_file():
-        raise CaptureError(f"{root}: no transforms file; expected {json_path.name}")
+        raise CaptureError(f"{root}: no transforms file; expected {json_path.name}{_photos_hint(root)}")
     loader = _load_ngp if fmt == "ngp" else _load_nerfstudio
     return loader(json_path, downscale, test_every, min_sharpness, scale, offset, aabb_scale)

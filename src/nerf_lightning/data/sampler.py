@@ -219,13 +219,15 @@ class RaySampler(torch.nn.Module):
         unexpected_keys: list[str],
         error_msgs: list[str],
     ) -> None:
-        for name in ("widths", "heights"):
-            key = prefix + name
-            if key in state_dict and not torch.equal(state_dict[key].cpu(), getattr(self, name).cpu()):
+        keys = (prefix + "widths", prefix + "heights")
+        if all(k in state_dict for k in keys):
+            theirs = (state_dict[keys[0]].cpu(), state_dict[keys[1]].cpu())
+            ours = (self.widths.cpu(), self.heights.cpu())
+            if theirs[0].shape != ours[0].shape or not all(map(torch.equal, theirs, ours)):
                 error_msgs.append(
-                    f"{type(self).__name__}: checkpoint `{key}` ({state_dict[key].numel()} views) does not "
-                    f"match the training views of this run ({self.num_views} views) — was the dataset, its "
-                    f"train split or the downscale factor changed?"
+                    f"the checkpoint's {theirs[0].numel()} training views are {_sizes(*theirs)}, this run's "
+                    f"{ours[0].numel()} are {_sizes(*ours)}: were the capture, its train split or "
+                    "data.downscale changed?"
                 )
                 return
         super()._load_from_state_dict(
@@ -234,6 +236,16 @@ class RaySampler(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"views={self.num_views}"
+
+
+def _sizes(widths: Tensor, heights: Tensor) -> str:
+    """``40x40 pixels``, or ``3 sizes from 20x15 to 40x30 pixels``."""
+    pairs = sorted({(int(w), int(h)) for w, h in zip(widths.tolist(), heights.tolist(), strict=True)})
+    if not pairs:
+        return "none"
+    if len(pairs) == 1:
+        return f"{pairs[0][0]}x{pairs[0][1]} pixels"
+    return f"{len(pairs)} sizes from {pairs[0][0]}x{pairs[0][1]} to {pairs[-1][0]}x{pairs[-1][1]} pixels"
 
 
 class UniformRaySampler(RaySampler):

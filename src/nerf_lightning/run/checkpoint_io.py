@@ -7,7 +7,9 @@ write, sees either the complete previous file or the complete new one, never a t
 Reading: always ``torch.load(weights_only=True)`` (checkpoints hold plain data only, see
 ``run/checkpoint_callbacks.py``); a missing, truncated or foreign file raises :class:`UserError`
 naming the file (a file that is no PyTorch checkpoint at all is said to be one, with no advice to load
-it unguarded).
+it unguarded). Every read checks the weights too (:func:`check_finite`, the divergence guard's scan):
+the writer never stores NaN/inf weights, so a file that holds them did not come from a healthy run, and
+no app (training's resume, eval, render, export, view) may run on it.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from nerf_lightning.errors import Diverged, UserError
 from nerf_lightning.run.divergence import first_names, non_finite
 from nerf_lightning.utils.io import atomic_write_bytes
 
-__all__ = ["AtomicCheckpointIO", "read_checkpoint"]
+__all__ = ["AtomicCheckpointIO", "check_finite", "read_checkpoint"]
 
 
 def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
-    """``torch.load(path, weights_only=True)``; :class:`UserError` when the file cannot be used.
+    """``torch.load(path, weights_only=True)``; :class:`UserError` when the file cannot be used, its
+    weights included (:func:`check_finite`).
 
     The file is looked at before it is unpickled: a checkpoint is a zip archive holding a pickle
     (``<name>/data.pkl``), so any other file (text, a random binary, another archive) is "not a
@@ -54,7 +57,20 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
             f"{path}: not a nerf_lightning checkpoint (a PyTorch file without a Lightning `state_dict`); "
             "expected a .ckpt written by nerf_lightning.train"
         )
+    check_finite(path, ckpt)
     return ckpt
+
+
+def check_finite(path: str | Path, checkpoint: dict[str, Any]) -> None:
+    """:class:`UserError` naming ``path`` and its first non-finite tensors when a weight of
+    ``checkpoint["state_dict"]`` is NaN or infinite."""
+    state = checkpoint.get("state_dict")
+    bad = non_finite(list(state.items())) if isinstance(state, dict) else []
+    if bad:
+        raise UserError(
+            f"{path}: NaN/inf in its weights ({first_names(bad)}); expected finite weights (training never "
+            "saves a diverged state): use an earlier checkpoint of that run, or train it again"
+        )
 
 
 def _check_container(path: Path) -> None:
@@ -150,9 +166,21 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         torch.save(checkpoint, buffer)
         atomic_write_bytes(path, buffer.getvalue())
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._read: tuple[Path, dict[str, Any]] | None = None
+
+    def hand_over(self, path: str | Path, checkpoint: dict[str, Any]) -> None:
+        """The next load of ``path`` returns ``checkpoint``, which the caller has read and checked
+        already (:func:`read_checkpoint`), instead of reading the file a second time."""
+        self._read = (Path(path).resolve(), checkpoint)
+
     def load_checkpoint(
         self, path: str | Path, map_location: Any = None, weights_only: bool | None = None
     ) -> dict[str, Any]:
+        if self._read is not None and self._read[0] == Path(path).resolve():
+            checkpoint, self._read = self._read[1], None
+            return checkpoint
         if weights_only is False:  # an explicit request of the caller
             return super().load_checkpoint(path, map_location=map_location, weights_only=False)
         return read_checkpoint(path, map_location=map_location or (lambda storage, loc: storage))

@@ -21,10 +21,13 @@ Hydra has composed the config and *before* it creates the run folder or writes a
   ``slurm-<id>``, ``NERF_LIGHTNING_RUN_ID``; a multirun's fixed ``hydra.sweep.dir``); Hydra's own
   timestamped folders are new. A SLURM job whose folder holds Lightning's ``hpc_ckpt_<n>.ckpt``
   resumes it by itself (Lightning's requeue path) and is let through.
+- **nothing written before the app's checks** (``run/folder_commit.py``): as each job starts, what Hydra
+  would write (``.hydra/``, the log) is held until the app commits; a job that ends without committing
+  in a folder that held files gives back the lock as it found it (:func:`end_job`).
 
 ``overwrite=true`` deletes the old run's checkpoints, ``metrics.json`` and CSV log (its
-``csv/metrics.csv``, which would otherwise be continued) before the job starts, on rank 0 only; other
-files (validation images, logs) stay.
+``csv/metrics.csv``, which would otherwise be continued) once the train app's checks have passed
+(:func:`delete_old_run`, on rank 0 only); other files (validation images, logs) stay.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.errors import UserError, user_errors
-from nerf_lightning.run.folder_lock import LOCK_NAME, claim_folder, describe, release_folder
+from nerf_lightning.run.folder_commit import end_run_folder, hold_run_folder
+from nerf_lightning.run.folder_lock import LOCK_NAME, abandon_folder, claim_folder, describe, release_folder
 from nerf_lightning.run.run_dir import rank_tag
 
-__all__ = ["RunFolderGuard", "check_writable", "refuse_overwrite", "run_files"]
+__all__ = ["RunFolderGuard", "check_writable", "delete_old_run", "end_job", "refuse_overwrite", "run_files"]
 
 #: what a training run leaves in its folder that a new run into it would replace
 RUN_FILES = ("checkpoints/*.ckpt", "hpc_ckpt_*.ckpt", "metrics.json")
@@ -98,9 +102,21 @@ def _slurm_resumes(folder: Path) -> bool:
     return SLURMEnvironment.detect()
 
 
-def _delete_old_run(folder: Path) -> None:
+def delete_old_run(folder: Path) -> None:
+    """``overwrite=true``: delete the earlier run's files that the new run would mix with its own."""
     for path in run_files(folder, OVERWRITTEN):
         path.unlink(missing_ok=True)
+
+
+def end_job() -> None:
+    """The end of an app's job, however it ended (``apps/entry.py``): the run folder keeps this command's
+    record, and its lock is released, or, when the command wrote nothing into a folder that held files,
+    the lock file is left as the claim found it."""
+    ended = end_run_folder()
+    if ended is None:
+        return
+    folder, kept = ended
+    (release_folder if kept else abandon_folder)(folder)
 
 
 def _is_train(config: DictConfig) -> bool:
@@ -128,7 +144,7 @@ class RunFolderGuard(Callback):
                 try:
                     refuse_overwrite(folder, config, lock.previous if lock else None)
                 except UserError:
-                    release_folder(folder, keep=lock.previous if lock else None)
+                    abandon_folder(folder)
                     raise
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -149,5 +165,4 @@ class RunFolderGuard(Callback):
         release_folder(Path(str(OmegaConf.select(config, "hydra.sweep.dir"))))
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if _is_train(config) and config.get("overwrite") and rank_tag() is None:
-            _delete_old_run(Path(str(OmegaConf.select(config, "hydra.runtime.output_dir"))))
+        hold_run_folder(config)

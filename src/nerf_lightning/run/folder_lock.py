@@ -10,7 +10,8 @@ The claim is a POSIX record lock (``fcntl.lockf``) on ``<folder>/.lock``:
   that reboots: the NFS server drops the locks of a client whose lease ran out), so a folder left by a
   run that died is never mistaken for a folder in use; the file records the holder's pid, host and
   start time, which the next run reports as "left by a run that did not finish" (a run that ends
-  normally clears it);
+  normally clears it; a command refused before it wrote anything puts back what it found,
+  :func:`abandon_folder`);
 - it belongs to the process, not to its children: a forked worker does not keep it after the run's
   process is gone, and a restarted worker group (torchrun ``--max-restarts``, a requeued SLURM job, a
   restarted pod) finds it free;
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from nerf_lightning.errors import UserError
 
-__all__ = ["LOCK_NAME", "FolderLock", "claim_folder", "held_locks", "release_folder"]
+__all__ = ["LOCK_NAME", "FolderLock", "abandon_folder", "claim_folder", "held_locks", "release_folder"]
 
 log = logging.getLogger("nerf_lightning.run")
 
@@ -54,6 +55,10 @@ class FolderLock:
     fd: int
     #: the record a run left without clearing it (it did not finish), else None
     previous: dict | None
+    #: the lock file's bytes before this claim (put back by :func:`abandon_folder`)
+    previous_raw: bytes = b""
+    #: whether this claim created the lock file
+    created: bool = False
 
 
 def held_locks() -> list[Path]:
@@ -61,9 +66,12 @@ def held_locks() -> list[Path]:
     return list(_held)
 
 
-def _record(fd: int) -> dict | None:
+def _raw(fd: int) -> bytes:
     # pread on the lock's own descriptor: opening and closing the file again would drop a POSIX lock
-    raw = os.pread(fd, 4096, 0)
+    return os.pread(fd, 1 << 16, 0)
+
+
+def _record(raw: bytes) -> dict | None:
     if not raw.strip():
         return None
     try:
@@ -92,44 +100,89 @@ def claim_folder(folder: Path) -> FolderLock | None:
     if folder in _held:
         return _held[folder]
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        holder = _record(fd)
-        os.close(fd)
-        if err.errno in _BUSY:
-            raise UserError(
-                f"{folder}: another run is writing into this folder ({describe(holder)}); wait for it to "
-                "end, or choose another hydra.run.dir"
-            ) from None
-        if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-            log.warning("%s: the file system has no locks; two runs into this folder would not be told apart",
-                        folder)  # fmt: skip
-            return None
-        raise
-    previous = _record(fd)
+    while True:
+        fd, created = _open_lock_file(folder / LOCK_NAME)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = _record(_raw(fd))
+            os.close(fd)
+            _refuse(folder, err, holder)
+            return None  # a file system without locks
+        if _still_there(folder / LOCK_NAME, fd):
+            break
+        os.close(fd)  # a refused command removed the file it had created: lock the one there now
+    raw = _raw(fd)
+    previous = _record(raw)
     if previous is not None:
         gone = describe(previous)
         log.warning("%s was left by a run that did not finish (%s); that process is gone", folder, gone)
     record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(record).encode() + b"\n", 0)
-    lock = FolderLock(folder, fd, previous)
+    lock = FolderLock(folder, fd, previous, raw, created)
     _held[folder] = lock
     return lock
 
 
-def release_folder(folder: Path, keep: dict | None = None) -> None:
-    """Clear the record (the run finished) and release ``folder``'s lock, if this process holds it.
+def _open_lock_file(path: Path) -> tuple[int, bool]:
+    """A descriptor of the lock file, and whether this call created it."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), True
+    except FileExistsError:
+        pass
+    try:
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC), False
+    except FileNotFoundError:  # removed in between
+        return _open_lock_file(path)
 
-    ``keep``: the record to leave instead (a refused run puts back the one of the run that died)."""
+
+def _still_there(path: Path, fd: int) -> bool:
+    """Whether ``fd`` is the file at ``path`` (not one removed after it was opened)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _refuse(folder: Path, err: OSError, holder: dict | None) -> None:
+    """The claim failed with ``err``: :class:`UserError` when another process holds the folder, a warning
+    on a file system without locks, else ``err`` itself."""
+    if err.errno in _BUSY:
+        raise UserError(
+            f"{folder}: another run is writing into this folder ({describe(holder)}); wait for it to "
+            "end, or choose another hydra.run.dir"
+        ) from None
+    if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+        log.warning("%s: the file system has no locks; two runs into this folder would not be told apart",
+                    folder)  # fmt: skip
+        return
+    raise err
+
+
+def release_folder(folder: Path) -> None:
+    """Clear the record (the run ended) and release ``folder``'s lock, if this process holds it."""
     lock = _held.pop(Path(folder).resolve(), None)
     if lock is None:
         return
     try:
         os.ftruncate(lock.fd, 0)
-        if keep:
-            os.pwrite(lock.fd, json.dumps(keep).encode() + b"\n", 0)
     finally:
         os.close(lock.fd)  # releases the lock
+
+
+def abandon_folder(folder: Path) -> None:
+    """Release ``folder``'s lock, if this process holds it, leaving the lock file as the claim found it:
+    its earlier bytes put back (the record of a run that died stays), or the file removed when the claim
+    created it. For a command refused before it wrote anything."""
+    lock = _held.pop(Path(folder).resolve(), None)
+    if lock is None:
+        return
+    try:
+        if lock.created:  # removed while still locked: a claim that opened it meanwhile sees it is gone
+            (lock.folder / LOCK_NAME).unlink(missing_ok=True)
+        else:
+            os.ftruncate(lock.fd, 0)
+            os.pwrite(lock.fd, lock.previous_raw, 0)
+    finally:
+        os.close(lock.fd)

@@ -131,6 +131,10 @@ def orbit_path(
     return cams
 
 
+#: what a JSON document's top level is, by the Python type ``json`` reads it as
+_JSON_TYPES = {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
 def read_nerfstudio_path(path: str | Path, space: SceneSpace | None) -> tuple[list[PathCamera], float | None]:
     """Cameras of a nerfstudio ``camera_path.json`` in NGP space, and its ``fps`` (None if absent).
 
@@ -148,6 +152,11 @@ def read_nerfstudio_path(path: str | Path, space: SceneSpace | None) -> tuple[li
         ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: not valid JSON ({err}); expected nerfstudio's camera_path.json") from err
+    if not isinstance(doc, dict):
+        raise UserError(
+            f"{path}: a JSON {_JSON_TYPES.get(type(doc), 'null')}; expected nerfstudio's "
+            "camera_path.json, an object with `render_width`, `render_height` and a `camera_path` list"
+        )
     kind = doc.get("camera_type", "perspective")
     if kind != "perspective":
         raise UserError(f"{path}: camera_type {kind!r} is not supported; expected 'perspective'")
