@@ -1,0 +1,44 @@
+"""Issue 48's GPU call (``benchmarks/mesh_gpu.sh``) end to end on a generated scene on the CPU: a training
+run, its glb and ply exports with their rows (and the training's steps and seconds), the glb's picture."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from gpu_scripts import TINY, run_script
+
+pytest.importorskip("trimesh")
+pytest.importorskip("xatlas")
+pytest.importorskip("mcubes")
+pytest.importorskip("fast_simplification")
+
+
+@pytest.mark.slow
+def test_the_gpu_script_trains_exports_and_scores(tmp_path: Path) -> None:
+    from nerf_lightning.data.synthetic import generate_scene
+
+    scene = generate_scene(tmp_path / "scene", n_views=8, width=24, height=24, supersample=1).parent
+    out = tmp_path / "out"
+    proc = run_script("mesh_gpu.sh", scene, scene, out, work=tmp_path / "work", TRAIN_ARGS=TINY,
+                      LEGO_ARGS="experiment=cpu", CAPTURES="lego", LEGO_STEPS="8", VIEWS="1", WIDTH="24",
+                      SHOT_VIEW="0", EXPORT_ARGS="resolution=24 faces=300 texture_size=32 bake_views=1 "
+                      "threshold=0.05")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    files = ["export.log", "lego.json", "lego.png", "lego_train.log", "steps.tsv"]
+    assert sorted(os.listdir(out)) == files  # what comes back from the GPU machine: at most 8
+    rows = json.loads((out / "lego.json").read_text())
+    for fmt in ("glb", "ply"):
+        row = rows[fmt]
+        assert 0 < row["triangles"] <= 300 and row["bytes"] > 0, row
+        # scored over pixels the field holds opaque: none after 8 steps at 24 px (NaN; the score itself is
+        # tests/mesh's texture-fidelity test)
+        assert isinstance(row["psnr"], float)
+        assert {"extract", "write"} <= set(row["stage_seconds"])
+    assert rows["glb"]["texture_size"] == 32
+    assert rows["training"]["steps"] == 8 and rows["training"]["time/train_s"] > 0
+    assert rows["training"]["eval/psnr"] > 5
+    steps = dict(line.split("\t")[:2] for line in (out / "steps.tsv").read_text().splitlines())
+    assert steps == {"lego_train": "0", "lego_export": "0"}
