@@ -30,12 +30,12 @@ def _screenshot(mesh, run_dir: Path, up: str, path: Path, view: int = 0, width: 
 
     import imageio.v3 as iio
 
-    from benchmarks.mesh_render import shade, view_rays
+    from benchmarks.mesh_render import held_out_views, shade, view_rays
     from nerf_lightning.data.scene_space import SceneSpace
     from nerf_lightning.run.restore import load_run
 
-    capture = load_run(run_dir).load_capture()
-    frame = capture.val[view]
+    capture, frames = held_out_views(load_run(run_dir))
+    frame = frames[view]
     k, intr = width / frame.intrinsics.width, frame.intrinsics
     intr = dataclasses.replace(intr, width=width, height=round(intr.height * k), fx=intr.fx * k,
                                fy=intr.fy * k, cx=intr.cx * k, cy=intr.cy * k)  # fmt: skip
