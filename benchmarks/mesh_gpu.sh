@@ -16,7 +16,7 @@
 # takes minutes per view) as wheels: `python -m benchmarks.gpu_calls prepare mesh` puts them in
 # .devdata/mesh-wheels and the data in .devdata (docs/benchmarks/gpu-calls.md).
 # Environment (defaults: the GPU call): LEGO_STEPS=10000 FOX_STEPS=10000 (about 30 s each on an H100),
-# TRAIN_TIMEOUT=150 EXPORT_TIMEOUT=130 (seconds per step, clipped to the deadline), VIEWS=2 WIDTH=800
+# TRAIN_TIMEOUT=150 EXPORT_TIMEOUT=150 (seconds per step, clipped to the deadline), VIEWS=2 WIDTH=800
 # (held-out views scored and their largest width), SHOT_VIEW=3, TEST_VIEWS=8 (test views the training run
 # scores), EXPORT_ARGS (export overrides; default: none, the export defaults), TRAIN_ARGS (extra training
 # overrides for both, e.g. the CPU try's), LEGO_ARGS="experiment=blender data.val_split=test",
@@ -60,7 +60,7 @@ measure() {  # name, extra mesh_export arguments...
     local name=$1
     shift
     echo "== $name" >>"$OUT/export.log"
-    step "${name}_export" "${EXPORT_TIMEOUT:-130}" 30 "$PY" -m benchmarks.mesh_export "$WORK/$name" \
+    step "${name}_export" "${EXPORT_TIMEOUT:-150}" 30 "$PY" -m benchmarks.mesh_export "$WORK/$name" \
         --views "${VIEWS:-2}" --width "${WIDTH:-800}" --json "$OUT/$name.json" "$@" "${export_args[@]}" \
         >>"$OUT/export.log" 2>&1
 }
