@@ -3,8 +3,10 @@
 
     python -m benchmarks.big_captures memory [--views 48 --width 320 --height 240] [--root DIR]
     python -m benchmarks.big_captures overhead [--steps 60 --rounds 3] [-- train overrides ...]
-    python -m benchmarks.big_captures generate --gb 20 [--views 160 --width 2000 --height 1500]
+    python -m benchmarks.big_captures generate --gb 20|auto [--views 160 --width 2000 --height 1500]
         [--root DIR] [--json FILE]
+    python -m benchmarks.big_captures curve [bench.curve's arguments]
+    python -m benchmarks.big_captures summarize OUT [--logs DIR]
 
 ``memory``: a generated capture (``ensure_large_capture``) loaded as the ranks of N = 1, 2, 4 load it
 (``data/training_pixels.TrainingPixels``: the real split, the real decoding); per N the training bytes
@@ -17,6 +19,15 @@ host / device per round (the machine's noise moves both alike within a round).
 ``generate``: ``ensure_large_capture`` with as many rounds (``repeat``) of ``--views`` renders as make at
 least ``--gb`` GB of training pixels (``data.test_every=8`` holds out 1/8); prints the capture's folder
 last (the GPU script, ``benchmarks/big_captures_gpu.sh``, reads it) and writes its sizes to ``--json``.
+``--gb auto``: a capture that ``data.storage=auto`` puts on the host on this GPU (:func:`auto_gb`).
+
+``curve``: ``nerf_lightning.bench.curve`` with the data module's log lines on stderr, so the run's log
+holds the choice of ``data.storage`` with the sizes it was made from (the training bytes, the free device
+memory).
+
+``summarize``: the GPU script's table: each run's ``bench.curve`` point (steps/s, PSNR), host over device
+per capture, and the choice ``data.storage=auto`` makes for each capture, from the sizes the runs logged
+(``data/host_pixels.resolve_storage``: the training bytes against the free device memory).
 """
 
 from __future__ import annotations
@@ -24,6 +35,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -145,9 +159,89 @@ def generate(gb: float, views: int, width: int, height: int, root: Path) -> dict
     }  # fmt: skip
 
 
+#: ``data.storage_fraction``'s default: auto keeps the pixels on the device up to this share of free memory
+FRACTION = 0.5
+
+
+def auto_gb(free_bytes: int, ram_bytes: int, margin: float = 1.1, ram_share: float = 0.33) -> float:
+    """GB of training pixels that ``data.storage=auto`` puts on the host (``margin`` x its limit, a
+    ``FRACTION`` of ``free_bytes``), but at most ``ram_share`` of the host's memory: host storage holds
+    the pixels twice while it pins them (a pageable and a pinned copy), and the run decodes them first."""
+    return min(margin * FRACTION * free_bytes, ram_share * ram_bytes) / 1e9
+
+
+def machine_memory() -> tuple[int, int]:
+    """(free bytes of the first GPU, 0 without one; the host's physical memory in bytes)."""
+    import torch
+
+    free = torch.cuda.mem_get_info(0)[0] if torch.cuda.is_available() else 0
+    return int(free), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+_STORAGE_LOG = re.compile(
+    r"data\.storage=(\w+): (\w+) \(([\d.]+) MB of training pixels; ([\d.]+) of ([\d.]+) MB free"
+)
+
+
+def auto_choice(log: str, fraction: float = FRACTION) -> dict[str, Any] | None:
+    """What ``data.storage=auto`` would choose for a run whose log has resolve_storage's line (on a GPU)."""
+    m = _STORAGE_LOG.search(log)
+    if m is None:
+        return None
+    mb, free = float(m.group(3)), float(m.group(4))
+    return {"train_mb": mb, "free_mb": free, "limit_mb": fraction * free,
+            "auto": "device" if mb <= fraction * free else "host"}  # fmt: skip
+
+
+def summarize(out: Path, logs: Path | None = None) -> dict[str, Any]:
+    """The GPU script's summary from OUT/<run>.json (bench.curve's curve.json), OUT/steps.tsv and the runs'
+    logs (``logs/<run>.log``)."""
+    summary: dict[str, Any] = {"steps": {}, "runs": {}, "auto": {}}
+    steps = out / "steps.tsv"
+    for line in steps.read_text().splitlines() if steps.is_file() else []:
+        name, rc, secs = line.split("\t")
+        summary["steps"][name] = {"exit": rc, "wall_s": int(secs)}
+    keys = ("checkpoint_s", "train_s", "steps", "steps_per_s", "psnr", "psnr_ngp", "mem_peak_gb")
+    for f in sorted(out.glob("*_*.json")):  # <capture>_<storage>.json
+        doc = json.loads(f.read_text())
+        summary.setdefault("device", doc.get("device"))
+        points = doc.get("points") or [{}]
+        summary["runs"][f.stem] = {k: points[0].get(k) for k in keys}
+        log = logs / f"{f.stem}.log" if logs is not None else None
+        choice = auto_choice(log.read_text(errors="replace")) if log is not None and log.is_file() else None
+        if choice is not None:
+            summary["auto"][f.stem.rsplit("_", 1)[0]] = choice
+    for scene in sorted({name.rsplit("_", 1)[0] for name in summary["runs"]}):
+        d, h = summary["runs"].get(f"{scene}_device"), summary["runs"].get(f"{scene}_host")
+        if d and h and d.get("steps_per_s") and h.get("steps_per_s"):
+            summary[f"{scene}_host_over_device_steps_per_s"] = h["steps_per_s"] / d["steps_per_s"]
+        if d and h and d.get("psnr") is not None and h.get("psnr") is not None:
+            summary[f"{scene}_host_minus_device_psnr"] = h["psnr"] - d["psnr"]
+    return summary
+
+
+def logged_curve(argv: list[str]) -> int:
+    """``bench.curve``'s main with ``data/host_pixels``'s line (logger ``nerf_lightning.data.datamodule``)
+    shown: bench.curve composes the config without Hydra's logging set-up."""
+    import logging
+
+    from nerf_lightning.bench.curve import main as curve_main
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    placement = logging.getLogger("nerf_lightning.data.datamodule")
+    placement.addHandler(handler)
+    placement.setLevel(logging.INFO)
+    return curve_main(argv)
+
+
 def main(argv: list[str] | None = None) -> None:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["curve"]:  # its arguments are bench.curve's own
+        raise SystemExit(logged_curve(args_in[1:]))
     p = argparse.ArgumentParser(prog="python -m benchmarks.big_captures", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("curve", help="bench.curve with the storage choice logged (its arguments follow)")
     m = sub.add_parser("memory")
     m.add_argument("--views", type=int, default=48)
     m.add_argument("--width", type=int, default=320)
@@ -161,13 +255,16 @@ def main(argv: list[str] | None = None) -> None:
     o.add_argument("--rays", type=int, default=2048, help="rays per draw (the CPU preset's batch)")
     o.add_argument("overrides", nargs="*")
     g = sub.add_parser("generate")
-    g.add_argument("--gb", type=float, required=True, help="training pixels to reach, GB (1e9 bytes)")
+    g.add_argument("--gb", required=True, help="training pixels to reach, GB (1e9 bytes), or auto (auto_gb)")
     g.add_argument("--views", type=int, default=160, help="renders per round (a multiple of 8)")
     g.add_argument("--width", type=int, default=2000)
     g.add_argument("--height", type=int, default=1500)
     g.add_argument("--root", type=Path, default=Path("outputs/scenes"))
     g.add_argument("--json", type=Path, default=None)
-    args = p.parse_args(argv)
+    s = sub.add_parser("summarize")
+    s.add_argument("out", type=Path)
+    s.add_argument("--logs", type=Path, default=None, help="the runs' logs (<run>.log)")
+    args = p.parse_args(args_in)
     if args.cmd == "memory":
         path = ensure_large_capture(args.root, args.views, args.width, args.height)
         rows = memory(path, args.root / "cache")
@@ -180,10 +277,22 @@ def main(argv: list[str] | None = None) -> None:
                       f"host {row['host_ms']:.2f} ms", flush=True)  # fmt: skip
         rows = overhead(args.steps, args.rounds, args.overrides, args.out)
         print(overhead_table(rows))
+    elif args.cmd == "summarize":
+        summary = summarize(args.out, args.logs)
+        atomic_write_json(args.out / "summary.json", summary)
+        print(json.dumps(summary, indent=2))
     else:
         if args.views % 8:
             p.error("--views must be a multiple of 8 (no held-out view among the training frames)")
-        info = generate(args.gb, args.views, args.width, args.height, args.root)
+        sizing: dict[str, Any] = {}
+        if args.gb == "auto":
+            free, ram = machine_memory()
+            limit = FRACTION * free / 1e9
+            sizing = {"gpu_free_gb": free / 1e9, "host_ram_gb": ram / 1e9, "auto_limit_gb": limit}
+            gb = auto_gb(free, ram) if free else 1.0
+        else:
+            gb = float(args.gb)
+        info = {**generate(gb, args.views, args.width, args.height, args.root), **sizing}
         if args.json is not None:
             atomic_write_json(args.json, info)
         print(json.dumps(info))

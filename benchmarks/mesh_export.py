@@ -7,7 +7,8 @@ ARGS are ``export mesh`` overrides (``resolution=256 texture_size=2048``). The P
 :func:`benchmarks.mesh_render.held_out_psnr` (the mesh ray-cast from the held-out cameras against the
 field's renders), over the first ``--views`` held-out views at most ``--width`` pixels wide. The
 screenshot is the glb ray-cast from a held-out camera (``--shot-view``, the first by default) scaled
-to 512 pixels wide. ``--json`` writes the rows (atomically) besides printing them.
+to 512 pixels wide. ``--json`` writes the rows (atomically) besides printing them; the rows carry the
+training run's steps, seconds and held-out PSNR (its metrics.json) under ``training``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,12 +30,12 @@ def _screenshot(mesh, run_dir: Path, up: str, path: Path, view: int = 0, width: 
 
     import imageio.v3 as iio
 
-    from benchmarks.mesh_render import shade, view_rays
+    from benchmarks.mesh_render import held_out_views, shade, view_rays
     from nerf_lightning.data.scene_space import SceneSpace
     from nerf_lightning.run.restore import load_run
 
-    capture = load_run(run_dir).load_capture()
-    frame = capture.val[view]
+    capture, frames = held_out_views(load_run(run_dir))
+    frame = frames[view]
     k, intr = width / frame.intrinsics.width, frame.intrinsics
     intr = dataclasses.replace(intr, width=width, height=round(intr.height * k), fx=intr.fx * k,
                                fy=intr.fy * k, cx=intr.cx * k, cy=intr.cy * k)  # fmt: skip
@@ -41,6 +43,19 @@ def _screenshot(mesh, run_dir: Path, up: str, path: Path, view: int = 0, width: 
     rgb, _ = shade(mesh, o, d)
     path.parent.mkdir(parents=True, exist_ok=True)
     iio.imwrite(path, (rgb.reshape(h, w, 3) * 255).round().astype(np.uint8))
+
+
+#: the training run's metrics.json entries the rows repeat (``training``)
+TRAINING_KEYS = ("steps", "time/train_s", "eval/psnr", "eval/split", "eval/n_views", "eval/n_split_views")
+
+
+def training_summary(run_dir: Path) -> dict[str, Any]:
+    """The run's steps, training seconds and final held-out PSNR (its metrics.json; empty without one)."""
+    path = run_dir / "metrics.json"
+    if not path.is_file():
+        return {}
+    metrics = json.loads(path.read_text())
+    return {k: metrics[k] for k in TRAINING_KEYS if k in metrics}
 
 
 def main() -> None:
@@ -83,6 +98,7 @@ def main() -> None:
             if fmt == "glb" and args.shot is not None:
                 _screenshot(mesh, args.run, info["up"], args.shot, args.shot_view)
     rows["overrides"] = args.overrides
+    rows["training"] = training_summary(args.run)
     print(json.dumps(rows, indent=2), flush=True)
     if args.json is not None:
         atomic_write_json(args.json, rows)

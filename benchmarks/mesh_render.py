@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-__all__ = ["cast", "held_out_psnr", "shade", "view_rays"]
+if TYPE_CHECKING:
+    from nerf_lightning.data.types import Capture, Frame
+    from nerf_lightning.run.restore import RestoredRun
+
+__all__ = ["cast", "held_out_psnr", "held_out_views", "shade", "view_rays"]
 
 
 def cast(
@@ -95,6 +100,16 @@ def view_rays(frame, space, up: str | None, width: int | None = None):  # noqa: 
     return ro, rd, o, d / np.linalg.norm(d, axis=1, keepdims=True), (h, w)
 
 
+def held_out_views(run: RestoredRun) -> tuple[Capture, list[Frame]]:
+    """(the run's capture, the held-out views it validated on): ``data.val_split``'s frames, the test split
+    where the capture has no val split (lego's official split)."""
+    from nerf_lightning.data.heldout import validation_frames
+
+    dm = run.build_datamodule()
+    capture = run.load_capture()
+    return capture, validation_frames(capture, dm.val_split, dm.resolve_path())
+
+
 def held_out_psnr(
     run_dir: Path,
     mesh,
@@ -116,10 +131,11 @@ def held_out_psnr(
 
     run = load_run(run_dir)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model, capture = run.build_model().to(device), run.load_capture()
+    model = run.build_model().to(device)
+    capture, frames = held_out_views(run)
     frame_space = SceneSpace.of(capture) if space == "capture" else None
     scores = []
-    for frame in capture.val[:views]:
+    for frame in frames[:views]:
         ro, rd, o, d, (h, w) = view_rays(frame, frame_space, up, width)
         rgb, hit = shade(mesh, o, d)
         with torch.no_grad():

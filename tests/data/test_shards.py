@@ -171,6 +171,19 @@ def test_host_storage_gives_the_device_batches(make_ngp) -> None:
             assert torch.equal(a[key], b[key]), key
 
 
+def test_host_storage_holds_the_pixels_once(make_ngp, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pinning copies the pixels (on a GPU machine); the view set keeps the pinned copy, not a second one."""
+    from nerf_lightning.data import host_pixels
+
+    monkeypatch.setattr(host_pixels, "_pinned", lambda t: t.clone())  # what pin_memory() does: a new tensor
+    dm = _datamodule(make_ngp(n=N_FRAMES, size=SIZE), storage="host")
+    dm._ensure_device(torch.device("cpu"))
+    host = dm.train_pixels.host
+    assert host is not None
+    assert dm.train_pixels.pixels.data_ptr() == host.pixels.data_ptr()
+    assert dm.train_pixels.nbytes == host.nbytes > 0
+
+
 def test_sampler_state_of_two_ranks_resumes_on_one(make_ngp) -> None:
     """The sampler is global (all views) on every rank: a rank's state, checkpointed under 2 ranks,
     loads into one process that holds every view."""

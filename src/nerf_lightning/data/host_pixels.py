@@ -56,7 +56,11 @@ def place_views(views: ViewSet, mode: str, fraction: float, device: torch.device
     resolves to ``host``: then the pixels stay on the host, in the returned :class:`HostPixels`."""
     host = resolve_storage(mode, views.pixels.nbytes, device, fraction) == "host"
     views.to(device, pixels=not host)
-    return HostPixels(views.pixels, views.offsets, views.widths, views.heights, device) if host else None
+    if not host:
+        return None
+    pixels = HostPixels(views.pixels, views.offsets, views.widths, views.heights, device)
+    views.pixels = pixels.pixels  # the pinned copy only: the pageable one goes (the host holds them once)
+    return pixels
 
 
 def _pinned(t: Tensor) -> Tensor:
