@@ -47,7 +47,14 @@ def memory(path: Path, cache_dir: Path, worlds: tuple[int, ...] = WORLDS) -> lis
         held = []
         for rank in range(world):
             pixels = TrainingPixels(
-                capture.train, decode, capture_camera_model(capture), TrainingFeedback(), path, shard=True
+                capture.train,
+                decode,
+                capture_camera_model(capture),
+                TrainingFeedback(),
+                path,
+                shard=True,
+                storage="auto",
+                storage_fraction=0.5,
             )
             pixels.load(rank, world)
             held.append((pixels.nbytes, len(pixels.held_views)))

@@ -92,7 +92,7 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     assert len(dm.train_set.frames) == n_views - len(range(0, n_views, 8))  # every 8th held out
     assert dm.train_set.undistortion.enabled == (capture == "scene")
     dm._ensure_device(torch.device("cpu"))
-    dm.alpha_targets = True  # as the train app sets it for model.alpha_weight
+    dm.feedback.alpha_targets = True  # as a model with model.alpha_weight > 0 says it reads
     torch.manual_seed(0)
     b = dm.train_batch(512)
     assert b["rays_o"].shape == (512, 3) and b["rgb"].shape == (512, 3)
@@ -131,7 +131,7 @@ def test_pixel_centres_and_the_eval_background_for_training(scene: Path, tmp_pat
     assert (rgba[:, 3] < 1).any()  # background pixels are in the batch
     frac = _assert_rays_land_in_their_pixels(scene, dm, "train", b)
     np.testing.assert_allclose(frac, 0.5, rtol=0, atol=TOLERANCE_PX[True])
-    with pytest.raises(ValueError, match="data.train_background='white': expected one of"):
+    with pytest.raises(ValueError, match="^data.train_background=white: expected one of random, eval, auto$"):
         NeRFDataModule(path=str(scene), train_background="white")
 
 
@@ -168,12 +168,12 @@ def test_auto_recipe_follows_the_images_not_the_layout(
         torch.testing.assert_close(auto[key], spelled[key], rtol=0, atol=0)
     assert not torch.equal(auto["rays_d"], flipped["rays_d"])
     assert not torch.equal(auto["background"], flipped["background"])
-    assert "alpha" not in auto  # only for the opacity loss (NeRFDataModule.alpha_targets)
+    assert "alpha" not in auto  # only for the opacity loss (TrainingFeedback.alpha_targets)
     # an explicit value wins over the images'
     dm, _ = _batch_with_seed(path, tmp_path, pixel_jitter=other["pixel_jitter"])
     assert (dm.pixel_jitter, dm.train_background) == (other["pixel_jitter"], expected["train_background"])
     assert dm.capture_kind.kind == kind
-    with pytest.raises(ValueError, match="data.pixel_jitter='sometimes': expected one of"):
+    with pytest.raises(ValueError, match="^data.pixel_jitter=sometimes: expected one of True, False, auto$"):
         NeRFDataModule(path=str(path), pixel_jitter="sometimes")
 
 
@@ -262,7 +262,7 @@ def test_the_opacity_loss_is_on_for_renders_only(
     with caplog.at_level(logging.INFO, logger="nerf_lightning.train"):
         model, _ = build_model(cfg, dm)
     assert cfg.model.alpha_weight == "auto"
-    assert model.alpha_weight == weight and dm.alpha_targets == (weight > 0)
+    assert model.alpha_weight == weight and dm.feedback.alpha_targets == (weight > 0)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("opacity loss:")]
     assert lines == [
         f"opacity loss: model.alpha_weight=auto -> {weight:g} ("
@@ -277,7 +277,7 @@ def test_the_opacity_loss_is_on_for_renders_only(
         off = compose_train_config([f"data.path={path}", "experiment=cpu", "model.alpha_weight=0"], tmp_path)
         dm_off = hydra.utils.instantiate(off.data)
         dm_off.setup("fit")
-        assert build_model(off, dm_off)[0].alpha_weight == 0.0 and not dm_off.alpha_targets
+        assert build_model(off, dm_off)[0].alpha_weight == 0.0 and not dm_off.feedback.alpha_targets
 
 
 def test_alphas_are_the_colours_alpha_channel(scene: Path, tmp_path: Path) -> None:

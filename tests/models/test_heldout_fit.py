@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 
 from models.tiny_training import train_tiny, validate
 from nerf_lightning.data.datamodule import NeRFDataModule
@@ -116,22 +117,30 @@ def test_an_exposure_error_is_fitted_on_the_left_half_and_scored_on_the_right(tr
     assert fit_view(model.renderer, model.field, spoiled, 1 << 14, fit).gain == pytest.approx(fitted.gain)
 
 
-def test_the_evaluation_pass_logs_both_numbers_only_when_asked(trained) -> None:
-    model, _, path = trained
+def test_an_evaluation_after_training_logs_both_numbers_and_one_while_training_never_fits(trained) -> None:
+    model, dm, path = trained
     model.fair_heldout.fit = HeldoutFit(enabled=True, **BUDGET)
     try:
-        plain = validate(model, path)
-        both = validate(model, path, fit=True)
+        both = validate(model, path)
+        scored = model.fair_heldout.metrics["val"]
+        for stage, fitted in ((TrainerFn.FITTING, 0), (TrainerFn.VALIDATING, 1)):
+            model.trainer.state.fn = stage  # the pass a validation runs in: during fit, or after it
+            model.render_view(dm.val_batch(0), "val")
+            assert scored.update_count == fitted, stage
+            model.metrics["val"].reset()
+            scored.reset()
     finally:
         model.fair_heldout.fit = HeldoutFit()
-    assert "val/psnr_fitted" not in plain
-    assert both["val/psnr"] == pytest.approx(plain["val/psnr"])
     assert both["val/psnr_fitted"] == pytest.approx(both["val/psnr"], abs=1.0)
-    assert "val/psnr_fitted" not in validate(model, path, fit=True)  # auto: the run learned nothing
+    plain = validate(model, path)
+    assert "val/psnr_fitted" not in plain  # auto: the run learned nothing
+    assert both["val/psnr"] == pytest.approx(plain["val/psnr"])
 
 
 def test_bad_budgets_are_named() -> None:
-    with pytest.raises(ValueError, match="model.heldout_fit: steps"):
+    with pytest.raises(ValueError, match=r"^model.heldout_fit.steps=0: expected an integer >= 1$"):
         HeldoutFit(steps=0)
-    with pytest.raises(ValueError, match="model.heldout_fit.enabled"):
+    with pytest.raises(ValueError, match=r"^model.heldout_fit.enabled=sometimes: expected one of"):
         HeldoutFit(enabled="sometimes")
+    with pytest.raises(ValueError, match=r"^model.heldout_fit.final_factor=1.5: expected a number > 0"):
+        HeldoutFit(final_factor=1.5)

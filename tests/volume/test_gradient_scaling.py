@@ -53,7 +53,11 @@ class _RecordingField(nn.Module):
 def _render(distance: float | None, fixed: bool):
     field = _RecordingField()
     renderer = Renderer(
-        OccupancyGrid(resolution=16), step_size=0.02, ops_backend="torch", gradient_scaling_distance=distance
+        OccupancyGrid(resolution=16),
+        step_size=0.02,
+        near_plane=0.0,
+        ops_backend="torch",
+        gradient_scaling_distance=distance,
     )
     # cameras at z = 0.3 looking along +z: the slab spans t in [0.1, 0.3], the box exit is t = 0.7
     o = torch.tensor([[0.5, 0.5, 0.3], [0.3, 0.6, 0.3]])

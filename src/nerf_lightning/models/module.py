@@ -7,13 +7,15 @@ import logging
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor, nn
 
-from nerf_lightning.config_schema import KeysOf, Range
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Injected, KeysOf, Note, Range
 from nerf_lightning.lightning_compat import (
     FastHookNames,
     logs_this_step,
@@ -61,11 +63,11 @@ class NeRFModule(FastHookNames, L.LightningModule):
         aabb_scale: outer box size (from the capture; see ``data/types.py``).
         loss: ``huber`` (instant-ngp's NeRF default, delta 0.1) or ``mse``.
         distortion_weight: weight of mip-NeRF 360's distortion loss (mean over the rays) added to the
-            photometric loss; 0 (default) leaves it out.
+            photometric loss; 0 leaves it out.
         alpha_weight: weight of the opacity loss, the mean over the rays of ``(opacity - alpha)^2``
             against the training images' alpha (the batch's ``alpha``: captures whose images carry
             alpha only). A training background the colour of the evaluation background never charges
-            faint density in empty space; this does. ``auto`` (the default): ``RENDER_ALPHA_WEIGHT`` of
+            faint density in empty space; this does. ``auto``: ``RENDER_ALPHA_WEIGHT`` of
             ``train_step.py`` for renders, 0 for photographs. The resolved weight: :attr:`alpha_weight`.
         cuda_graph: ``auto`` (capture the budgeted step as CUDA graphs on a GPU, except under FSDP,
             whose parameters are re-gathered every step), ``true`` or ``false``.
@@ -85,7 +87,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
             them; the camera corrections' gauge). None when the state is loaded from a checkpoint next.
         photograph: whether the capture is photographs (``enabled`` and ``alpha_weight``: auto).
         heldout_fit: the fair held-out protocol's switch and budget (``models/heldout_fit.py``), in the
-            passes that set ``fair_heldout.now`` (the final evaluation, ``eval``). None: its defaults.
+            evaluation passes outside ``fit`` (the final evaluation, ``eval``). None: its defaults.
         feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback`, shared with the
             DataModule: the training clock of ``batch_rule``, the ray sampler that gets each step's
             per-ray losses, and the training cameras (the occupancy grid marks their unseen cells).
@@ -104,32 +106,31 @@ class NeRFModule(FastHookNames, L.LightningModule):
         renderer: Callable[..., Renderer] | None = None,
         scheduler: Callable[..., Any] | None = None,
         step: Callable[..., TrainStep] | None = None,
-        aabb_scale: int = 1,
-        loss: str = "huber",
+        aabb_scale: Annotated[int, Injected("the train app: the capture's box")] = 1,
+        loss: Literal["huber", "mse"] = "huber",
         huber_delta: Annotated[float, Range(above=0)] = 0.1,
         distortion_weight: Annotated[float, Range(low=0)] = 0.0,
-        alpha_weight: AlphaWeight = 0.0,
-        cuda_graph: bool | str = "auto",
+        alpha_weight: AlphaWeight = "auto",
+        cuda_graph: Annotated[bool | Literal["auto"], Note("auto: on a GPU, not under FSDP")] = "auto",
         jitter: bool = True,
         sigterm_check_every: Annotated[int, Range(low=1)] = 100,
-        val_chunk: Annotated[int, Range(low=1)] = 1 << 15,
+        val_chunk: Annotated[int, Range(low=1)] = 32768,
         save_val_images: bool = True,
         lpips: bool | str | None = None,
         camera_opt: Callable[..., CameraOptimizer] | None = None,
         appearance: Callable[..., PerViewExposure] | None = None,
-        n_train_views: int = 0,
-        train_poses: Tensor | None = None,
-        photograph: bool = False,
+        n_train_views: Annotated[int, Injected("the train app: the capture's training views")] = 0,
+        train_poses: Annotated[Tensor | None, Injected("the train app: the training views' poses")] = None,
+        photograph: Annotated[bool, Injected("the train app: whether the capture is photographs")] = False,
         heldout_fit: Annotated[HeldoutFit | dict[str, Any] | None, KeysOf(HeldoutFit)] = None,
-        feedback: TrainingFeedback | None = None,
+        feedback: Annotated[TrainingFeedback | None, Injected("the train app: the run's feedback")] = None,
     ) -> None:
         super().__init__()
+        check_arguments(NeRFModule, locals())
         # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
         # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
         factories = ["field", "optimizer", "renderer", "scheduler", "step", "camera_opt", "appearance"]
         self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "feedback", "heldout_fit"])
-        if loss not in ("huber", "mse"):
-            raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
         # Under FSDP, evaluation renders with a plain full copy of the field (fsdp_full_copy); the
         # factory builds it. Neither is a registered submodule (no parameters, no state-dict entries).
@@ -139,8 +140,6 @@ class NeRFModule(FastHookNames, L.LightningModule):
         self.renderer = (renderer or build_renderer)(aabb_scale=aabb_scale)
         #: the opacity loss's weight, ``model.alpha_weight`` resolved (0: off, the batches carry no alpha)
         self.alpha_weight = resolve_alpha_weight(alpha_weight, photograph)
-        if cuda_graph not in (True, False, "auto"):
-            raise ValueError(f"model.cuda_graph must be true, false or auto, got {cuda_graph!r}")
         # Learned per-training-view state: submodules (state dict, parameters, DDP) only when enabled.
         self.camera_opt: CameraOptimizer | None = build_if_enabled(
             camera_opt, n_views=n_train_views, poses=train_poses, photograph=photograph
@@ -168,6 +167,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.feedback = feedback if feedback is not None else TrainingFeedback()
+        self.feedback.alpha_targets = self.alpha_weight > 0  # the batches carry the opacity loss's target
         self.clock = self.feedback.clock
         self.metrics = nn.ModuleDict({"val": ViewMetrics(lpips=lpips), "test": ViewMetrics(lpips=lpips)})
         #: stage ("val" / "test") -> last ViewMetrics.compute() result of that stage (rank 0 has all views)
@@ -310,7 +310,10 @@ class NeRFModule(FastHookNames, L.LightningModule):
         view = render_view(self.renderer, field, batch, chunk, self.camera_opt, self.appearance)
         if stage is not None:
             self.metrics[stage].update(view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"))
-            self.fair_heldout.update(stage, self.renderer, field, batch, chunk, bool(self.view_components))
+            trainer = self._trainer
+            if trainer is None or trainer.state.fn != TrainerFn.FITTING:  # never while training
+                corrections = bool(self.view_components)
+                self.fair_heldout.update(stage, self.renderer, field, batch, chunk, corrections)
         return view
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:

@@ -18,7 +18,8 @@ from typing import Annotated, Any, Literal
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.config_schema import Formerly, KeysOf, Note, Range
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Formerly, Injected, KeysOf, Note, Range
 from nerf_lightning.volume.renderer import Renderer, SampleBudget, opacity_error, ray_distortion
 
 __all__ = [
@@ -85,8 +86,8 @@ class TrainStep(nn.Module):
         self,
         field: nn.Module,
         renderer: Renderer,
-        loss: str = "huber",
-        huber_delta: float = 0.1,
+        loss: Annotated[Literal["huber", "mse"], Injected("NeRFModule: model.loss")] = "huber",
+        huber_delta: Annotated[float, Range(above=0), Injected("NeRFModule: model.huber_delta")] = 0.1,
         *,
         sample_budget: Annotated[
             int | None,
@@ -94,26 +95,30 @@ class TrainStep(nn.Module):
             Note("null: data.batch_size rays per step"),
             Formerly("model.sample_budget"),
         ],
-        march_budget: Annotated[int | None, Range(low=1), Formerly("model.march_budget")] = None,
+        march_budget: Annotated[
+            int | None,
+            Range(low=1),
+            Note(">= sample_budget; null: 4 x sample_budget"),
+            Formerly("model.march_budget"),
+        ] = None,
         n_rays_init: Annotated[int, Range(low=1), Formerly("model.n_rays_init")] = 4096,
-        min_rays: int = 64,
-        adapt_momentum: float = 0.5,
-        jitter: bool = True,
-        distortion_weight: float = 0.0,
-        alpha_weight: float = 0.0,
-        camera_opt: nn.Module | None = None,
-        appearance: nn.Module | None = None,
+        min_rays: Annotated[int, Range(low=1)] = 64,
+        adapt_momentum: Annotated[float, Range(low=0, below=1)] = 0.5,
+        jitter: Annotated[bool, Injected("NeRFModule: model.jitter")] = True,
+        distortion_weight: Annotated[float, Injected("NeRFModule: model.distortion_weight")] = 0.0,
+        alpha_weight: Annotated[float, Injected("NeRFModule: model.alpha_weight resolved")] = 0.0,
+        camera_opt: Annotated[nn.Module | None, Injected("NeRFModule: model.camera_opt")] = None,
+        appearance: Annotated[nn.Module | None, Injected("NeRFModule: model.appearance")] = None,
     ) -> None:
         super().__init__()
+        check_arguments(TrainStep, locals())
         if sample_budget is not None:
             march_budget = 4 * sample_budget if march_budget is None else march_budget
-            if sample_budget < 1 or march_budget < sample_budget:
+            if march_budget < sample_budget:  # the one rule between two keys
                 raise ValueError(
-                    f"model.step.sample_budget must be >= 1 and model.step.march_budget >= sample_budget, "
-                    f"got {sample_budget} and {march_budget}"
+                    f"model.step.march_budget={march_budget}: expected >= model.step.sample_budget "
+                    f"({sample_budget})"
                 )
-        if loss not in ("huber", "mse"):
-            raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field
         self.renderer = renderer
         self.loss, self.huber_delta = loss, float(huber_delta)
@@ -236,10 +241,10 @@ class TrainStep(nn.Module):
 
 
 def train_step(
-    field: nn.Module,
-    renderer: Renderer,
-    loss: str = "huber",
-    huber_delta: float = 0.1,
+    field: Annotated[nn.Module, Injected("NeRFModule: its field")],
+    renderer: Annotated[Renderer, Injected("NeRFModule: its renderer")],
+    loss: Annotated[str, Injected("NeRFModule: model.loss")] = "huber",
+    huber_delta: Annotated[float, Injected("NeRFModule: model.huber_delta")] = 0.1,
     **kwargs: Annotated[Any, KeysOf(TrainStep)],
 ) -> TrainStep:
     """The ``model.step`` config node: a :class:`TrainStep` (``sample_budget: null``: no budget, the CPU
@@ -351,12 +356,10 @@ AlphaWeight = Annotated[float | Literal["auto"], Range(low=0), Note("auto: 0.1 o
 
 
 def resolve_alpha_weight(alpha_weight: float | str, photograph: bool) -> float:
-    """``model.alpha_weight``: a weight >= 0, or ``auto`` (:data:`RENDER_ALPHA_WEIGHT` for renders, 0 for
-    photographs)."""
+    """``model.alpha_weight`` (:data:`AlphaWeight`, checked by ``NeRFModule``): a weight >= 0, or ``auto``
+    (:data:`RENDER_ALPHA_WEIGHT` for renders, 0 for photographs)."""
     if alpha_weight == "auto":
         return 0.0 if photograph else RENDER_ALPHA_WEIGHT
-    if isinstance(alpha_weight, bool) or not isinstance(alpha_weight, int | float) or alpha_weight < 0:
-        raise ValueError(f"model.alpha_weight must be a number >= 0 or auto, got {alpha_weight!r}")
     return float(alpha_weight)
 
 
@@ -364,7 +367,7 @@ def batch_alpha(batch: dict[str, Any]) -> Tensor:
     """The training batch's ``alpha`` [R], which ``model.alpha_weight`` needs."""
     if "alpha" not in batch:
         raise ValueError(
-            "model.alpha_weight > 0 needs the batch's alpha: images that carry alpha, drawn with "
-            "NeRFDataModule.alpha_targets on (the train app sets it)"
+            "model.alpha_weight > 0 needs the batch's alpha: images that carry alpha, drawn by a "
+            "DataModule that shares the model's TrainingFeedback (alpha_targets)"
         )
     return batch["alpha"]

@@ -18,7 +18,8 @@ from typing import Annotated, Any
 import torch
 from torch import Tensor, nn
 
-from ..config_schema import Formerly, KeysOf, Note, Range
+from ..config_keys import check_arguments
+from ..config_schema import Formerly, Injected, KeysOf, Note, Range
 from ..ops import get_ops
 from .gradient_scaling import scale_near_gradients
 from .occupancy import OccupancyGrid
@@ -60,7 +61,7 @@ LARGE_SCENE_CONE_ANGLE = 1.0 / 256
 
 
 def build_renderer(
-    aabb_scale: int = 1,
+    aabb_scale: Annotated[int, Injected("NeRFModule: the capture's box")] = 1,
     occupancy: Callable[..., OccupancyGrid] = OccupancyGrid,
     cone_angle: Annotated[float | None, Range(low=0), Formerly("model.cone_angle")] = None,
     large_scene_cone_angle: Annotated[
@@ -78,6 +79,7 @@ def build_renderer(
             ``large_scene_cone_angle`` when ``aabb_scale > 1`` (real captures with background), else 0.
         kwargs: the other :class:`Renderer` arguments (``step_size``, ``near_plane``, ...).
     """
+    check_arguments(build_renderer, locals())
     if cone_angle is None:
         cone_angle = large_scene_cone_angle if aabb_scale > 1 else 0.0
     return Renderer(occupancy(aabb_scale=aabb_scale), cone_angle=cone_angle, **kwargs)
@@ -113,15 +115,16 @@ class Renderer(nn.Module):
         ] = math.sqrt(3.0) / 1024,
         cone_angle: float = 0.0,
         max_samples_per_ray: Annotated[int, Range(low=1), Formerly("model.max_samples_per_ray")] = 1024,
-        near_plane: Annotated[float, Range(low=0), Formerly("model.near_plane")] = 0.0,
+        near_plane: Annotated[float, Range(low=0), Formerly("model.near_plane")] = 0.2,
         early_stop_eps: Annotated[float, Range(low=0, below=1), Formerly("model.early_stop_eps")] = 1e-4,
         ops_backend: Annotated[str, Formerly("model.ops_backend")] = "auto",
         compact_samples: Annotated[bool, Formerly("model.compact_samples")] = True,
         gradient_scaling_distance: Annotated[
             float | None, Range(above=0), Note("null: off"), Formerly("model.gradient_scaling_distance")
-        ] = None,
+        ] = 1.0,
     ) -> None:
         super().__init__()
+        check_arguments(Renderer, locals())
         self.occupancy = occupancy
         self.step_size = float(step_size)
         self.cone_angle = float(cone_angle)
@@ -129,11 +132,6 @@ class Renderer(nn.Module):
         self.near_plane = float(near_plane)
         self.early_stop_eps = float(early_stop_eps)
         self.compact_samples = bool(compact_samples)
-        if gradient_scaling_distance is not None and gradient_scaling_distance <= 0:
-            raise ValueError(
-                "model.renderer.gradient_scaling_distance must be > 0 (NGP units) or null (off), "
-                f"got {gradient_scaling_distance}"
-            )
         self.gradient_scaling_distance = gradient_scaling_distance
         # Keep the name, not the namespace: modules cannot be deep-copied/pickled with the renderer.
         self.ops_backend = ops_backend
