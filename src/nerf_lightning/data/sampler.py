@@ -358,12 +358,13 @@ class LossWeightedRaySampler(RaySampler):
         window = Tick(tick.step, before, done)
         if not window.crossed(self.update_every) and not window.reached(self.warmup_steps):
             return
-        stats = torch.stack([self._acc_sum.to(torch.float64), self._acc_cnt.to(torch.float64)])
-        if _distributed_world():
-            dist.all_reduce(stats, op=dist.ReduceOp.SUM)
+        window_sums = torch.stack([self._acc_sum.to(torch.float64), self._acc_cnt.to(torch.float64)])
+        if _distributed_world():  # one collective for both
+            dist.all_reduce(window_sums, op=dist.ReduceOp.SUM)
         self._acc_sum.zero_()
         self._acc_cnt.zero_()
-        self._fold(stats[0].view_as(self.ema), stats[1].view_as(self.ema))
+        sums, counts = window_sums.unbind()
+        self._fold(sums.view_as(self.ema), counts.view_as(self.ema))
         self._recompute(weighted=done >= self.warmup_steps - 1e-9)
 
     def _fold(self, sums: Tensor, counts: Tensor) -> None:

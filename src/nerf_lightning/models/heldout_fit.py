@@ -208,7 +208,7 @@ def _loss(
     if camera is not None:
         rays_o, rays_d = camera(view_ids, rays_o, rays_d)
     out = renderer.render_rays(field, rays_o, rays_d, background, jitter=False)
-    rgb = out["rgb"]
+    rgb = out.rgb
     if exposure is not None:
-        rgb = exposure(view_ids, rgb, out["opacity"], background)
+        rgb = exposure(view_ids, rgb, out.opacity, background)
     return (rgb.float() - target).square().mean()

@@ -6,6 +6,7 @@ import functools
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,6 +33,7 @@ from nerf_lightning.models.metrics import METRICS, ViewMetrics
 from nerf_lightning.models.per_view import build_if_enabled
 from nerf_lightning.models.train_step import (
     AlphaWeight,
+    StepStats,
     TrainStep,
     autocast_for,
     batch_alpha,
@@ -45,6 +47,20 @@ from nerf_lightning.volume.occupancy import OccupancyGrid, all_reduce_max
 from nerf_lightning.volume.renderer import Renderer, build_renderer
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Unowned:
+    """Modules a :class:`NeRFModule` calls but does not own. Held by this plain object, they stay out of
+    ``nn.Module``'s registry: the field and renderer they share appear once in the state dict and the
+    parameter list, and the evaluation copy not at all."""
+
+    #: the training step (``TrainStep``: it shares the field and the renderer), or its CUDA-graphed replay
+    step: Any
+    #: the field's factory: under FSDP, evaluation renders with a plain full copy it builds
+    field_factory: Callable[..., NGPField]
+    #: that copy while an evaluation epoch runs under FSDP (None: the field itself)
+    eval_field: nn.Module | None = None
 
 
 class NeRFModule(FastHookNames, L.LightningModule):
@@ -132,11 +148,6 @@ class NeRFModule(FastHookNames, L.LightningModule):
         factories = ["field", "optimizer", "renderer", "scheduler", "step", "camera_opt", "appearance"]
         self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "feedback", "heldout_fit"])
         self.field = field(aabb_scale=aabb_scale)
-        # Under FSDP, evaluation renders with a plain full copy of the field (fsdp_full_copy); the
-        # factory builds it. Neither is a registered submodule (no parameters, no state-dict entries).
-        object.__setattr__(self, "_field_factory", field)
-        self._eval_field: nn.Module | None
-        object.__setattr__(self, "_eval_field", None)
         self.renderer = (renderer or build_renderer)(aabb_scale=aabb_scale)
         #: the opacity loss's weight, ``model.alpha_weight`` resolved (0: off, the batches carry no alpha)
         self.alpha_weight = resolve_alpha_weight(alpha_weight, photograph)
@@ -159,10 +170,8 @@ class NeRFModule(FastHookNames, L.LightningModule):
             camera_opt=self.camera_opt,
             appearance=self.appearance,
         )
-        # Not a registered submodule: it shares the field and renderer, which must appear once in
-        # the state dict and the parameter list. After capture it replays CUDA graphs.
-        self.train_step_fn: TrainStep
-        object.__setattr__(self, "train_step_fn", step_module)
+        #: the training step (after capture, its CUDA graphs' replay) and the FSDP evaluation copy
+        self.unowned = Unowned(step_module, field)
         self._graphed = False
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
@@ -177,6 +186,11 @@ class NeRFModule(FastHookNames, L.LightningModule):
         # Device-side counters read by the throughput callback (no host sync in the step).
         self.register_buffer("rays_seen", torch.zeros((), dtype=torch.float64), persistent=False)
         self.register_buffer("samples_seen", torch.zeros((), dtype=torch.float64), persistent=False)
+
+    @property
+    def train_step_fn(self) -> TrainStep:
+        """The training step (:attr:`unowned`), a :class:`TrainStep` or its CUDA-graphed replay."""
+        return self.unowned.step
 
     @property
     def occupancy(self) -> OccupancyGrid:
@@ -236,21 +250,20 @@ class NeRFModule(FastHookNames, L.LightningModule):
             step = capture(
                 step, args, self.trainer.precision, alias_gradients=self._alias_gradients(), share_inputs=True
             )
-            object.__setattr__(self, "train_step_fn", step)
+            self.unowned.step = step
             self._graphed = True
         with autocast_for(self.trainer.precision) if self._graphed else nullcontext():
-            loss, per_ray, valid, stats = step(*args)
+            loss, per_ray, valid, stats_tensor = step(*args)
         # The graphed step returns every float output as requiring grad. Summed into the run's
         # counters as they are, each step's autograd graph would stay alive from step to step.
-        per_ray, stats = per_ray.detach(), stats.detach()
+        per_ray, stats = per_ray.detach(), StepStats.of(stats_tensor.detach())
         self.feedback.report_losses(batch["view_ids"], batch["px"], batch["py"], per_ray, valid=valid)
-        self.rays_seen += stats[0]
-        self.samples_seen += stats[1]
+        self.rays_seen += stats.rays
+        self.samples_seen += stats.marched_samples
         if logs_this_step(self._trainer):
-            mse = stats[3] / stats[0].clamp_min(1.0)
             self.log("train/loss", loss.detach())
-            self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)).float())
-            self.log("train/rays_per_step", stats[0].float())
+            self.log("train/psnr", -10.0 * torch.log10(stats.mse.clamp_min(1e-10)).float())
+            self.log("train/rays_per_step", stats.rays.float())
         return loss
 
     def step_inputs(self, batch: dict[str, Any]) -> tuple[Tensor, ...]:
@@ -305,7 +318,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
         """One held-out view batch rendered (``models/evaluation.py``'s ``render_view``), with the
         field's full copy under FSDP; scored into ``stage``'s metrics when given (and the fair
         protocol's, when this pass runs it)."""
-        field = self._eval_field if self._eval_field is not None else self.field
+        field = self.unowned.eval_field if self.unowned.eval_field is not None else self.field
         chunk = self.hparams.val_chunk
         view = render_view(self.renderer, field, batch, chunk, self.camera_opt, self.appearance)
         if stage is not None:
@@ -337,18 +350,18 @@ class NeRFModule(FastHookNames, L.LightningModule):
         self._gather_eval_field()
 
     def on_validation_epoch_end(self) -> None:
-        object.__setattr__(self, "_eval_field", None)
+        self.unowned.eval_field = None
         self._log_eval("val")
 
     def on_test_epoch_end(self) -> None:
-        object.__setattr__(self, "_eval_field", None)
+        self.unowned.eval_field = None
         self._log_eval("test")
 
     def _gather_eval_field(self) -> None:
         """Under FSDP, the field's full copy that this evaluation epoch renders with (every rank)."""
-        factory = self._field_factory
+        factory = self.unowned.field_factory
         copy = fsdp_full_copy(self.trainer, self.field, lambda: factory(aabb_scale=self.hparams.aabb_scale))
-        object.__setattr__(self, "_eval_field", copy)
+        self.unowned.eval_field = copy
 
     def _log_eval(self, stage: str) -> None:
         """Log the means of one evaluation pass (already gathered over ranks), and the fair protocol's

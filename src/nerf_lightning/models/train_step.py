@@ -13,7 +13,7 @@ once as CUDA graphs and replayed (:func:`capture`): one launch instead of ~150. 
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -25,6 +25,7 @@ from nerf_lightning.volume.renderer import Renderer, SampleBudget, opacity_error
 __all__ = [
     "RENDER_ALPHA_WEIGHT",
     "THROUGHPUT_HEADROOM",
+    "StepStats",
     "TrainStep",
     "autocast_for",
     "batch_alpha",
@@ -41,6 +42,26 @@ THROUGHPUT_HEADROOM = 1.5
 #: white (docs/investigations/2026-12-03-empty-space-in-renders.md); photographs have no transparent
 #: pixels to learn from.
 RENDER_ALPHA_WEIGHT = 0.1
+
+
+class StepStats(NamedTuple):
+    """The statistics of one training step, float64 scalar tensors on the device (read without a host
+    sync), named views of the ``stats`` [4] that :class:`TrainStep` returns (:meth:`of`)."""
+
+    rays: Tensor  # valid rays
+    marched_samples: Tensor  # samples of the valid rays in the marching pass
+    rendered_samples: Tensor  # samples in the differentiable pass
+    squared_error: Tensor  # sum over the valid rays of the squared error, averaged over channels
+
+    @classmethod
+    def of(cls, stats: Tensor) -> StepStats:
+        """The named entries of ``stats`` [4] (views: no copy, no kernel)."""
+        return cls(*stats.unbind())
+
+    @property
+    def mse(self) -> Tensor:
+        """Mean squared error over the valid rays."""
+        return self.squared_error / self.rays.clamp_min(1.0)
 
 
 class TrainStep(nn.Module):
@@ -75,7 +96,8 @@ class TrainStep(nn.Module):
         per_ray_loss: float [R], 0 for rays left out of the step (detached);
         ray_valid: bool [R] (all True without a budget);
         stats: float64 [4] = (valid rays, marched samples, rendered samples, sum of squared error
-            over valid rays, averaged over channels), detached.
+            over valid rays, averaged over channels), detached; :meth:`StepStats.of` names them. One
+            tensor, so that a captured CUDA graph hands it over in one static buffer.
 
     The loss and the bookkeeping after it (statistics, next ray count) are one op each
     (``ops.masked_ray_loss``, ``ops.adapt_ray_count``): a kernel each on the GPU instead of about
@@ -207,10 +229,10 @@ class TrainStep(nn.Module):
         out = self.renderer.render_rays(
             self.field, rays_o, rays_d, background, jitter=self.jitter, budget=budget
         )
-        valid = out["ray_valid"]
+        valid, rgb = out.ray_valid, out.rgb
         if self.appearance is not None:
-            out["rgb"] = self.appearance(view_ids, out["rgb"], out["opacity"], background)
-        loss, per_ray, aux = ops.masked_ray_loss(out["rgb"], target, valid, self.loss, self.huber_delta)
+            rgb = self.appearance(view_ids, rgb, out.opacity, background)
+        loss, per_ray, aux = ops.masked_ray_loss(rgb, target, valid, self.loss, self.huber_delta)
         n_valid = aux[0].clamp_min(1.0).float()
         if self.distortion_weight > 0:
             # the rays left out have no samples in the fixed layout: 0
@@ -219,15 +241,15 @@ class TrainStep(nn.Module):
             # dropped rays render opacity 0; their slots are left out as in the photometric loss
             alpha_error = torch.where(valid, opacity_error(out, alpha), 0.0)
             loss = loss + self.alpha_weight * alpha_error.sum() / n_valid
-        if not self.budgeted:
-            counts = torch.stack([out["n_samples"], out["n_samples_rendered"]]).to(torch.float64)
+        if not self.budgeted:  # the renderer counted the samples
+            counts = torch.stack([out.n_samples, out.n_samples_rendered]).to(torch.float64)  # type: ignore[list-item]
             return loss, per_ray, valid, torch.stack([aux[0], counts[0], counts[1], aux[1]])
         # The marching kernel clamps n_active to the ray slots itself; the update keeps it there.
         stats = ops.adapt_ray_count(
             aux,
             valid,
-            out["marched_counts"],
-            out["packed_info"][:, 1],
+            out.marched_counts,
+            out.packed_info[:, 1],
             self.n_active,
             self.n_active_f,
             self.target_fraction,
