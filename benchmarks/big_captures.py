@@ -117,7 +117,7 @@ def draw_overhead(scene: Path, rays: int, draws: int, rounds: int) -> list[dict[
     for storage in ("device", "host"):
         dm = NeRFDataModule(path=str(scene), batch_size=rays, storage=storage, cache_dir=str(scene / "cache"))
         dm.setup("fit")
-        dm._ensure_device(torch.device("cpu"))
+        dm.ensure_device(torch.device("cpu"))
         modules[storage] = dm
     rows = []
     for i in range(rounds):

@@ -91,7 +91,7 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     n_views = 16 if capture == "scene" else 9
     assert len(dm.train_set.frames) == n_views - len(range(0, n_views, 8))  # every 8th held out
     assert dm.train_set.undistortion.enabled == (capture == "scene")
-    dm._ensure_device(torch.device("cpu"))
+    dm.ensure_device(torch.device("cpu"))
     dm.feedback.alpha_targets = True  # as a model with model.alpha_weight > 0 says it reads
     torch.manual_seed(0)
     b = dm.train_batch(512)
@@ -115,7 +115,7 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
 def _batch_with_seed(path: Path, tmp_path: Path, n: int = 128, **recipe) -> tuple[NeRFDataModule, dict]:
     dm = NeRFDataModule(path=str(path), batch_size=n, cache_dir=str(tmp_path / "cache"), **recipe)
     dm.setup("fit")
-    dm._ensure_device(torch.device("cpu"))
+    dm.ensure_device(torch.device("cpu"))
     torch.manual_seed(7)
     return dm, dm.train_batch(n)
 
@@ -184,7 +184,7 @@ def test_val_batch_is_a_whole_image_over_white(
     scene = request.getfixturevalue(capture)
     dm = NeRFDataModule(path=str(scene), cache_dir=str(tmp_path / "cache"))
     dm.setup("fit")
-    dm._ensure_device(torch.device("cpu"))
+    dm.ensure_device(torch.device("cpu"))
     b = dm.val_batch(1)
     assert (b["height"], b["width"]) == (H, W) and b["rgb"].shape == (H * W, 3)
     # row-major over the image, targets over white from the decoded file
@@ -206,7 +206,7 @@ def test_device_move_leaves_no_tensor_behind(scene: Path, tmp_path: Path) -> Non
     dm = NeRFDataModule(path=str(scene), cache_dir=str(tmp_path / "cache"))
     dm.setup("fit")
     before = {name: t.dtype for name, t in _tensors(dm)}
-    dm._ensure_device(torch.device("meta"))
+    dm.ensure_device(torch.device("meta"))
     after = dict(_tensors(dm))
     assert set(after) == set(before) and len(after) > 10
     stale = [name for name, t in after.items() if t.device.type != "meta"]
@@ -268,7 +268,7 @@ def test_the_opacity_loss_is_on_for_renders_only(
         f"opacity loss: model.alpha_weight=auto -> {weight:g} ("
         + ("renders: empty space charged)" if weight else "photographs: no transparent pixels)")
     ]
-    dm._ensure_device(torch.device("cpu"))
+    dm.ensure_device(torch.device("cpu"))
     batch = dm.train_batch(64)
     assert ("alpha" in batch) == (weight > 0)
     if weight:  # the renders' own alpha: some background, some object
@@ -309,7 +309,7 @@ def test_draw_replays_the_batch_graph_on_a_gpu(scene: Path, tmp_path: Path) -> N
     step graph's inputs alias), new rays in them, and no host sync."""
     dm = NeRFDataModule(path=str(scene), batch_size=256, cache_dir=str(tmp_path / "cache"))
     dm.setup("fit")
-    dm._ensure_device(torch.device("cuda"))
+    dm.ensure_device(torch.device("cuda"))
     first = dm.draw(256)
     rays = first["rays_d"].clone()
     torch.cuda.synchronize()

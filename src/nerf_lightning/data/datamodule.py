@@ -315,7 +315,10 @@ class NeRFDataModule(L.LightningDataModule):
         return DataLoader(views, batch_size=None, num_workers=0, generator=torch.Generator())
 
     # -------------------------------------------------------------------------- device batches
-    def _ensure_device(self, device: torch.device) -> None:
+    def ensure_device(self, device: torch.device) -> None:
+        """Move the training pixels, the held-out views and the sampler to ``device`` (once per device):
+        what a batch on ``device`` is drawn from. Lightning's batch transfer calls it; code that draws
+        batches outside a Trainer (benchmarks, tests) calls it first."""
         if self._device == device:
             return
         assert self.train_pixels is not None and self.sampler is not None
@@ -331,7 +334,7 @@ class NeRFDataModule(L.LightningDataModule):
             device = batch.device
         else:
             device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
-        self._ensure_device(device)
+        self.ensure_device(device)
         if trainer is not None and trainer.training:
             return self.draw(self.rays_per_step())
         if trainer is not None and trainer.testing:
@@ -346,7 +349,7 @@ class NeRFDataModule(L.LightningDataModule):
     def draw(self, n_rays: int) -> dict[str, Any]:
         """A training batch as the training loop gets it: on a GPU replayed from its batch graph (captured
         on first use; ``data.cuda_graph=false``: drawn eagerly), whose tensors the next draw overwrites;
-        elsewhere :meth:`train_batch`. The data must be on their device (``_ensure_device``)."""
+        elsewhere :meth:`train_batch`. The data must be on their device (``ensure_device``)."""
         on_gpu = self._device is not None and self._device.type == "cuda" and self.cuda_graph is not False
         if on_gpu and self.train_pixels is not None and self.train_pixels.host is None:  # host: eager
             return self._batch_graphs.batch(n_rays)
