@@ -31,6 +31,9 @@ from nerf_lightning.models.module import NeRFModule
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import build_renderer
 
+#: four 120-step trainings and their evaluations (minutes on 2 cores): make test-repro
+pytestmark = pytest.mark.repro
+
 SIZE = 24  # pixels per side: 2 degrees per pixel at the generator's 50 degree field of view
 N_VIEWS = 24  # every 8th is held out (data.test_every)
 PERTURB_DEG = 3.0
