@@ -61,7 +61,14 @@ def memory(path: Path, cache_dir: Path, worlds: tuple[int, ...] = WORLDS) -> lis
         held = []
         for rank in range(world):
             pixels = TrainingPixels(
-                capture.train, decode, capture_camera_model(capture), TrainingFeedback(), path, shard=True
+                capture.train,
+                decode,
+                capture_camera_model(capture),
+                TrainingFeedback(),
+                path,
+                shard=True,
+                storage="auto",
+                storage_fraction=0.5,
             )
             pixels.load(rank, world)
             held.append((pixels.nbytes, len(pixels.held_views)))
@@ -124,7 +131,7 @@ def draw_overhead(scene: Path, rays: int, draws: int, rounds: int) -> list[dict[
     for storage in ("device", "host"):
         dm = NeRFDataModule(path=str(scene), batch_size=rays, storage=storage, cache_dir=str(scene / "cache"))
         dm.setup("fit")
-        dm._ensure_device(torch.device("cpu"))
+        dm.ensure_device(torch.device("cpu"))
         modules[storage] = dm
     rows = []
     for i in range(rounds):

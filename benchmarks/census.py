@@ -48,7 +48,7 @@ def census(path: str, precision: str, overrides: list[str], work: Path) -> dict[
     dm = build_datamodule(cfg)
     dm.prepare_data()
     dm.setup("fit")
-    dm._ensure_device(torch.device("cuda"))
+    dm.ensure_device(torch.device("cuda"))
     # the batch and the step replayed from their graphs, fused Adam, the grid updated every 16 steps
     one = BudgetedStep(cfg, dm, precision).step
 

@@ -1,14 +1,14 @@
 """Export a checkpoint as glb and as ply at equal triangles; time, size, held-out PSNR; a screenshot.
 
-    python -m benchmarks.mesh_export RUN [--views N] [--width W] [--shot PNG [--shot-view I]] \
-        [--json PATH] [ARGS...]
+    python -m benchmarks.mesh_export RUN [--views N] [--width W] \
+        [--shot PNG [--shot-view I] [--shot-width W]] [--json PATH] [ARGS...]
 
 ARGS are ``export mesh`` overrides (``resolution=256 texture_size=2048``). The PSNR is
 :func:`benchmarks.mesh_render.held_out_psnr` (the mesh ray-cast from the held-out cameras against the
 field's renders), over the first ``--views`` held-out views at most ``--width`` pixels wide. The
 screenshot is the glb ray-cast from a held-out camera (``--shot-view``, the first by default) scaled
-to 512 pixels wide. ``--json`` writes the rows (atomically) besides printing them; the rows carry the
-training run's steps, seconds and held-out PSNR (its metrics.json) under ``training``.
+to 512 pixels wide (``--shot-width``). ``--json`` writes the rows (atomically) besides printing them; the
+rows carry the training run's steps, seconds and held-out PSNR (its metrics.json) under ``training``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def training_summary(run_dir: Path) -> dict[str, Any]:
     return {k: metrics[k] for k in TRAINING_KEYS if k in metrics}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     import trimesh
     from hydra.core.global_hydra import GlobalHydra
 
@@ -73,11 +73,12 @@ def main() -> None:
         "--shot", type=Path, default=None, help="a 512-px PNG of the glb from a held-out view"
     )
     parser.add_argument("--shot-view", type=int, default=0, help="which held-out view (index)")
+    parser.add_argument("--shot-width", type=int, default=512, help="the screenshot's width in pixels")
     parser.add_argument("--views", type=int, default=None, help="score the first N held-out views only")
     parser.add_argument("--width", type=int, default=None, help="score views at most W pixels wide")
     parser.add_argument("--json", type=Path, default=None, help="write the rows there too")
     parser.add_argument("overrides", nargs="*")
-    args = parser.parse_intermixed_args()
+    args = parser.parse_intermixed_args(argv)
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for fmt in ("glb", "ply"):
@@ -96,12 +97,13 @@ def main() -> None:
                          "texture_size": info["texture_size"], "psnr": round(psnr, 2),
                          "stage_seconds": info["stage_seconds"]}  # fmt: skip
             if fmt == "glb" and args.shot is not None:
-                _screenshot(mesh, args.run, info["up"], args.shot, args.shot_view)
+                _screenshot(mesh, args.run, info["up"], args.shot, args.shot_view, args.shot_width)
     rows["overrides"] = args.overrides
     rows["training"] = training_summary(args.run)
     print(json.dumps(rows, indent=2), flush=True)
     if args.json is not None:
         atomic_write_json(args.json, rows)
+    return rows
 
 
 if __name__ == "__main__":

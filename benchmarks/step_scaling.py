@@ -97,7 +97,7 @@ def measure(
     dm = build_datamodule(cfg)
     dm.prepare_data()
     dm.setup("fit")
-    dm._ensure_device(torch.device(device))
+    dm.ensure_device(torch.device(device))
     rows = []
     for scale in scales:
         harness = BudgetedStep(cfg, dm, precision, scale, device)

@@ -9,8 +9,12 @@ import os
 # process (a second test process, another job) runs several times slower than one thread.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import fcntl
+import json
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -45,22 +49,43 @@ def tiny_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (created) between the processes of this test session."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def trained_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float]]:
-    """(run folder, final metrics) of one short training (shared by the e2e and the entry-point tests)."""
+    """(run folder, final metrics) of one short training, shared by the e2e and the entry-point tests,
+    which only read it. Trained once per session: under pytest-xdist the first worker that needs it trains
+    it into the folder all workers' temporary folders sit in, the others wait for it and read it (its
+    capture is that worker's tiny scene: every worker generates the same one)."""
     import torch
 
     from nerf_lightning.apps.train import train
 
-    torch.set_num_threads(2)
-    run_dir = tmp_path_factory.mktemp("trained_run")
-    try:
-        cfg = compose_train_config(
-            [f"data.path={tiny_scene}", f"trainer.max_steps={TRAINED_STEPS}", *TINY], run_dir
-        )
-        metrics = train(cfg)
-    finally:
-        GlobalHydra.instance().clear()
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    run_dir, done = shared / "trained_run", shared / "trained_run.json"
+    with _locked(shared / "trained_run.lock"):
+        if done.is_file():
+            return run_dir, json.loads(done.read_text())
+        torch.set_num_threads(2)
+        run_dir.mkdir()
+        try:
+            cfg = compose_train_config(
+                [f"data.path={tiny_scene}", f"trainer.max_steps={TRAINED_STEPS}", *TINY], run_dir
+            )
+            metrics = train(cfg)
+        finally:
+            GlobalHydra.instance().clear()
+        done.write_text(json.dumps(metrics))
     return run_dir, metrics
 
 

@@ -7,7 +7,19 @@ from typing import Annotated, Any, Literal
 
 import pytest
 
-from nerf_lightning.config_schema import Formerly, KeysOf, Note, PowerOfTwo, Range, parameters, spec_of
+from nerf_lightning.config_schema import (
+    Formerly,
+    Injected,
+    KeysOf,
+    MultipleOf,
+    Note,
+    PowerOfTwo,
+    Range,
+    injected,
+    is_marked,
+    parameters,
+    spec_of,
+)
 
 
 @pytest.mark.parametrize(
@@ -21,6 +33,7 @@ from nerf_lightning.config_schema import Formerly, KeysOf, Note, PowerOfTwo, Ran
         (Annotated[float | None, Range(above=0, below=180)], "a number > 0 and < 180 or null"),
         (Annotated[int | None, PowerOfTwo(), Range(high=128)], "a power of two <= 128 or null"),
         (Annotated[float | Literal["auto"], Range(low=0)], "a number >= 0 or auto"),
+        (Annotated[int, Range(low=2), MultipleOf(2)], "an integer >= 2, a multiple of 2"),
         (Annotated[bool | Literal["auto"], Note("auto: photographs only")],
          "one of True, False, auto (auto: photographs only)"),
     ],
@@ -46,6 +59,8 @@ def test_what_each_kind_accepts() -> None:
     ] * 4
     pow2 = spec_of(Annotated[int, PowerOfTwo(), Range(high=8)])
     assert pow2 is not None and [pow2.accepts(v) for v in (1, 2, 8, 3, 16, 0)] == [True] * 3 + [False] * 3
+    even = spec_of(Annotated[int, Range(low=2), MultipleOf(2)])
+    assert even is not None and [even.accepts(v) for v in (2, 4, 128, 0, 3, 4.0)] == [True] * 3 + [False] * 3
     word = spec_of(Annotated[float | Literal["auto"], Range(low=0)])
     assert word is not None and [word.accepts(v) for v in ("auto", 0.1, "off", -1)] == [
         True,
@@ -74,3 +89,9 @@ def test_parameters_follow_kwargs_to_their_receiver() -> None:
     params = parameters(_build)
     assert list(params) == ["count", "name", "sockets", "size"]  # *args is no key; **kwargs: _Socket's
     assert spec_of(params["size"]) == spec_of(Annotated[int, Range(low=1)])
+
+
+def test_an_injected_argument_is_marked_as_no_config_key() -> None:
+    given = Annotated[int, Injected("the train app: the capture's box")]
+    assert injected(given) and is_marked(given) and spec_of(given) == spec_of(int)
+    assert not injected(Annotated[int, Range(low=1)]) and not injected(int)

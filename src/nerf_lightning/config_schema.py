@@ -3,16 +3,19 @@
 A constructor built from the config (a ``_target_`` of the YAML, or an app's options dataclass)
 annotates each parameter with its type and, through :data:`typing.Annotated`, these markers::
 
-    batch_size: Annotated[int, Range(low=1), Note("rays per step")] = 4096
+    batch_size: Annotated[int, Range(low=1), Note("rays per step")] = 65536
     aabb_scale: Annotated[int | None, PowerOfTwo(), Range(high=128), Note("null: the capture's own")]
-    alpha_weight: Annotated[float | Literal["auto"], Range(low=0)] = 0.0
-    resolution: Annotated[int, Range(low=1), Formerly("model.grid_resolution")] = 128
+    alpha_weight: Annotated[float | Literal["auto"], Range(low=0)] = "auto"
+    resolution: Annotated[int, Range(low=2), MultipleOf(2), Formerly("model.grid_resolution")] = 128
+    feedback: Annotated[TrainingFeedback | None, Injected("the train app: the run's feedback")] = None
 
 The type says the kind: ``int`` (an integer), ``float`` (a finite number), ``bool``, ``Literal[...]``
 (one of these words; beside a number, words it also accepts), ``X | None`` (null accepted). A parameter
 of any other type (``str``, a factory, a mapping) is not checked here. ``apps/config_checks.py`` walks a
-composed config and checks each key against its parameter (:func:`spec_of`); ``run/config_tree.py``
-derives the old spellings of keys from :class:`Formerly`.
+composed config and checks each key against its parameter (:func:`spec_of`), and each constructor checks
+its own arguments the same way (``config_keys.check_arguments``); ``run/config_tree.py`` derives the old
+spellings of keys from :class:`Formerly`. A default written on a parameter is the YAML's
+(``tests/test_config_defaults.py``).
 
 This module imports nothing of the project: every layer may annotate with it.
 """
@@ -30,12 +33,16 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 __all__ = [
     "Formerly",
+    "Injected",
     "KeysOf",
+    "MultipleOf",
     "Note",
     "PowerOfTwo",
     "Range",
     "Spec",
+    "annotations",
     "formerly",
+    "injected",
     "is_marked",
     "keys_of",
     "parameters",
@@ -66,6 +73,13 @@ class PowerOfTwo:
 
 
 @dataclass(frozen=True)
+class MultipleOf:
+    """An integer multiple of ``n``."""
+
+    n: int
+
+
+@dataclass(frozen=True)
 class Formerly:
     """An earlier spelling of this key, from the config's root (``model.grid_resolution``): a command
     line or a checkpoint's config that uses it is read as today's key. On a parameter that receives a
@@ -74,6 +88,14 @@ class Formerly:
     (``run/config_tree.key_aliases``)."""
 
     key: str
+
+
+@dataclass(frozen=True)
+class Injected:
+    """Not a config key: the code that builds the object passes this argument (``by``: who, and what
+    it is), so no YAML holds it."""
+
+    by: str
 
 
 @dataclass(frozen=True)
@@ -91,6 +113,7 @@ class Spec:
     Args:
         kind: ``int``, ``number`` (int or float, finite), ``bool``, ``choice`` or ``pow2``.
         low / high / above / below: the :class:`Range`.
+        multiple_of: the :class:`MultipleOf` of an ``int``.
         null: ``null`` is accepted.
         choices: the accepted values of a ``choice``; of a number, the words it also accepts.
         note: the :class:`Note`.
@@ -101,6 +124,7 @@ class Spec:
     high: float | None = None
     above: float | None = None
     below: float | None = None
+    multiple_of: int | None = None
     null: bool = False
     choices: tuple[Any, ...] = ()
     note: str = ""
@@ -121,6 +145,8 @@ class Spec:
         if not math.isfinite(value):
             return False
         if self.kind == "pow2" and (value < 1 or value & (value - 1)):
+            return False
+        if self.multiple_of is not None and value % self.multiple_of:
             return False
         return not (
             (self.low is not None and value < self.low)
@@ -143,6 +169,8 @@ class Spec:
                 f"< {_num(self.below)}" if self.below is not None else "",
             ]
             what = " ".join([what, " and ".join(b for b in bounds if b)]).strip()
+            if self.multiple_of is not None:
+                what += f", a multiple of {self.multiple_of}"
             what += "".join(f" or {c}" for c in self.choices)
         if self.null:
             what += " or null"
@@ -194,18 +222,27 @@ def spec_of(annotation: Any) -> Spec | None:
         choices = tuple(words)
     bounds = next((m for m in markers if isinstance(m, Range)), Range())
     note = next((m.text for m in markers if isinstance(m, Note)), "")
-    return Spec(kind, **dataclasses.asdict(bounds), null=null, choices=choices, note=note)
+    multiple = next((m.n for m in markers if isinstance(m, MultipleOf)), None)
+    return Spec(
+        kind, **dataclasses.asdict(bounds), multiple_of=multiple, null=null, choices=choices, note=note
+    )
 
 
 def is_marked(annotation: Any) -> bool:
     """Whether ``annotation`` carries a marker of this module."""
-    return any(isinstance(m, Range | Note | PowerOfTwo | Formerly | KeysOf) for m in _split(annotation)[1])
+    markers = Range | Note | PowerOfTwo | MultipleOf | Formerly | KeysOf | Injected
+    return any(isinstance(m, markers) for m in _split(annotation)[1])
 
 
 def formerly(annotation: Any) -> str | None:
     """The earlier spelling (:class:`Formerly`) of the key annotated ``annotation``, if any."""
     marker = _marker(annotation, Formerly)
     return marker.key if marker else None
+
+
+def injected(annotation: Any) -> bool:
+    """Whether the parameter annotated ``annotation`` is :class:`Injected` (no config key)."""
+    return _marker(annotation, Injected) is not None
 
 
 def keys_of(annotation: Any) -> Callable[..., Any] | None:
@@ -217,7 +254,7 @@ def keys_of(annotation: Any) -> Callable[..., Any] | None:
 def parameters(target: Callable[..., Any]) -> dict[str, Any]:
     """The config keys ``target`` receives: ``{name: annotation}`` of its parameters, with the
     parameters of the constructor its ``**kwargs`` go to (:class:`KeysOf`)."""
-    hints = _hints(target)
+    hints = annotations(target)
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):
@@ -234,7 +271,7 @@ def parameters(target: Callable[..., Any]) -> dict[str, Any]:
     return out
 
 
-def _hints(target: Callable[..., Any]) -> dict[str, Any]:
+def annotations(target: Callable[..., Any]) -> dict[str, Any]:
     """The resolved annotations of ``target``'s parameters (a class: its ``__init__``'s, or a
     dataclass's fields'). One that does not resolve (a name imported for type checkers only) is left
     out: it cannot be a checked type."""

@@ -342,6 +342,7 @@ def test_export_mesh_and_point_cloud(trained_run, app_cfg) -> None:
         "pointcloud=true",
         "num_points=5000",
         "pointcloud_downscale=2",
+        "bake_views=0",  # head-on vertex colours (the view-averaged bake: tests/mesh/test_export_asset.py)
     )
     info = export(cfg)
     out = Path(cfg.paths.output_dir)
@@ -361,7 +362,7 @@ def test_export_mesh_and_point_cloud(trained_run, app_cfg) -> None:
     nearest_vertex = cKDTree(mesh.vertices).query(cloud.vertices)[0]
     assert np.median(nearest_vertex) < 0.1  # ~3 voxels of the 80-cell grid over the ~2.4-wide scene
 
-    ngp_args = ("what=mesh", f"ckpt={run_dir}", "resolution=48", "format=ply", "space=ngp")
+    ngp_args = ("what=mesh", f"ckpt={run_dir}", "resolution=48", "format=ply", "space=ngp", "bake_views=0")
     ngp = export(app_cfg("export", *ngp_args, out="ngp"))
     m = trimesh.load(ngp["mesh"], process=False)
     assert np.all(m.bounds[0] >= -1e-6) and np.all(m.bounds[1] <= 1 + 1e-6)  # NGP: inside the unit cube

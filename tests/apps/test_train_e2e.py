@@ -134,7 +134,7 @@ class _GraphedLikeStep(L.Callback):
             return loss, per_ray + 0.0 * loss, valid, stats + 0.0 * loss
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        object.__setattr__(pl_module, "train_step_fn", self._Wrapped(pl_module.train_step_fn))
+        pl_module.unowned.step = self._Wrapped(pl_module.train_step_fn)
 
 
 class _RayCount(L.Callback):

@@ -67,6 +67,7 @@ def test_shares_move_towards_equal_forward_times() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # forward times against sleeps: meaningful on an idle machine (make test-timing)
 def test_throughput_scaling_evens_out_a_slow_rank(tmp_path: Path) -> None:
     scene = tmp_path / "scene"
     generate_scene(scene, n_views=8, width=24, height=24, supersample=1)

@@ -15,10 +15,12 @@ import importlib.util
 import multiprocessing as mp
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 import types
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +63,16 @@ def _alive(pid: int) -> bool:
     return "\nState:\tZ" not in status  # a zombie has ended
 
 
+def _keypoint_rows(database: Path) -> int:
+    """Images whose keypoints COLMAP has written to ``database`` so far (0 while it cannot be read: its
+    tables not made yet, or busy)."""
+    try:
+        with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=0.1)) as con:
+            return int(con.execute("SELECT COUNT(*) FROM keypoints").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
 def _stop_during_features(tmp_path: Path, signum: int) -> tuple[int | None, str, list[int]]:
     """Start the app on the real solver, send ``signum`` once features are being extracted; (exit
     status, stderr, the solver processes that ran).
@@ -79,10 +91,10 @@ def _stop_during_features(tmp_path: Path, signum: int) -> tuple[int | None, str,
         )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
-        while not list(tmp_path.glob(".cap.tmp-*/colmap/database.db")):
+        # inside the native extraction: the first image's keypoints are in, 23 more images to go
+        while not any(_keypoint_rows(db) for db in tmp_path.glob(".cap.tmp-*/colmap/database.db")):
             assert proc.poll() is None and time.monotonic() < deadline, err.read_text()[-3000:]
             time.sleep(0.1)
-        time.sleep(1.5)  # inside the native extraction
         assert proc.poll() is None, err.read_text()[-3000:]
         solvers = _children(proc.pid)
         proc.send_signal(signum)

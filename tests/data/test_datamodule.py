@@ -91,8 +91,8 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     n_views = 16 if capture == "scene" else 9
     assert len(dm.train_set.frames) == n_views - len(range(0, n_views, 8))  # every 8th held out
     assert dm.train_set.undistortion.enabled == (capture == "scene")
-    dm._ensure_device(torch.device("cpu"))
-    dm.alpha_targets = True  # as the train app sets it for model.alpha_weight
+    dm.ensure_device(torch.device("cpu"))
+    dm.feedback.alpha_targets = True  # as a model with model.alpha_weight > 0 says it reads
     torch.manual_seed(0)
     b = dm.train_batch(512)
     assert b["rays_o"].shape == (512, 3) and b["rgb"].shape == (512, 3)
@@ -115,7 +115,7 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
 def _batch_with_seed(path: Path, tmp_path: Path, n: int = 128, **recipe) -> tuple[NeRFDataModule, dict]:
     dm = NeRFDataModule(path=str(path), batch_size=n, cache_dir=str(tmp_path / "cache"), **recipe)
     dm.setup("fit")
-    dm._ensure_device(torch.device("cpu"))
+    dm.ensure_device(torch.device("cpu"))
     torch.manual_seed(7)
     return dm, dm.train_batch(n)
 
@@ -131,7 +131,7 @@ def test_pixel_centres_and_the_eval_background_for_training(scene: Path, tmp_pat
     assert (rgba[:, 3] < 1).any()  # background pixels are in the batch
     frac = _assert_rays_land_in_their_pixels(scene, dm, "train", b)
     np.testing.assert_allclose(frac, 0.5, rtol=0, atol=TOLERANCE_PX[True])
-    with pytest.raises(ValueError, match="data.train_background='white': expected one of"):
+    with pytest.raises(ValueError, match="^data.train_background=white: expected one of random, eval, auto$"):
         NeRFDataModule(path=str(scene), train_background="white")
 
 
@@ -168,12 +168,12 @@ def test_auto_recipe_follows_the_images_not_the_layout(
         torch.testing.assert_close(auto[key], spelled[key], rtol=0, atol=0)
     assert not torch.equal(auto["rays_d"], flipped["rays_d"])
     assert not torch.equal(auto["background"], flipped["background"])
-    assert "alpha" not in auto  # only for the opacity loss (NeRFDataModule.alpha_targets)
+    assert "alpha" not in auto  # only for the opacity loss (TrainingFeedback.alpha_targets)
     # an explicit value wins over the images'
     dm, _ = _batch_with_seed(path, tmp_path, pixel_jitter=other["pixel_jitter"])
     assert (dm.pixel_jitter, dm.train_background) == (other["pixel_jitter"], expected["train_background"])
     assert dm.capture_kind.kind == kind
-    with pytest.raises(ValueError, match="data.pixel_jitter='sometimes': expected one of"):
+    with pytest.raises(ValueError, match="^data.pixel_jitter=sometimes: expected one of True, False, auto$"):
         NeRFDataModule(path=str(path), pixel_jitter="sometimes")
 
 
@@ -184,7 +184,7 @@ def test_val_batch_is_a_whole_image_over_white(
     scene = request.getfixturevalue(capture)
     dm = NeRFDataModule(path=str(scene), cache_dir=str(tmp_path / "cache"))
     dm.setup("fit")
-    dm._ensure_device(torch.device("cpu"))
+    dm.ensure_device(torch.device("cpu"))
     b = dm.val_batch(1)
     assert (b["height"], b["width"]) == (H, W) and b["rgb"].shape == (H * W, 3)
     # row-major over the image, targets over white from the decoded file
@@ -206,7 +206,7 @@ def test_device_move_leaves_no_tensor_behind(scene: Path, tmp_path: Path) -> Non
     dm = NeRFDataModule(path=str(scene), cache_dir=str(tmp_path / "cache"))
     dm.setup("fit")
     before = {name: t.dtype for name, t in _tensors(dm)}
-    dm._ensure_device(torch.device("meta"))
+    dm.ensure_device(torch.device("meta"))
     after = dict(_tensors(dm))
     assert set(after) == set(before) and len(after) > 10
     stale = [name for name, t in after.items() if t.device.type != "meta"]
@@ -262,13 +262,13 @@ def test_the_opacity_loss_is_on_for_renders_only(
     with caplog.at_level(logging.INFO, logger="nerf_lightning.train"):
         model, _ = build_model(cfg, dm)
     assert cfg.model.alpha_weight == "auto"
-    assert model.alpha_weight == weight and dm.alpha_targets == (weight > 0)
+    assert model.alpha_weight == weight and dm.feedback.alpha_targets == (weight > 0)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("opacity loss:")]
     assert lines == [
         f"opacity loss: model.alpha_weight=auto -> {weight:g} ("
         + ("renders: empty space charged)" if weight else "photographs: no transparent pixels)")
     ]
-    dm._ensure_device(torch.device("cpu"))
+    dm.ensure_device(torch.device("cpu"))
     batch = dm.train_batch(64)
     assert ("alpha" in batch) == (weight > 0)
     if weight:  # the renders' own alpha: some background, some object
@@ -277,7 +277,7 @@ def test_the_opacity_loss_is_on_for_renders_only(
         off = compose_train_config([f"data.path={path}", "experiment=cpu", "model.alpha_weight=0"], tmp_path)
         dm_off = hydra.utils.instantiate(off.data)
         dm_off.setup("fit")
-        assert build_model(off, dm_off)[0].alpha_weight == 0.0 and not dm_off.alpha_targets
+        assert build_model(off, dm_off)[0].alpha_weight == 0.0 and not dm_off.feedback.alpha_targets
 
 
 def test_alphas_are_the_colours_alpha_channel(scene: Path, tmp_path: Path) -> None:
@@ -309,7 +309,7 @@ def test_draw_replays_the_batch_graph_on_a_gpu(scene: Path, tmp_path: Path) -> N
     step graph's inputs alias), new rays in them, and no host sync."""
     dm = NeRFDataModule(path=str(scene), batch_size=256, cache_dir=str(tmp_path / "cache"))
     dm.setup("fit")
-    dm._ensure_device(torch.device("cuda"))
+    dm.ensure_device(torch.device("cuda"))
     first = dm.draw(256)
     rays = first["rays_d"].clone()
     torch.cuda.synchronize()

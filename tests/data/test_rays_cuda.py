@@ -39,7 +39,7 @@ def test_fused_training_rays_equal_the_torch_path(
     fmt = {"blender_capture": "blender"}.get(capture, "auto")
     dm = NeRFDataModule(path=str(path), format=fmt, batch_size=4096, cache_dir=str(tmp_path / "cache"))
     dm.setup("fit")
-    dm._ensure_device(DEV)
+    dm.ensure_device(DEV)
     ts = dm.train_set
     g = torch.Generator(device=DEV).manual_seed(0)
     view_ids, ix, iy = dm.sampler.sample(4096, generator=g)

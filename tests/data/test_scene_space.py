@@ -45,7 +45,7 @@ def test_val_split_choices(blender_capture: Path) -> None:
     capture = load_capture(blender_capture, format="blender")
     assert views("val") == len(capture.val) and views("train") == len(capture.train)
     assert views("test") == views("auto") == len(capture.test) > 0
-    with pytest.raises(ValueError, match="val_split='dev'"):
+    with pytest.raises(ValueError, match=r"^data.val_split=dev: expected one of val, test, auto, train$"):
         NeRFDataModule(path=str(blender_capture), val_split="dev")
 
 

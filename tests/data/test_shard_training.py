@@ -147,6 +147,7 @@ RESUME_RUN = [
     "model.camera_opt.enabled=true",
     "model.appearance.enabled=true",
     "model.appearance.bias=true",
+    "model.heldout_fit.enabled=false",  # what is resumed, not the final evaluation's fit of its views
     "model.save_val_images=false",
     "trainer.check_val_every_n_epoch=1000",
 ]

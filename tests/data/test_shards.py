@@ -43,7 +43,7 @@ def _worker(rank: int, world: int, init_file: str, path: str, out_dir: str) -> N
         torch.set_num_threads(1)
         torch.manual_seed(100 + rank)
         dm = _datamodule(Path(path), sampler="loss_weighted")
-        dm._ensure_device(torch.device("cpu"))
+        dm.ensure_device(torch.device("cpu"))
         sampler = dm.sampler
         assert isinstance(sampler, LossWeightedRaySampler)
         # a non-uniform global distribution (the same on every rank, as after an all-reduced window)
@@ -161,7 +161,7 @@ def test_host_storage_gives_the_device_batches(make_ngp) -> None:
     batches = {}
     for storage in ("device", "host"):
         dm = _datamodule(path, storage=storage, pixel_jitter=True, train_background="random")
-        dm._ensure_device(torch.device("cpu"))
+        dm.ensure_device(torch.device("cpu"))
         assert (dm.train_pixels.host is not None) == (storage == "host")
         torch.manual_seed(7)
         batches[storage] = [dm.train_batch(500) for _ in range(3)]
@@ -191,7 +191,7 @@ def test_sampler_state_of_two_ranks_resumes_on_one(make_ngp) -> None:
     two = _datamodule(path, sampler="loss_weighted")
     two.train_pixels.load(1, 2)  # rank 1 of 2
     assert two.train_set.pixels.shape[0] == (N_TRAIN // 2) * SIZE[0] * SIZE[1]
-    two._ensure_device(torch.device("cpu"))
+    two.ensure_device(torch.device("cpu"))
     batch = two.train_batch(256)
     two.sampler.update(batch["view_ids"], batch["px"], batch["py"], batch["rgb"].sum(1))
     for step in range(300):

@@ -73,8 +73,8 @@ def test_the_loader_and_the_datamodule_see_the_same_capture(make_ngp, tmp_path: 
     assert [f.image_path.stem for f in dm.val_set.frames] == [p.stem for p in split.test]
     blender = NeRFDataModule(path=str(split.root), val_split="test", cache_dir=str(tmp_path / "cache"))
     blender.setup("fit")
-    dm._ensure_device(torch.device("cpu"))
-    blender._ensure_device(torch.device("cpu"))
+    dm.ensure_device(torch.device("cpu"))
+    blender.ensure_device(torch.device("cpu"))
     for view in range(len(split.test)):  # the same rays and targets of every held-out view
         va, vb = dm.val_batch(view), blender.val_batch(view)
         for key in ("rays_o", "rays_d", "rgb", "alpha"):

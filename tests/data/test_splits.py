@@ -62,7 +62,7 @@ def test_test_split_is_the_final_evaluation(tmp_path: Path) -> None:
     assert dm.eval_split == "test"
     assert _names(dm.val_set.frames) == ["r_0.png", "r_1.png"] and len(dm.test_set.frames) == 3
     assert len(dm.val_dataloader()) == 2 and len(dm.test_dataloader()) == 3
-    dm._ensure_device(torch.device("cpu"))
+    dm.ensure_device(torch.device("cpu"))
     b = dm.test_batch(2)
     # the test batch holds test image r_2 (alpha-composited over white), not a validation image
     rgba = torch.from_numpy(np.array(Image.open(root / "test/r_2.png"))).reshape(-1, 4).float() / 255

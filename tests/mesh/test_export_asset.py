@@ -161,3 +161,23 @@ def test_blender_imports_the_glb(glb, tmp_path: Path) -> None:
         "faces": len(mesh.faces),
         "uv": [1],
     }
+
+
+def test_the_mesh_export_bench_writes_both_formats_their_scores_and_a_screenshot(trained_run, tmp_path):
+    """``python -m benchmarks.mesh_export`` (BENCHMARKS.md's export rows) on the shared run, at the smallest
+    settings: one row per format with its triangles and held-out PSNR, the JSON and the shot."""
+    import imageio.v3 as iio
+
+    from benchmarks import mesh_export
+
+    run_dir, _ = trained_run
+    shot, table = tmp_path / "shot.png", tmp_path / "rows.json"
+    small = ["resolution=48", "texture_size=64", "faces=300", "bake_views=1"]
+    rows = mesh_export.main([str(run_dir), "--views", "1", "--width", "20", "--shot", str(shot),
+                             "--shot-width", "48", "--json", str(table), *small])  # fmt: skip
+    assert json.loads(table.read_text()) == rows
+    for fmt in ("glb", "ply"):
+        assert 0 < rows[fmt]["triangles"] <= 300 and rows[fmt]["bytes"] > 0
+        assert 8 < rows[fmt]["psnr"] < 60, rows[fmt]
+    assert rows["glb"]["texture_size"] == 64
+    assert iio.imread(shot).shape[1] == 48

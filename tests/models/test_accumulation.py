@@ -79,7 +79,7 @@ def test_accumulated_micro_batches_equal_one_batch(scene: Path, compose_cfg) -> 
     dm = build_datamodule(cfg)
     dm.prepare_data()
     dm.setup("fit")
-    dm.alpha_targets = True  # the batch carries the opacity loss's target, as build_model asks for renders
+    dm.feedback.alpha_targets = True  # the batch carries the opacity loss's target, as the model asks
     torch.manual_seed(1)
     batch = dm.train_batch(256)
     assert "alpha" in batch

@@ -58,5 +58,5 @@ def test_learned_exposure_recovers_known_gains_up_to_their_mean(scene: Path, tmp
     error = np.abs(learned / truth - 1)
     print(f"gain error: mean {error.mean():.4f} max {error.max():.4f}")
     assert error.mean() < 0.05, error.mean()  # the target at full budgets: 3 %
-    fitted = validate(model, path, fit=True)
+    fitted = validate(model, path)
     assert "val/psnr_fitted" in fitted

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 
 from models.tiny_training import train_tiny, validate
 from nerf_lightning.data.datamodule import NeRFDataModule
@@ -48,6 +49,7 @@ def _turned(batch: dict, degrees: float) -> dict:
     return {**batch, "rays_d": batch["rays_d"] @ rot.T}
 
 
+@pytest.mark.repro  # a 200-step training and fits of its views: make test-repro
 def test_a_pose_error_costs_plainly_and_the_fit_recovers_it_without_touching_the_field(trained) -> None:
     model, dm, _ = trained
     fit = HeldoutFit(enabled=True, exposure=False, **BUDGET)
@@ -69,6 +71,7 @@ def test_a_pose_error_costs_plainly_and_the_fit_recovers_it_without_touching_the
         assert (p.grad is None and g is None) or torch.equal(p.grad, g)
 
 
+@pytest.mark.repro  # a 200-step training and fits of its views: make test-repro
 def test_a_view_without_error_gains_nothing(trained) -> None:
     model, dm, _ = trained
     fit = HeldoutFit(enabled=True, exposure=False, **BUDGET)
@@ -80,6 +83,7 @@ def test_a_view_without_error_gains_nothing(trained) -> None:
         assert fitted.rotation_deg < 0.5  # a third of a pixel
 
 
+@pytest.mark.repro  # a 200-step training and fits of its views: make test-repro
 def test_an_exposure_error_is_fitted_on_the_left_half_and_scored_on_the_right(trained) -> None:
     model, dm, _ = trained
     fit = HeldoutFit(enabled=True, pose=False, **BUDGET)
@@ -116,22 +120,41 @@ def test_an_exposure_error_is_fitted_on_the_left_half_and_scored_on_the_right(tr
     assert fit_view(model.renderer, model.field, spoiled, 1 << 14, fit).gain == pytest.approx(fitted.gain)
 
 
-def test_the_evaluation_pass_logs_both_numbers_only_when_asked(trained) -> None:
+@pytest.mark.repro  # a 200-step training and fits of its views: make test-repro
+def test_an_evaluation_after_training_logs_both_numbers(trained) -> None:
     model, _, path = trained
     model.fair_heldout.fit = HeldoutFit(enabled=True, **BUDGET)
     try:
-        plain = validate(model, path)
-        both = validate(model, path, fit=True)
+        both = validate(model, path)
     finally:
         model.fair_heldout.fit = HeldoutFit()
-    assert "val/psnr_fitted" not in plain
-    assert both["val/psnr"] == pytest.approx(plain["val/psnr"])
     assert both["val/psnr_fitted"] == pytest.approx(both["val/psnr"], abs=1.0)
-    assert "val/psnr_fitted" not in validate(model, path, fit=True)  # auto: the run learned nothing
+    plain = validate(model, path)
+    assert "val/psnr_fitted" not in plain  # auto: the run learned nothing
+    assert both["val/psnr"] == pytest.approx(plain["val/psnr"])
+
+
+def test_a_validation_while_training_never_fits(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The fair protocol runs in the evaluation passes after ``fit`` (the final evaluation, ``eval``),
+    never in a validation pass of ``fit``: the model reads which pass it is in from its trainer."""
+    out = tmp_path_factory.mktemp("fit") / "small"
+    path = generate_scene(out, n_views=N_VIEWS, width=16, height=16, supersample=1).parent
+    model, _ = train_tiny(path, 2, rays=64, heldout_fit={"enabled": True, "steps": 2, "rays": 64})
+    dm = NeRFDataModule(path=str(path), val_split="val", cache_dir=str(path / "cache"))
+    dm.setup("validate")
+    scored = model.fair_heldout.metrics["val"]
+    for stage, fitted in ((TrainerFn.FITTING, 0), (TrainerFn.VALIDATING, 1), (TrainerFn.TESTING, 1)):
+        model.trainer.state.fn = stage  # the pass a validation runs in: during fit, or after it
+        model.render_view(dm.val_batch(0), "val")
+        assert scored.update_count == fitted, stage
+        model.metrics["val"].reset()
+        scored.reset()
 
 
 def test_bad_budgets_are_named() -> None:
-    with pytest.raises(ValueError, match="model.heldout_fit: steps"):
+    with pytest.raises(ValueError, match=r"^model.heldout_fit.steps=0: expected an integer >= 1$"):
         HeldoutFit(steps=0)
-    with pytest.raises(ValueError, match="model.heldout_fit.enabled"):
+    with pytest.raises(ValueError, match=r"^model.heldout_fit.enabled=sometimes: expected one of"):
         HeldoutFit(enabled="sometimes")
+    with pytest.raises(ValueError, match=r"^model.heldout_fit.final_factor=1.5: expected a number > 0"):
+        HeldoutFit(final_factor=1.5)

@@ -56,12 +56,12 @@ def _render(module: NeRFModule) -> dict[str, torch.Tensor]:
 def test_state_dict_round_trip_renders_the_same_image() -> None:
     trained = _trained_like(0)
     fresh = _tiny_module(1)
-    before = _render(fresh)["rgb"]
+    before = _render(fresh).rgb
     fresh.load_state_dict(trained.state_dict())
     a, b = _render(trained), _render(fresh)
-    assert not torch.allclose(before, a["rgb"])  # the fresh module really was different
+    assert not torch.allclose(before, a.rgb)  # the fresh module really was different
     for k in ("rgb", "depth", "opacity", "n_samples"):
-        assert torch.equal(a[k], b[k]), k
+        assert torch.equal(getattr(a, k), getattr(b, k)), k
     assert torch.equal(fresh.occupancy.binaries, trained.occupancy.binaries)
 
 
@@ -69,13 +69,13 @@ def test_deep_copy_owns_parameters_and_buffers() -> None:
     module = _trained_like(0)
     clone = copy.deepcopy(module)
     reference = {k: v.clone() for k, v in module.state_dict().items()}
-    image = _render(module)["rgb"]
+    image = _render(module).rgb
     with torch.no_grad():
         for v in clone.state_dict().values():
             v.zero_() if v.dtype == torch.bool else v.add_(1)
     for k, v in module.state_dict().items():
         assert torch.equal(v, reference[k]), f"editing the copy changed the original's {k}"
-    assert torch.equal(_render(module)["rgb"], image)
+    assert torch.equal(_render(module).rgb, image)
 
 
 def test_to_moves_every_tensor_and_keeps_dtypes() -> None:

@@ -21,6 +21,10 @@ SMALL = [
 ]  # fmt: skip
 
 
+#: two trainings of the same renders, with and without the loss (about a minute on 2 cores): make test-repro
+pytestmark = pytest.mark.repro
+
+
 @pytest.fixture(scope="module")
 def renders(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """RGBA renders over a transparent background (the generated scene), 32x32."""

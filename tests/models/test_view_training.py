@@ -31,6 +31,9 @@ from nerf_lightning.models.module import NeRFModule
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import build_renderer
 
+#: four 120-step trainings and their evaluations (minutes on 2 cores): make test-repro
+pytestmark = pytest.mark.repro
+
 SIZE = 24  # pixels per side: 2 degrees per pixel at the generator's 50 degree field of view
 N_VIEWS = 24  # every 8th is held out (data.test_every)
 PERTURB_DEG = 3.0
@@ -81,8 +84,11 @@ def _train(
             occupancy=functools.partial(OccupancyGrid, resolution=32, warmup_steps=16),
             step_size=0.0135,
             max_samples_per_ray=128,
+            near_plane=0.0,
+            gradient_scaling_distance=None,
             ops_backend="torch",
         ),
+        alpha_weight=0.0,
         save_val_images=False,
         lpips=False,
         n_train_views=dm.n_train_views,

@@ -43,8 +43,11 @@ def train_tiny(
             occupancy=functools.partial(OccupancyGrid, resolution=32, warmup_steps=16),
             step_size=0.0135,
             max_samples_per_ray=128,
+            near_plane=0.0,
+            gradient_scaling_distance=None,
             ops_backend="torch",
         ),
+        alpha_weight=0.0,
         save_val_images=False,
         lpips=False,
         n_train_views=dm.n_train_views,
@@ -65,15 +68,9 @@ def train_tiny(
     return model, dm
 
 
-def validate(model: NeRFModule, path: Path, split: str = "val", fit: bool = False) -> dict[str, float]:
-    """The logged means of one validation pass over the ``data.val_split=split`` views (``fit``: with
-    the held-out fit, as the final evaluation runs it)."""
+def validate(model: NeRFModule, path: Path, split: str = "val") -> dict[str, float]:
+    """The logged means of one validation pass over the ``data.val_split=split`` views, after training
+    (with the held-out fit when ``model.fair_heldout.fit`` is active, as the final evaluation runs it)."""
     dm = NeRFDataModule(path=str(path), val_split=split, cache_dir=str(path / "cache"))
-    model.fair_heldout.now = fit
-    try:
-        return {
-            k: float(v)
-            for k, v in L.Trainer(**QUIET).validate(model, datamodule=dm, verbose=False)[0].items()
-        }
-    finally:
-        model.fair_heldout.now = False
+    trainer = L.Trainer(**QUIET)
+    return {k: float(v) for k, v in trainer.validate(model, datamodule=dm, verbose=False)[0].items()}

@@ -93,11 +93,11 @@ def test_budgeted_render_cuda_equals_reference():
         out = r.render_rays(
             field, o, d, bg, jitter=False, budget=SampleBudget(1 << 19, 1 << 17)
         )
-        (out["rgb"] * out["ray_valid"][:, None]).square().sum().backward()
+        (out.rgb * out.ray_valid[:, None]).square().sum().backward()
         outs.append((out, [p.grad.clone() for p in field.parameters()]))
     (oc, gc), (orf, gr) = outs
-    assert torch.equal(oc["ray_valid"], orf["ray_valid"]) and 0 < int(oc["ray_valid"].sum()) < 4096
-    torch.testing.assert_close(oc["rgb"], orf["rgb"], rtol=1e-4, atol=1e-4)
+    assert torch.equal(oc.ray_valid, orf.ray_valid) and 0 < int(oc.ray_valid.sum()) < 4096
+    torch.testing.assert_close(oc.rgb, orf.rgb, rtol=1e-4, atol=1e-4)
     for a, b in zip(gc, gr, strict=True):
         assert float((a - b).norm() / b.norm().clamp_min(1e-12)) < 1e-3
 
@@ -200,13 +200,13 @@ def test_budgeted_render_distortion_cuda_equals_reference():
     field, grid, o, d, bg, _ = _scene(seed=3)
     r = Renderer(grid, ops_backend="cuda")
     out = r.render_rays(field, o, d, bg, jitter=False, budget=SampleBudget(1 << 19, 1 << 16))
-    n_used = int(out["packed_info"][:, 1].sum())
-    assert n_used <= out["weights"].shape[0] and not bool(out["ray_valid"].all())
+    n_used = int(out.packed_info[:, 1].sum())
+    assert n_used <= out.weights.shape[0] and not bool(out.ray_valid.all())
     up = torch.rand(o.shape[0], device=DEV) + 0.1
     results = []
     for ops in (cu, ref):
         dist = ray_distortion(out, ops)
-        (g_w,) = torch.autograd.grad((dist * up).sum(), out["weights"], retain_graph=True)
+        (g_w,) = torch.autograd.grad((dist * up).sum(), out.weights, retain_graph=True)
         results.append((dist.detach(), g_w))
     (dc, gc), (dr, gr) = results
     assert float(dc.max()) > 0

@@ -184,7 +184,7 @@ def test_budgeted_render_ray_gradients_cuda_equal_reference() -> None:
         out = Renderer(grid, ops_backend=backend).render_rays(
             field, ro, rd, bg, jitter=False, budget=SampleBudget(1 << 19, 1 << 17)
         )
-        loss = (out["rgb"] * up * out["ray_valid"][:, None]).sum()
+        loss = (out.rgb * up * out.ray_valid[:, None]).sum()
         results.append(torch.autograd.grad(loss, (ro, rd)))
     (go_c, gd_c), (go_r, gd_r) = results
     assert float(go_r.norm()) > 0 and float(gd_r.norm()) > 0

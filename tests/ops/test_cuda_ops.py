@@ -372,7 +372,7 @@ def test_no_op_falls_back_to_the_reference(backend, monkeypatch):
     o, d = random_rays(1024, 3.0, gen)
     bg = torch.rand(1024, 3, device=DEV, generator=gen)
     out = renderer.render_rays(field, o, d, bg, jitter=True)
-    out["rgb"].square().sum().backward()
+    out.rgb.square().sum().backward()
     renderer.render_image(field, o, d, bg, chunk=300)
     ops = get_ops(backend)
     bits = ops.pack_bitfield(grid.binaries)
@@ -415,9 +415,9 @@ def test_renderer_and_field_cuda_path_equals_torch_path():
         field.encoding.backend = backend
         field.zero_grad(set_to_none=True)
         out = Renderer(grid, ops_backend=backend).render_rays(field, o, d, bg, jitter=False)
-        out["rgb"].square().sum().backward()
+        out.rgb.square().sum().backward()
         grads = [p.grad.detach().clone() for p in field.parameters()]
-        outs.append((out["rgb"].detach(), out["depth"].detach(), grads))
+        outs.append((out.rgb.detach(), out.depth.detach(), grads))
     (rgb_c, dep_c, g_c), (rgb_t, dep_t, g_t) = outs
     torch.testing.assert_close(rgb_c, rgb_t, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(dep_c, dep_t, rtol=1e-4, atol=1e-4)

@@ -90,9 +90,10 @@ def test_no_trigger_writes_only_at_the_end(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_bad_values_are_named() -> None:
-    with pytest.raises(ValueError, match="every_n_seconds must be >= 0"):
+    key = "callbacks.last_checkpoint"
+    with pytest.raises(ValueError, match=rf"^{key}.every_n_seconds=-1: expected a number >= 0"):
         LastCheckpoint(dirpath="x", every_n_seconds=-1)
-    with pytest.raises(ValueError, match="check_every_n_steps must be >= 1"):
+    with pytest.raises(ValueError, match=rf"^{key}.check_every_n_steps=0: expected an integer >= 1$"):
         LastCheckpoint(dirpath="x", check_every_n_steps=0)
 
 

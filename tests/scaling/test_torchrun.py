@@ -170,7 +170,7 @@ def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path:
         f"data.path={tiny_scene}", f"trainer.max_steps={STEPS}", "debug=rank_state", *TINY_RUN,
         # the loss-weighted sampler's statistics are all-reduced too; compare inside the run
         "data.sampler=loss_weighted", "data.samplers.loss_weighted.warmup_steps=4",
-        "data.samplers.loss_weighted.update_every=4", "+callbacks.rank_state.check_every_n_steps=4",
+        "data.samplers.loss_weighted.update_every=4", "callbacks.rank_state.check_every_n_steps=4",
         # last.ckpt's time trigger: rank 0's clock decides for both ranks at every 4th step (a
         # broadcast each time: a rank that skipped it would hang the other)
         "callbacks.last_checkpoint.every_n_seconds=0", "callbacks.last_checkpoint.check_every_n_steps=4",

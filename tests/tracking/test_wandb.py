@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import hydra
@@ -15,8 +17,13 @@ from nerf_lightning.tracking.wandb_offline import read_offline_run
 
 
 @pytest.fixture
-def no_wandb_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No key in the environment, a HOME without netrc, W&B's own files under tmp_path."""
+def no_wandb_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """No key in the environment, a HOME without netrc, W&B's own files under tmp_path; W&B's service
+    stopped afterwards.
+
+    ``wandb.init`` starts a service process for the test process. Left running, it would be killed with
+    the test process's other children when the session ends (``conftest.py``), and W&B's exit hook would
+    then print a traceback trying to reach it: a test that starts W&B tears it down."""
     for var in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_MODE", "WANDB_BASE_URL", "NETRC"):
         monkeypatch.delenv(var, raising=False)
     home = tmp_path / "home"
@@ -24,7 +31,9 @@ def no_wandb_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(home / ".config" / "wandb"))
     monkeypatch.setenv("WANDB_CACHE_DIR", str(home / ".cache" / "wandb"))
-    return home
+    yield home
+    if "wandb" in sys.modules:
+        sys.modules["wandb"].teardown()
 
 
 # ------------------------------------------------------------------------------ mode decision

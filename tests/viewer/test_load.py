@@ -17,6 +17,7 @@ import time
 from types import SimpleNamespace
 
 import msgspec
+import pytest
 import torch
 from viser import __version__ as viser_version
 from viser import _messages as messages
@@ -126,10 +127,11 @@ def _loop_with_viewer() -> tuple[TrainingLoop, ViewerServer]:
     return TrainingLoop(callback), server
 
 
-def test_a_browser_that_stops_reading_costs_the_loop_nothing_and_holds_no_queue() -> None:
+def _with_a_silent_browser(slices: int) -> dict[str, list[float]]:
     """Two identical training loops, each with its viewer: one without a browser, one with a browser that
-    stopped reading. They take turns of ``SLICE_S`` (the machine's other load falls on both alike), and
-    the median of the turns' ratios is held against the bound."""
+    stopped reading. They take ``slices`` turns of ``SLICE_S`` (the machine's other load falls on both
+    alike); returns each loop's steps/s per turn. Checks on the way that the silent browser's frames are
+    dropped, not queued."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     (alone, quiet_server), (watched, server) = _loop_with_viewer(), _loop_with_viewer()
@@ -145,7 +147,7 @@ def test_a_browser_that_stops_reading_costs_the_loop_nothing_and_holds_no_queue(
         in_flight = bytes_in_flight(server.viser, cid)
         broadcast = len(server.viser._websock_server._broadcast_buffer.message_from_id)
 
-        for _ in range(SLICES):
+        for _ in range(slices):
             for name, loop in (("none", alone), ("silent", watched)):
                 rate, _took = loop.run(SLICE_S)
                 rates[name].append(rate)
@@ -170,7 +172,22 @@ def test_a_browser_that_stops_reading_costs_the_loop_nothing_and_holds_no_queue(
         server.close()
         quiet_server.close()
         torch.set_num_threads(threads)
-    # the median of the turns' ratios: a burst of the machine's other load spoils a turn or two, not it
+    return rates
+
+
+def test_a_browser_that_stops_reading_holds_no_queue() -> None:
+    """Its frames are dropped, not queued, while training goes on (a few turns: what is held, not how
+    fast)."""
+    rates = _with_a_silent_browser(slices=2)
+    assert all(r > 0 for r in rates["none"] + rates["silent"])
+
+
+@pytest.mark.timing
+def test_a_browser_that_stops_reading_costs_the_loop_nothing() -> None:
+    """steps/s with a silent browser within ``TOLERANCE`` of steps/s without one. Meaningful on an idle
+    machine (``make test-timing``): the median of the turns' ratios rides out a burst of other load, not
+    a machine that other jobs keep busy."""
+    rates = _with_a_silent_browser(SLICES)
     ratio = statistics.median(s / n for n, s in zip(rates["none"], rates["silent"], strict=True))
     none, silent = statistics.median(rates["none"]), statistics.median(rates["silent"])
     print(f"steps/s: no browser {none:.1f}, a silent browser {silent:.1f} (median ratio {ratio:.3f})")

@@ -37,7 +37,8 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def test_pause_resume_stop_while_training(tiny_scene: Path, tmp_path: Path) -> None:
+def _train_with_viewer(tiny_scene: Path, tmp_path: Path):  # noqa: ANN202 - (process, log, url)
+    """A long training with ``viewer=on`` in a forked process, once its viewer listens."""
     port = next_free_port("127.0.0.1", 7600 + os.getpid() % 1000)
     log = tmp_path / "train.log"
     proc = fork_app(
@@ -47,7 +48,24 @@ def test_pause_resume_stop_while_training(tiny_scene: Path, tmp_path: Path) -> N
     )  # fmt: skip
     try:
         url = wait_for_line(log, r"^viewer: (http://\S+)  \(training", proc, 180).group(1)
-        assert url == f"http://localhost:{port}/?token=my-token"  # a token set, on the loopback too
+    except BaseException:
+        stop(proc)
+        raise
+    assert url == f"http://localhost:{port}/?token=my-token"  # a token set, on the loopback too
+    return proc, log, url
+
+
+def _paused_at(client: HeadlessClient, proc, log: Path) -> int:  # noqa: ANN001
+    """Pause from the page; the step the loop paused at (its log line), once the panel shows it."""
+    client.click("Pause training")
+    step = int(wait_for_line(log, r"viewer: training paused at step (\d+)", proc, 60).group(1))
+    assert client.wait_for(lambda c: _panel(c) == ("paused", step), 60), _panel(client)
+    return step
+
+
+def test_pause_resume_stop_while_training(tiny_scene: Path, tmp_path: Path) -> None:
+    proc, log, url = _train_with_viewer(tiny_scene, tmp_path)
+    try:
         client = HeadlessClient(url)
         # from x = -1 towards the unit cube, image up = +z: the scene's objects are in view
         c2w = np.array([[0, 0, 1, -1.0], [-1, 0, 0, 0.5], [0, -1, 0, 0.5], [0, 0, 0, 1]])
@@ -59,29 +77,24 @@ def test_pause_resume_stop_while_training(tiny_scene: Path, tmp_path: Path) -> N
         assert client.wait_for(lambda c: c.completed >= 2, 120), client.status
         assert client.wait_for(lambda c: (_panel(c) or ("", 0))[1] > 0, 60)
 
-        client.click("Pause training")
-        assert client.wait_for(lambda c: (_panel(c) or ("",))[0] == "paused", 60)
-        time.sleep(1.5)  # the panel shows the step again every second while paused
-        paused_at = _panel(client)[1]
-        cpu0 = _cpu_seconds(proc.pid)
-        time.sleep(3.0)
-        cpu_paused = _cpu_seconds(proc.pid) - cpu0
-        assert _panel(client) == ("paused", paused_at)  # the optimizer loop does not move
-        assert cpu_paused < 0.3, f"{cpu_paused:.2f} CPU s in 3 s of pause: a busy loop?"
-        # the viewer still renders while paused
+        paused_at = _paused_at(client, proc, log)
+        # the viewer still renders while paused, and the optimizer loop does not move meanwhile
         done = client.completed
         client.send_camera(moved, 0.8, 32, 24)
         client.wait_complete(done, timeout_s=120)
+        assert _panel(client) == ("paused", paused_at)
+        assert "training resumed" not in log.read_text()
 
         client.click("Resume training")
         assert client.wait_for(lambda c: (_panel(c) or ("", 0))[1] > paused_at, 60)
+        left_at = _panel(client)[1]
         client._ws.close()  # the browser goes away without a goodbye: training carries on
-        time.sleep(1.0)
-        assert proc.is_alive()
 
         again = HeadlessClient(url)
         again.send_camera(c2w, 0.8, 32, 24)
         again.wait_complete(0, timeout_s=120)
+        # the statistics are read inside the render bursts of an open page: the step moved on
+        assert again.wait_for(lambda c: (_panel(c) or ("", 0))[1] > left_at, 60), (_panel(again), left_at)
         again.click("Stop training")
         proc.join(180)
         again.close()
@@ -90,8 +103,29 @@ def test_pause_resume_stop_while_training(tiny_scene: Path, tmp_path: Path) -> N
     assert code == 0, log.read_text()[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert paused_at < metrics["steps"] < 100000 and "val/psnr" in metrics
-    assert metrics["viewer/paused_s"] > 3.0 and metrics["viewer/render_s"] > 0
+    assert metrics["viewer/paused_s"] > 0 and metrics["viewer/render_s"] > 0
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.timing
+def test_a_paused_run_waits_without_a_busy_loop(tiny_scene: Path, tmp_path: Path) -> None:
+    """While paused, the training process waits on an event: under 0.3 CPU s in 3 s of pause. It measures
+    the process's CPU over a fixed window: meaningful on an idle machine (``make test-timing``)."""
+    proc, log, url = _train_with_viewer(tiny_scene, tmp_path)
+    try:
+        client = HeadlessClient(url)
+        paused_at = _paused_at(client, proc, log)
+        cpu0 = _cpu_seconds(proc.pid)
+        time.sleep(3.0)  # the window measured
+        cpu_paused = _cpu_seconds(proc.pid) - cpu0
+        assert _panel(client) == ("paused", paused_at)
+        assert cpu_paused < 0.3, f"{cpu_paused:.2f} CPU s in 3 s of pause: a busy loop?"
+        client.click("Stop training")
+        proc.join(180)
+        client.close()
+    finally:
+        code = stop(proc)
+    assert code == 0, log.read_text()[-3000:]
 
 
 def test_sigterm_while_paused_stops_the_run_with_143(tiny_scene: Path, tmp_path: Path) -> None:

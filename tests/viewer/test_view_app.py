@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import time
 from pathlib import Path
 
 import imageio.v3 as iio
@@ -183,12 +182,21 @@ def test_scene_widgets_and_jumping_to_a_training_camera(viewer, scene) -> None:
         assert client.scene["/scene_box/unit_cube"]["props"]["dimensions"] == [1.0, 1.0, 1.0]
 
         client.click_node(frustums[3])  # a click on a camera jumps there: pose and field of view
-        assert client.wait_for(lambda c: "fov" in c.camera_set and "position" in c.camera_set, 30)
-        time.sleep(1.0)  # the pose comes as several messages (fov, look-at, position, look-at)
-        np.testing.assert_allclose(client.camera_set["position"], scene.info.poses[3][:3, 3], atol=1e-6)
-        assert client.camera_set["fov"] == pytest.approx(scene.info.fov_y[3])
-        look = client.camera_set["look_at"] - client.camera_set["position"]
-        np.testing.assert_allclose(look / np.linalg.norm(look), scene.info.poses[3][:3, 2], atol=1e-6)
+        pose = scene.info.poses[3]
+
+        def at_camera_3(c: HeadlessClient) -> bool:
+            """The pose comes as several messages (fov, look-at, position, look-at): all of them in."""
+            got = c.camera_set
+            if not {"fov", "position", "look_at"} <= set(got):
+                return False
+            look = got["look_at"] - got["position"]
+            return (
+                got["fov"] == pytest.approx(scene.info.fov_y[3])
+                and np.allclose(got["position"], pose[:3, 3], atol=1e-6)
+                and np.allclose(look / np.linalg.norm(look), pose[:3, 2], atol=1e-6)
+            )
+
+        assert client.wait_for(at_camera_3, 30), client.camera_set
 
         client.set_value("Training cameras", False)
         assert client.wait_for(lambda c: not any(c.scene[n].get("visible", True) for n in frustums), 30)

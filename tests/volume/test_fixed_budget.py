@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nerf_lightning.models.field import NGPField
-from nerf_lightning.models.train_step import TrainStep
+from nerf_lightning.models.train_step import StepStats, TrainStep
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import Renderer, SampleBudget, ray_distortion, render_counts
 
@@ -39,20 +39,20 @@ def _grads(field):
 def test_fixed_render_equals_dynamic_render_when_everything_fits(compact: bool) -> None:
     field, renderer, o, d, bg = _setup(compact=compact)
     dyn = renderer.render_rays(field, o, d, bg, jitter=False)
-    dyn["rgb"].square().sum().backward()
+    dyn.rgb.square().sum().backward()
     g_dyn = _grads(field)
     field.zero_grad()
     fixed = renderer.render_rays(
         field, o, d, bg, jitter=False, budget=SampleBudget(4096, 4096)
     )
-    fixed["rgb"].square().sum().backward()
-    assert fixed["ray_valid"].all()
-    assert fixed["t_starts"].shape == (4096,)
-    torch.testing.assert_close(fixed["rgb"], dyn["rgb"], rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(fixed["depth"], dyn["depth"], rtol=1e-5, atol=1e-6)
+    fixed.rgb.square().sum().backward()
+    assert fixed.ray_valid.all()
+    assert fixed.t_starts.shape == (4096,)
+    torch.testing.assert_close(fixed.rgb, dyn.rgb, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fixed.depth, dyn.depth, rtol=1e-5, atol=1e-6)
     counts = render_counts(fixed)
-    assert int(counts["n_samples"]) == int(dyn["n_samples"])
-    assert int(counts["n_samples_rendered"]) == int(dyn["n_samples_rendered"])
+    assert int(counts["n_samples"]) == int(dyn.n_samples)
+    assert int(counts["n_samples_rendered"]) == int(dyn.n_samples_rendered)
     for a, b in zip(_grads(field), g_dyn, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
 
@@ -60,18 +60,18 @@ def test_fixed_render_equals_dynamic_render_when_everything_fits(compact: bool) 
 def test_fixed_render_drops_whole_rays_that_do_not_fit() -> None:
     field, renderer, o, d, bg = _setup()
     dyn = renderer.render_rays(field, o, d, bg, jitter=False)
-    rendered = dyn["packed_info"][:, 1]
+    rendered = dyn.packed_info[:, 1]
     cap = int(rendered[:10].sum())
     fixed = renderer.render_rays(
         field, o, d, bg, jitter=False, budget=SampleBudget(4096, cap)
     )
-    valid = fixed["ray_valid"]
+    valid = fixed.ray_valid
     n_valid = int(valid.sum())
     assert n_valid >= 10 and not valid[n_valid:].any() and valid[:n_valid].all()
     assert int(rendered[:n_valid].sum()) <= cap
-    torch.testing.assert_close(fixed["rgb"][valid], dyn["rgb"][valid], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fixed.rgb[valid], dyn.rgb[valid], rtol=1e-5, atol=1e-6)
     # marching budget: rays are dropped before the density pass too
-    marched = renderer.render_rays(field, o, d, bg, jitter=False)["n_samples"]
+    marched = renderer.render_rays(field, o, d, bg, jitter=False).n_samples
     small = renderer.render_rays(
         field, o, d, bg, jitter=False, budget=SampleBudget(int(marched) // 2, 4096)
     )
@@ -96,15 +96,23 @@ def test_budget_step_loss_is_the_mean_over_valid_rays_and_the_ray_count_adapts()
         min_rays=2,
         jitter=False,
     )
-    loss, per_ray_loss, valid, stats = step(o, d, target, bg)
+    loss, per_ray_loss, valid, stats_tensor = step(o, d, target, bg)
+    stats = StepStats.of(stats_tensor)
     dyn = renderer.render_rays(field, o, d, bg, jitter=False)
-    expected = per_ray(dyn["rgb"], target)[valid].mean()
+    expected = per_ray(dyn.rgb, target)[valid].mean()
     torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-7)
     assert (per_ray_loss[~valid] == 0).all()
-    assert int(stats[0]) == int(valid.sum()) and int(stats[2]) <= 300 and int(stats[1]) <= 1200
+    n_valid, marched = float(stats.rays), float(stats.marched_samples)
+    rendered = float(stats.rendered_samples)
+    assert n_valid == int(valid.sum()) and rendered <= 300 and marched <= 1200
+    # the same layout rendered alone (the first 24 rays, the step's budgets): the same sample counts
+    layout = SampleBudget(1200, 300, torch.tensor(24))
+    alone = render_counts(renderer.render_rays(field, o, d, bg, jitter=False, budget=layout))
+    assert (marched, rendered) == (float(alone["n_samples"]), float(alone["n_samples_rendered"]))
+    # the summed squared error of the valid rays, over the channels' mean
+    expected_sq = ((dyn.rgb - target) ** 2).mean(-1)[valid].sum()
+    torch.testing.assert_close(stats.squared_error, expected_sq.double(), rtol=1e-5, atol=1e-7)
     # the next ray count is the one whose samples fill the budget: rays * budget / rendered
-    n_valid, rendered = float(stats[0]), float(stats[2])
-    marched = float(stats[1])
     target_rays = min(0.98 * 300 / (rendered / n_valid), 0.98 * 1200 / (marched / n_valid))
     assert float(step.n_active_f) == pytest.approx(0.5 * 24 + 0.5 * min(target_rays, 24), rel=1e-5)
     assert int(step.n_active) == round(float(step.n_active_f))
@@ -138,7 +146,7 @@ def test_budget_step_adds_the_opacity_loss_of_the_valid_rays() -> None:
     views = torch.zeros(24, dtype=torch.int64)
     weighted, _, valid_a, _ = step(o, d, target, bg, views, alpha)
     assert torch.equal(valid, valid_a) and 0 < int(valid.sum()) < 24
-    opacity = renderer.render_rays(field, o, d, bg, jitter=False)["opacity"][:, 0]
+    opacity = renderer.render_rays(field, o, d, bg, jitter=False).opacity[:, 0]
     expected = ((opacity - alpha)[valid] ** 2).mean()
     assert float(expected) > 1e-3
     torch.testing.assert_close(weighted, plain + 0.5 * expected, rtol=1e-5, atol=1e-7)
@@ -179,8 +187,9 @@ def test_budget_step_follows_the_batch_rule_capacity_and_the_clock_rate() -> Non
     step.set_capacity_scale(2.0)
     step.set_clock_rate(2.0)
     assert (step.sample_budget, step.march_budget, int(step.n_active)) == (300, 1200, 24)
-    _, _, _, stats = step(o, d, target, bg)
-    n_valid, rendered, marched = float(stats[0]), float(stats[2]), float(stats[1])
+    stats = StepStats.of(step(o, d, target, bg)[3])
+    n_valid, marched = float(stats.rays), float(stats.marched_samples)
+    rendered = float(stats.rendered_samples)
     target_rays = min(0.98 * 300 / (rendered / n_valid), 0.98 * 1200 / (marched / n_valid))
     assert float(step.n_active_f) == pytest.approx(0.25 * 24 + 0.75 * min(target_rays, 24), rel=1e-5)
     adapted = int(step.n_active)

@@ -53,7 +53,11 @@ class _RecordingField(nn.Module):
 def _render(distance: float | None, fixed: bool):
     field = _RecordingField()
     renderer = Renderer(
-        OccupancyGrid(resolution=16), step_size=0.02, ops_backend="torch", gradient_scaling_distance=distance
+        OccupancyGrid(resolution=16),
+        step_size=0.02,
+        near_plane=0.0,
+        ops_backend="torch",
+        gradient_scaling_distance=distance,
     )
     # cameras at z = 0.3 looking along +z: the slab spans t in [0.1, 0.3], the box exit is t = 0.7
     o = torch.tensor([[0.5, 0.5, 0.3], [0.3, 0.6, 0.3]])
@@ -65,7 +69,7 @@ def _render(distance: float | None, fixed: bool):
         )
     else:
         out = renderer.render_rays(field, o, d, bg, jitter=False)
-    out["rgb"].sub(0.5).square().sum().backward()
+    out.rgb.sub(0.5).square().sum().backward()
     sigmas, rgbs = field.outputs
     return out, sigmas.grad, rgbs.grad, field.sigma.grad
 
@@ -74,8 +78,8 @@ def _render(distance: float | None, fixed: bool):
 def test_renderer_scales_each_samples_gradient_by_its_distance_from_the_camera(fixed: bool) -> None:
     out, g_sigma, g_rgb, g_param = _render(None, fixed)
     out_s, g_sigma_s, g_rgb_s, g_param_s = _render(0.5, fixed)
-    torch.testing.assert_close(out_s["rgb"], out["rgb"])  # forward unchanged
-    t_mid = 0.5 * (out["t_starts"] + out["t_ends"])
+    torch.testing.assert_close(out_s.rgb, out.rgb)  # forward unchanged
+    t_mid = 0.5 * (out.t_starts + out.t_ends)
     factor = (t_mid / 0.5).square().clamp_max(1.0)
     assert 0 < float(factor[g_sigma != 0].min()) < 0.05 and float(factor.max()) == 1.0
     torch.testing.assert_close(g_sigma_s, g_sigma * factor)
@@ -90,7 +94,7 @@ def test_rendering_without_gradients_is_unaffected_and_bad_distances_are_refused
     with torch.no_grad():
         o, d = torch.tensor([[0.5, 0.5, 0.3]]), torch.tensor([[0.0, 0.0, 1.0]])
         out = renderer.render_rays(field, o, d, None, jitter=False)
-    assert out["rgb"].grad_fn is None
+    assert out.rgb.grad_fn is None
     with pytest.raises(ValueError, match="gradient_scaling_distance"):
         Renderer(OccupancyGrid(resolution=16), gradient_scaling_distance=0.0)
 

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from runs import run_ranks
 
 from nerf_lightning.ops import reference as ref
-from nerf_lightning.volume.occupancy import DEFAULT_THRESHOLD, OccupancyGrid, all_reduce_max
+from nerf_lightning.volume.occupancy import OccupancyGrid, all_reduce_max
 
 
 def sphere_density(centre=(0.5, 0.5, 0.5), radius: float = 0.25, sigma: float = 100.0):
@@ -31,9 +31,12 @@ def test_construction_and_properties() -> None:
     torch.testing.assert_close(grid.aabb, torch.tensor([-1.5, -1.5, -1.5, 2.5, 2.5, 2.5]))
     assert grid.occupied_fraction() == 1.0
     assert set(grid.state_dict()) == {"density_grid", "binaries"}
-    assert DEFAULT_THRESHOLD == pytest.approx(0.01 * 1024 / math.sqrt(3))
-    with pytest.raises(ValueError, match="power of two"):
+    # instant-ngp's minimum optical thickness 0.01 over its minimum step sqrt(3)/1024, to 3 digits
+    assert grid.density_threshold == pytest.approx(0.01 * 1024 / math.sqrt(3), abs=5e-3)
+    with pytest.raises(ValueError, match=r"^OccupancyGrid.aabb_scale=3: expected a power of two <= 128"):
         OccupancyGrid(aabb_scale=3)
+    with pytest.raises(ValueError, match=r"^model.renderer.occupancy.resolution=15: .*multiple of 2"):
+        OccupancyGrid(resolution=15)
 
 
 def test_warmup_update_marks_the_sphere() -> None:
@@ -60,7 +63,7 @@ def test_warmup_update_marks_the_sphere() -> None:
     assert occ[dist + half_diag < 0.25].all()
     assert not occ[dist - half_diag > 0.25].any()
     assert 0.0 < grid.occupied_fraction() < 0.1
-    assert grid.threshold == pytest.approx(DEFAULT_THRESHOLD)
+    assert grid.threshold == 5.91
 
 
 def test_post_warmup_sampling_and_decay() -> None:

@@ -58,17 +58,17 @@ def test_ray_through_sphere_centre_matches_closed_form(sigma: float) -> None:
     out = renderer.render_rays(field, o, d, bg, jitter=False)
     chord, t_in = 0.5, 1.25
     opacity = 1 - math.exp(-sigma * chord)
-    assert out["opacity"].item() == pytest.approx(opacity, abs=3e-3)
+    assert out.opacity.item() == pytest.approx(opacity, abs=3e-3)
     colour = torch.tensor([0.9, 0.2, 0.1])
-    torch.testing.assert_close(out["rgb"][0], opacity * colour + (1 - opacity) * bg, atol=3e-3, rtol=0)
+    torch.testing.assert_close(out.rgb[0], opacity * colour + (1 - opacity) * bg, atol=3e-3, rtol=0)
     # depth = integral of t * sigma * exp(-sigma (t - t_in)) over the chord
     e = math.exp(-sigma * chord)
     depth = t_in * (1 - e) + (1 - e) / sigma - chord * e
-    assert out["depth"].item() == pytest.approx(depth, abs=5e-3)
+    assert out.depth.item() == pytest.approx(depth, abs=5e-3)
     # the whole box diagonal along z is marched with the default step (cap 1024 not reached)
-    assert int(out["n_samples"]) == math.floor(1.0 / (math.sqrt(3) / 1024))
-    s = out["t_starts"].shape[0]
-    assert out["weights"].shape == (s,) and out["sigmas"].shape == (s,) and out["packed_info"].shape == (1, 2)
+    assert int(out.n_samples) == math.floor(1.0 / (math.sqrt(3) / 1024))
+    s = out.t_starts.shape[0]
+    assert out.weights.shape == (s,) and out.sigmas.shape == (s,) and out.packed_info.shape == (1, 2)
 
 
 @pytest.mark.parametrize(("near", "chord"), [(0.0, 0.2), (0.15, 0.1), (0.3, 0.0)])
@@ -80,9 +80,9 @@ def test_near_plane_hides_what_lies_closer_to_the_camera(near: float, chord: flo
     o, d = torch.tensor([[0.5, 0.5, 0.35]]), torch.tensor([[0.0, 0.0, 1.0]])
     bg = torch.tensor([0.0, 0.5, 1.0])
     out = renderer.render_rays(field, o, d, bg, jitter=False)
-    assert out["opacity"].item() == pytest.approx(1 - math.exp(-sigma * chord), abs=0.02)
+    assert out.opacity.item() == pytest.approx(1 - math.exp(-sigma * chord), abs=0.02)
     if chord == 0.0:
-        torch.testing.assert_close(out["rgb"][0], bg)
+        torch.testing.assert_close(out.rgb[0], bg)
 
 
 def test_default_config_sets_the_near_plane_of_the_renderer(tmp_path) -> None:
@@ -103,12 +103,12 @@ def test_batch_shapes_misses_and_per_ray_background() -> None:
     d = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
     bg = torch.rand(3, 3, generator=torch.Generator().manual_seed(0))
     out = renderer.render_rays(field, o, d, bg, jitter=True)
-    assert out["rgb"].shape == (3, 3) and out["opacity"].shape == (3, 1) and out["depth"].shape == (3, 1)
+    assert out.rgb.shape == (3, 3) and out.opacity.shape == (3, 1) and out.depth.shape == (3, 1)
     # ray 1 misses the box, ray 2 passes outside the sphere: both show their background
-    torch.testing.assert_close(out["rgb"][1:], bg[1:])
-    assert out["opacity"][1:].abs().max() == 0
-    assert out["packed_info"][1, 1] == 0 and out["packed_info"][2, 1] > 0
-    assert out["opacity"][0].item() == pytest.approx(1 - math.exp(-1.0), abs=4e-3)
+    torch.testing.assert_close(out.rgb[1:], bg[1:])
+    assert out.opacity[1:].abs().max() == 0
+    assert out.packed_info[1, 1] == 0 and out.packed_info[2, 1] > 0
+    assert out.opacity[0].item() == pytest.approx(1 - math.exp(-1.0), abs=4e-3)
 
 
 def test_zero_samples_give_background_and_backward_works() -> None:
@@ -118,14 +118,14 @@ def test_zero_samples_give_background_and_backward_works() -> None:
     o, d = _axis_rays(4)
     o[:, 0] = 7.0  # all rays miss
     out = renderer.render_rays(field, o, d, torch.tensor([0.3, 0.3, 0.3]), jitter=True)
-    assert int(out["n_samples"]) == 0 and out["t_starts"].shape == (0,)
-    torch.testing.assert_close(out["rgb"], torch.full((4, 3), 0.3))
-    out["rgb"].sum().backward()
+    assert int(out.n_samples) == 0 and out.t_starts.shape == (0,)
+    torch.testing.assert_close(out.rgb, torch.full((4, 3), 0.3))
+    out.rgb.sum().backward()
     assert field.log_sigma.grad is not None and field.log_sigma.grad == 0
     # an empty grid gives no samples either
     grid.binaries.zero_()
     out = renderer.render_rays(field, *_axis_rays(2), None, jitter=False)
-    assert int(out["n_samples"]) == 0 and out["rgb"].abs().max() == 0
+    assert int(out.n_samples) == 0 and out.rgb.abs().max() == 0
 
 
 def test_gradient_matches_analytic_derivative() -> None:
@@ -133,12 +133,12 @@ def test_gradient_matches_analytic_derivative() -> None:
     field = SphereField(sigma=sigma)
     renderer = Renderer(OccupancyGrid(resolution=16), ops_backend="torch")
     out = renderer.render_rays(field, *_axis_rays(), None, jitter=False)
-    out["opacity"].sum().backward()
+    out.opacity.sum().backward()
     # d/d(log sigma) of 1 - exp(-sigma L) = sigma L exp(-sigma L)
     assert field.log_sigma.grad.item() == pytest.approx(sigma * chord * math.exp(-sigma * chord), abs=5e-3)
     field.zero_grad()
     out = renderer.render_rays(field, *_axis_rays(), None, jitter=True)
-    out["rgb"][0, 0].backward()
+    out.rgb[0, 0].backward()
     assert field.logits.grad[0] > 0 and field.logits.grad[1:].abs().max() == 0
 
 
@@ -156,10 +156,10 @@ def test_occupancy_skipping_does_not_change_the_image() -> None:
     sparse = Renderer(grid, ops_backend="torch")
     a = dense.render_rays(field, o, d, torch.ones(3), jitter=False)
     b = sparse.render_rays(field, o, d, torch.ones(3), jitter=False)
-    assert int(b["n_samples"]) < 0.5 * int(a["n_samples"])
+    assert int(b.n_samples) < 0.5 * int(a.n_samples)
     for k in ("rgb", "opacity", "depth"):
-        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-5)
-    assert a["opacity"].max() > 0.9
+        torch.testing.assert_close(getattr(a, k), getattr(b, k), atol=1e-5, rtol=1e-5)
+    assert a.opacity.max() > 0.9
 
 
 def test_render_image_equals_render_rays() -> None:
@@ -175,7 +175,7 @@ def test_render_image_equals_render_rays() -> None:
     img = renderer.render_image(field, o, d, bg, chunk=50)
     ref = renderer.render_rays(field, o, d, bg, jitter=False)
     for k in ("rgb", "opacity", "depth", "n_samples"):
-        torch.testing.assert_close(img[k], ref[k].detach())
+        torch.testing.assert_close(img[k], getattr(ref, k).detach())
     assert not img["rgb"].requires_grad
 
 
@@ -186,7 +186,7 @@ def test_renderer_deep_copy_owns_its_buffers() -> None:
     renderer = Renderer(grid, ops_backend="torch")
     o, d = _axis_rays(3)
     o[:, 0] = torch.tensor([0.3, 0.5, 0.6])
-    before = renderer.render_rays(field, o, d, torch.ones(3), jitter=False)["rgb"]
+    before = renderer.render_rays(field, o, d, torch.ones(3), jitter=False).rgb
     clone = copy.deepcopy(renderer)
     state = {k: v.clone() for k, v in renderer.state_dict().items()}
     assert set(state) == {"occupancy.density_grid", "occupancy.binaries"}
@@ -197,8 +197,8 @@ def test_renderer_deep_copy_owns_its_buffers() -> None:
     clone.occupancy.density_grid.fill_(-1.0)
     for k, v in renderer.state_dict().items():
         assert torch.equal(v, state[k]), k
-    torch.testing.assert_close(renderer.render_rays(field, o, d, torch.ones(3), jitter=False)["rgb"], before)
-    assert int(clone.render_rays(field, o, d, torch.ones(3), jitter=False)["n_samples"]) == 0
+    torch.testing.assert_close(renderer.render_rays(field, o, d, torch.ones(3), jitter=False).rgb, before)
+    assert int(clone.render_rays(field, o, d, torch.ones(3), jitter=False).n_samples) == 0
     with pytest.raises(ValueError, match="unknown ops backend"):
         Renderer(OccupancyGrid(resolution=8), ops_backend="nope")
 
@@ -219,7 +219,7 @@ def test_renderer_state_dict_round_trip_and_move_keep_dtypes() -> None:
     a = renderer.render_rays(field, o, d, None, jitter=False)
     b = fresh.render_rays(field, o, d, None, jitter=False)
     for k in ("rgb", "depth", "n_samples"):
-        assert torch.equal(a[k], b[k]), k
+        assert torch.equal(getattr(a, k), getattr(b, k)), k
     # .to() moves every tensor (the meta device stands in for a GPU) and keeps every dtype
     dtypes = {k: v.dtype for k, v in renderer.state_dict().items()}
     assert dtypes == {"occupancy.density_grid": torch.float32, "occupancy.binaries": torch.bool}
@@ -247,9 +247,9 @@ def test_compaction_keeps_outputs_and_gradients_and_drops_terminated_samples() -
         renderer = Renderer(grid, step_size=1 / 64, compact_samples=compact, ops_backend="torch")
         field.zero_grad()
         out = renderer.render_rays(field, rays_o, rays_d, torch.ones(3), jitter=False)
-        out["rgb"].square().sum().backward()
+        out.rgb.square().sum().backward()
         grads = torch.cat([p.grad.reshape(-1) for p in field.parameters() if p.grad is not None])
-        results[compact] = (out["rgb"].detach(), out["n_samples"], out["n_samples_rendered"], grads)
+        results[compact] = (out.rgb.detach(), out.n_samples, out.n_samples_rendered, grads)
     rgb_full, marched_full, rendered_full, g_full = results[False]
     rgb_compact, marched_compact, rendered_compact, g_compact = results[True]
     torch.testing.assert_close(rgb_compact, rgb_full, rtol=1e-5, atol=1e-6)

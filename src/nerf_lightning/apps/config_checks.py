@@ -26,6 +26,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from nerf_lightning.config_keys import show_value
 from nerf_lightning.config_schema import Note, Range, Spec, spec_of
 from nerf_lightning.errors import UserError
 from nerf_lightning.run.config_tree import entries
@@ -97,13 +98,7 @@ def read_options(cfg: DictConfig, options: Callable[..., Options]) -> Options:
 def _show(value: Any) -> str:
     if isinstance(value, DictConfig | ListConfig):
         return str(OmegaConf.to_container(value))
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, str):
-        return repr(value) if not value or value.strip() != value else value
-    return str(value)
+    return show_value(value)
 
 
 # ---------------------------------------------------------------------------- beyond an annotation

@@ -140,7 +140,6 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     model = run.build_model(nested_overrides(cfg.get("model")))
     if opts.fit_heldout is not None:
         model.fair_heldout.fit = dataclasses.replace(model.fair_heldout.fit, enabled=opts.fit_heldout)
-    model.fair_heldout.now = True  # <split>/psnr_fitted when model.heldout_fit is on
     if "save_val_images" in model.hparams:
         model.hparams.save_val_images = False  # the writer below saves every view
     names = [Path(f.image_path).stem for f in val_set.frames]

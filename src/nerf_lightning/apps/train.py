@@ -151,7 +151,7 @@ def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, di
     them); the feedback it shares with the DataModule (the training clock of ``batch_rule``, where the
     step's per-ray losses and this rank's work share go). What the capture draws for
     the model: the training pixels' alpha when the model's opacity loss (``model.alpha_weight``, ``auto``:
-    renders only) is on.
+    renders only) is on (the model says so through the feedback).
     """
     model_kwargs = {
         "aabb_scale": datamodule.aabb_scale,
@@ -174,7 +174,6 @@ def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, di
             f"model.alpha_weight={cfg.model.alpha_weight}: the training images of {cfg.data.path} carry no "
             "alpha channel, and the opacity loss needs one (RGBA renders); set model.alpha_weight=0"
         )
-    datamodule.alpha_targets = opacity_loss  # the batches carry the loss's target
     return model, model_kwargs
 
 
@@ -271,7 +270,6 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
             raise Diverged(f"{err}; {_last_checkpoint_note(trainer)}") from None
         wall_s = time.perf_counter() - start
         try:
-            model.fair_heldout.now = True  # the fair held-out protocol, when model.heldout_fit is on
             results = validate_trained(trainer, model, datamodule)
             # per-view numbers, and the final evaluation on the test split when the capture has one
             evaluation = final_evaluation(trainer, model, datamodule)

@@ -210,7 +210,7 @@ def make_step(
         ctx = torch.autocast("cuda", dtype=autocast) if autocast is not None else contextlib.nullcontext()
         with ctx:
             out = renderer.render_rays(field, o, d, bg, jitter=True)
-            loss = torch.nn.functional.huber_loss(out["rgb"].float(), target, delta=0.1)
+            loss = torch.nn.functional.huber_loss(out.rgb.float(), target, delta=0.1)
         loss.backward()
         opt.step()
 

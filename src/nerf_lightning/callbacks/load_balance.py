@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 import torch
 
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Injected, Range
 from nerf_lightning.training.feedback import TrainingFeedback
 
 log = logging.getLogger(__name__)
@@ -42,15 +44,16 @@ class LoadBalancer(L.Callback):
 
     def __init__(
         self,
-        every_n_steps: int = 25,
-        warn_imbalance: float = 0.2,
-        momentum: float = 0.5,
-        min_share: float = 0.25,
-        max_share: float = 1.5,
-        feedback: TrainingFeedback | None = None,
+        every_n_steps: Annotated[int, Range(low=1)] = 25,
+        warn_imbalance: Annotated[float, Range(low=0)] = 0.2,
+        momentum: Annotated[float, Range(low=0, below=1)] = 0.5,
+        min_share: Annotated[float, Range(above=0, high=1)] = 0.25,
+        max_share: Annotated[float, Range(low=1)] = 1.5,
+        feedback: Annotated[TrainingFeedback | None, Injected("the train app: the run's feedback")] = None,
     ) -> None:
+        check_arguments(LoadBalancer, locals())
         self.feedback = feedback
-        self.every_n_steps = max(1, int(every_n_steps))
+        self.every_n_steps = int(every_n_steps)
         self.warn_imbalance = float(warn_imbalance)
         self.momentum = float(momentum)
         self.min_share, self.max_share = float(min_share), float(max_share)

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 import torch
 
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Injected, Note, Range
 from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.utils.io import atomic_write_json
 
@@ -73,9 +75,10 @@ class RankStateDump(L.Callback):
     def __init__(
         self,
         dirname: str = "rank_state",
-        check_every_n_steps: int = 0,
-        feedback: TrainingFeedback | None = None,
+        check_every_n_steps: Annotated[int, Range(low=0), Note("0: no cross-rank check")] = 0,
+        feedback: Annotated[TrainingFeedback | None, Injected("the train app: the run's feedback")] = None,
     ) -> None:
+        check_arguments(RankStateDump, locals())
         self.dirname = dirname
         self.feedback = feedback
         self.check_every_n_steps = int(check_every_n_steps)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 import torch
 from lightning.pytorch.loggers import WandbLogger
 
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Injected, Range
 from nerf_lightning.training.feedback import TrainingFeedback
 
 
@@ -27,7 +29,12 @@ class SamplerMonitor(L.Callback):
             app passes it), through which the sampler is read. None: nothing is logged.
     """
 
-    def __init__(self, every_n_steps: int = 500, feedback: TrainingFeedback | None = None) -> None:
+    def __init__(
+        self,
+        every_n_steps: Annotated[int, Range(low=1)] = 500,
+        feedback: Annotated[TrainingFeedback | None, Injected("the train app: the run's feedback")] = None,
+    ) -> None:
+        check_arguments(SamplerMonitor, locals())
         self.every_n_steps = int(every_n_steps)
         self.feedback = feedback
 

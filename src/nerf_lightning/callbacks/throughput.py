@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 import torch
 
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.utils.units import si_number
 
 log = logging.getLogger(__name__)
@@ -88,8 +90,14 @@ class ThroughputMonitor(L.Callback):
     """
 
     def __init__(
-        self, log_every_n_steps: int | None = None, prog_bar: bool = True, per_rank: bool = True
+        self,
+        log_every_n_steps: Annotated[int | None, Range(low=1), Note("null: trainer.log_every_n_steps")] = (
+            None
+        ),
+        prog_bar: bool = True,
+        per_rank: bool = True,
     ) -> None:
+        check_arguments(ThroughputMonitor, locals())
         self.log_every_n_steps = log_every_n_steps
         self.prog_bar = prog_bar
         self.per_rank = per_rank

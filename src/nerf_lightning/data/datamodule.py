@@ -6,7 +6,8 @@ training ``dict``:
     ``rays_o`` [R, 3] f32, ``rays_d`` [R, 3] f32 unit (NGP space), ``rgb`` [R, 3] f32 target (RGBA
     captures: composited over ``background``), ``background`` [R, 3] (``data.train_background``: random
     colours for photographs, the evaluation background for renders), ``alpha`` [R] f32 (the target
-    pixels' alpha, only with :attr:`NeRFDataModule.alpha_targets` on images that carry alpha),
+    pixels' alpha, only when the model's opacity loss reads it, ``TrainingFeedback.alpha_targets``, on
+    images that carry alpha),
     ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler: the full-resolution pixel
     the ray goes through).
 validation / test ``dict`` (one whole held-out view):
@@ -37,7 +38,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from nerf_lightning.config_schema import Note, PowerOfTwo, Range
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Injected, Note, PowerOfTwo, Range
 from nerf_lightning.data import heldout
 from nerf_lightning.data.batch_graphs import BatchGraphs
 from nerf_lightning.data.cameras import intrinsics_tensor, poses_tensor
@@ -45,18 +47,15 @@ from nerf_lightning.data.capture_kind import CaptureKind
 from nerf_lightning.data.formats import CaptureError, load_capture
 from nerf_lightning.data.images import load_images
 from nerf_lightning.data.loaders import StepIndices, StepLoader, ViewIndices, rank_views
-from nerf_lightning.data.ray_batches import TRAIN_BACKGROUNDS, image_batch, resolve_recipe
+from nerf_lightning.data.ray_batches import image_batch, resolve_recipe
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
 from nerf_lightning.data.shards import classify_shards, rank_and_world
-from nerf_lightning.data.training_pixels import TrainingPixels, check_placement
+from nerf_lightning.data.training_pixels import TrainingPixels
 from nerf_lightning.data.types import Capture
 from nerf_lightning.data.view_set import ViewSet
 from nerf_lightning.training.feedback import TrainCameras, TrainingFeedback
 
 log = logging.getLogger(__name__)
-
-#: values of ``data.val_split``
-VAL_SPLITS = ("val", "test", "auto", "train")
 
 
 class NeRFDataModule(L.LightningDataModule):
@@ -101,7 +100,7 @@ class NeRFDataModule(L.LightningDataModule):
         format: str = "auto",
         downscale: Annotated[int, Range(low=1)] = 1,
         test_every: Annotated[int, Range(low=0), Note("0: no holdout")] = 8,
-        batch_size: Annotated[int, Range(low=1), Note("rays per step")] = 4096,
+        batch_size: Annotated[int, Range(low=1), Note("rays per step")] = 65536,
         steps_per_epoch: Annotated[int, Range(low=1)] = 1000,
         sampler: str = "uniform",
         samplers: Mapping[str, Callable[..., RaySampler]] | None = None,
@@ -121,22 +120,14 @@ class NeRFDataModule(L.LightningDataModule):
         ] = None,
         pixel_jitter: bool | Literal["auto"] = "auto",
         train_background: Literal["random", "eval", "auto"] = "auto",
-        feedback: TrainingFeedback | None = None,
+        feedback: Annotated[TrainingFeedback | None, Injected("the train app: the run's feedback")] = None,
         shard: Annotated[bool | Literal["auto"], Note("auto: with several ranks")] = "auto",
         storage: Literal["auto", "device", "host"] = "auto",
         storage_fraction: Annotated[float, Range(above=0, high=1)] = 0.5,
     ) -> None:
         super().__init__()
-        check_placement(shard, storage, storage_fraction)
+        check_arguments(NeRFDataModule, locals())
         self._placement = {"shard": shard, "storage": storage, "storage_fraction": storage_fraction}
-        for key, value, accepted in (
-            ("train_background", train_background, TRAIN_BACKGROUNDS),
-            ("pixel_jitter", pixel_jitter, (True, False, "auto")),
-            ("cuda_graph", cuda_graph, (True, False, "auto")),
-            ("val_split", val_split, VAL_SPLITS),
-        ):  # the apps check these first (config_checks); this is for code that builds the DataModule
-            if value not in accepted:
-                raise ValueError(f"data.{key}={value!r}: expected one of {accepted}")
         self._pixel_jitter_cfg = pixel_jitter
         self._train_background_cfg = train_background
         #: renders or photographs, decided from the training images by setup() (``data/capture_kind.py``)
@@ -144,10 +135,6 @@ class NeRFDataModule(L.LightningDataModule):
         #: the training recipe, resolved by setup() (``auto``: from :attr:`capture_kind`)
         self.pixel_jitter: bool | None = None
         self.train_background: str | None = None
-        #: whether training batches carry ``alpha`` (RGBA images only): the target of the model's
-        #: opacity loss, which the train app switches on with ``model.alpha_weight`` (else no batch
-        #: pays for the gather)
-        self.alpha_targets = False
         self._eval_bg: Tensor | None = None
         #: the run's clock and what the model and the callbacks report to and read of this DataModule
         self.feedback = feedback if feedback is not None else TrainingFeedback()
@@ -328,7 +315,10 @@ class NeRFDataModule(L.LightningDataModule):
         return DataLoader(views, batch_size=None, num_workers=0, generator=torch.Generator())
 
     # -------------------------------------------------------------------------- device batches
-    def _ensure_device(self, device: torch.device) -> None:
+    def ensure_device(self, device: torch.device) -> None:
+        """Move the training pixels, the held-out views and the sampler to ``device`` (once per device):
+        what a batch on ``device`` is drawn from. Lightning's batch transfer calls it; code that draws
+        batches outside a Trainer (benchmarks, tests) calls it first."""
         if self._device == device:
             return
         assert self.train_pixels is not None and self.sampler is not None
@@ -344,7 +334,7 @@ class NeRFDataModule(L.LightningDataModule):
             device = batch.device
         else:
             device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
-        self._ensure_device(device)
+        self.ensure_device(device)
         if trainer is not None and trainer.training:
             return self.draw(self.rays_per_step())
         if trainer is not None and trainer.testing:
@@ -359,7 +349,7 @@ class NeRFDataModule(L.LightningDataModule):
     def draw(self, n_rays: int) -> dict[str, Any]:
         """A training batch as the training loop gets it: on a GPU replayed from its batch graph (captured
         on first use; ``data.cuda_graph=false``: drawn eagerly), whose tensors the next draw overwrites;
-        elsewhere :meth:`train_batch`. The data must be on their device (``_ensure_device``)."""
+        elsewhere :meth:`train_batch`. The data must be on their device (``ensure_device``)."""
         on_gpu = self._device is not None and self._device.type == "cuda" and self.cuda_graph is not False
         if on_gpu and self.train_pixels is not None and self.train_pixels.host is None:  # host: eager
             return self._batch_graphs.batch(n_rays)
@@ -371,7 +361,7 @@ class NeRFDataModule(L.LightningDataModule):
         pixels, sampler = self.train_pixels, self.sampler
         assert pixels is not None and sampler is not None and self.pixel_jitter is not None
         background = None if self.train_background == "random" else self.eval_background(pixels.device)
-        jitter, alpha = self.pixel_jitter, self.alpha_targets
+        jitter, alpha = self.pixel_jitter, self.feedback.alpha_targets
         return pixels.rays(sampler, n_rays, pixel_jitter=jitter, eval_background=background, with_alpha=alpha)
 
     def val_batch(self, view: int) -> dict[str, Any]:

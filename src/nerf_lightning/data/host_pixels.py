@@ -23,20 +23,13 @@ from torch import Tensor
 
 from nerf_lightning.data.view_set import ViewSet
 
-__all__ = ["STORAGE_MODES", "HostPixels", "place_views", "resolve_storage"]
+__all__ = ["HostPixels", "place_views", "resolve_storage"]
 
 log = logging.getLogger("nerf_lightning.data.datamodule")
 
-#: values of ``data.storage``
-STORAGE_MODES = ("auto", "device", "host")
-
-
 def resolve_storage(mode: str, nbytes: int, device: torch.device, fraction: float) -> str:
-    """``device`` or ``host`` for ``nbytes`` of training pixels on ``device`` (logged)."""
-    if mode not in STORAGE_MODES:
-        raise ValueError(f"data.storage must be one of {STORAGE_MODES}, got {mode!r}")
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(f"data.storage_fraction must be in (0, 1], got {fraction!r}")
+    """``device`` or ``host`` for ``nbytes`` of training pixels on ``device`` (logged); ``mode`` and
+    ``fraction``: ``data.storage`` and ``data.storage_fraction``, checked by the DataModule."""
     if device.type != "cuda":
         choice = "device" if mode == "auto" else mode
         log.info("data.storage=%s: %s (%.1f MB of training pixels; the device is the host)",

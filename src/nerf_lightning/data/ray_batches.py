@@ -18,13 +18,9 @@ from nerf_lightning.data.sampler import RaySampler
 from nerf_lightning.data.shards import ShardDraw, draw_pixels
 from nerf_lightning.data.view_set import ViewSet
 
-__all__ = ["TRAIN_BACKGROUNDS", "image_batch", "resolve_recipe", "training_rays"]
+__all__ = ["image_batch", "resolve_recipe", "training_rays"]
 
 log = logging.getLogger(__name__)
-
-#: values of ``data.train_background``
-TRAIN_BACKGROUNDS = ("random", "eval", "auto")
-
 
 def resolve_recipe(kind: CaptureKind, pixel_jitter: bool | str, train_background: str) -> tuple[bool, str]:
     """``(pixel_jitter, train_background)`` as configured; ``auto``: renders train through the pixel

@@ -33,18 +33,22 @@ All state keeps its dtype under ``module.half()`` / ``.to(torch.bfloat16)`` (e.g
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Injected, Range
 from nerf_lightning.ops import data_kernel
 from nerf_lightning.training.clock import Tick
 
 __all__ = ["RaySampler", "UniformRaySampler", "LossWeightedRaySampler", "build_sampler", "pixels_of"]
 
 SizeLike = Tensor | Sequence[int]
+#: the training views' widths / heights, which the DataModule passes to the factory of ``data.samplers``
+Sizes = Annotated[SizeLike, Injected("the DataModule: the training views' sizes")]
 
 
 def _as_sizes(values: SizeLike, name: str) -> Tensor:
@@ -100,7 +104,7 @@ class RaySampler(torch.nn.Module):
     #: names of plain tensor attributes (not buffers) that must follow the module's device.
     _plain_tensors: tuple[str, ...] = ()
 
-    def __init__(self, widths: SizeLike, heights: SizeLike) -> None:
+    def __init__(self, widths: Sizes, heights: Sizes) -> None:
         super().__init__()
         w = _as_sizes(widths, "widths")
         h = _as_sizes(heights, "heights").to(w.device)
@@ -256,7 +260,7 @@ class UniformRaySampler(RaySampler):
         heights: image height of each training view, int [V].
     """
 
-    def __init__(self, widths: SizeLike, heights: SizeLike) -> None:
+    def __init__(self, widths: Sizes, heights: Sizes) -> None:
         super().__init__(widths=widths, heights=heights)
 
 
@@ -298,28 +302,18 @@ class LossWeightedRaySampler(RaySampler):
 
     def __init__(
         self,
-        widths: SizeLike,
-        heights: SizeLike,
-        alpha: float = 1.0,
-        eps: float = 1e-3,
-        uniform_floor: float = 0.2,
-        ema_decay: float = 0.9,
-        warmup_steps: int = 256,
-        update_every: int = 16,
+        widths: Sizes,
+        heights: Sizes,
+        alpha: Annotated[float, Range(low=0)] = 1.0,
+        eps: Annotated[float, Range(low=0)] = 1e-3,
+        uniform_floor: Annotated[float, Range(low=0, high=1)] = 0.2,
+        ema_decay: Annotated[float, Range(low=0, below=1)] = 0.9,
+        warmup_steps: Annotated[int, Range(low=0)] = 256,
+        update_every: Annotated[int, Range(low=1)] = 16,
         scale_by_pixel_count: bool = True,
     ) -> None:
+        check_arguments(LossWeightedRaySampler, locals())
         super().__init__(widths=widths, heights=heights)
-        checks = [
-            (alpha >= 0, "alpha", alpha, ">= 0"),
-            (eps >= 0, "eps", eps, ">= 0"),
-            (0 <= uniform_floor <= 1, "uniform_floor", uniform_floor, "in [0, 1]"),
-            (0 <= ema_decay < 1, "ema_decay", ema_decay, "in [0, 1)"),
-            (warmup_steps >= 0, "warmup_steps", warmup_steps, ">= 0"),
-            (update_every >= 1, "update_every", update_every, ">= 1"),
-        ]
-        for ok, name, value, expected in checks:
-            if not ok:
-                raise ValueError(f"LossWeightedRaySampler: `{name}` must be {expected}, got {value}")
         self.alpha = float(alpha)
         self.eps = float(eps)
         self.uniform_floor = float(uniform_floor)
@@ -376,12 +370,13 @@ class LossWeightedRaySampler(RaySampler):
         window = Tick(tick.step, before, done)
         if not window.crossed(self.update_every) and not window.reached(self.warmup_steps):
             return
-        stats = torch.stack([self._acc_sum.to(torch.float64), self._acc_cnt.to(torch.float64)])
-        if _distributed_world():
-            dist.all_reduce(stats, op=dist.ReduceOp.SUM)
+        window_sums = torch.stack([self._acc_sum.to(torch.float64), self._acc_cnt.to(torch.float64)])
+        if _distributed_world():  # one collective for both
+            dist.all_reduce(window_sums, op=dist.ReduceOp.SUM)
         self._acc_sum.zero_()
         self._acc_cnt.zero_()
-        self._fold(stats[0].view_as(self.ema), stats[1].view_as(self.ema))
+        sums, counts = window_sums.unbind()
+        self._fold(sums.view_as(self.ema), counts.view_as(self.ema))
         self._recompute(weighted=done >= self.warmup_steps - 1e-9)
 
     def _fold(self, sums: Tensor, counts: Tensor) -> None:

@@ -33,7 +33,6 @@ from nerf_lightning.data.sampler import RaySampler, pixels_of
 from nerf_lightning.ops import data_kernel
 
 __all__ = [
-    "SHARD_MODES",
     "ShardDraw",
     "balanced_shards",
     "classify_shards",
@@ -44,14 +43,10 @@ __all__ = [
 
 log = logging.getLogger("nerf_lightning.data.datamodule")
 
-#: values of ``data.shard``
-SHARD_MODES = (True, False, "auto")
-
 
 def resolve_shard(mode: bool | str, world: int) -> bool:
-    """Whether the training views are sharded: ``auto`` whenever there is more than one rank."""
-    if mode not in SHARD_MODES:
-        raise ValueError(f"data.shard must be true, false or auto, got {mode!r}")
+    """Whether the training views are sharded: ``auto`` whenever there is more than one rank
+    (``mode``: ``data.shard``, checked by the DataModule)."""
     return world > 1 and (mode is True or mode == "auto")
 
 

@@ -17,27 +17,18 @@ import torch
 from torch import Tensor
 
 from nerf_lightning.data.formats import CaptureError
-from nerf_lightning.data.host_pixels import STORAGE_MODES, HostPixels, place_views
+from nerf_lightning.data.host_pixels import HostPixels, place_views
 from nerf_lightning.data.images import load_images
 from nerf_lightning.data.ray_batches import training_rays
 from nerf_lightning.data.sampler import RaySampler
-from nerf_lightning.data.shards import ShardDraw, balanced_shards, resolve_shard
+from nerf_lightning.data.shards import ShardDraw, balanced_shards
 from nerf_lightning.data.types import Frame
 from nerf_lightning.data.view_set import ViewSet
 from nerf_lightning.training.feedback import TrainingFeedback
 
-__all__ = ["TrainingPixels", "check_placement"]
+__all__ = ["TrainingPixels"]
 
 log = logging.getLogger("nerf_lightning.data.datamodule")
-
-
-def check_placement(shard: bool | str, storage: str, fraction: float) -> None:
-    """Refuse bad ``data.shard`` / ``data.storage`` / ``data.storage_fraction`` values (one line each)."""
-    resolve_shard(shard, 1)
-    if storage not in STORAGE_MODES:
-        raise ValueError(f"data.storage must be one of {STORAGE_MODES}, got {storage!r}")
-    if not 0.0 < float(fraction) <= 1.0:
-        raise ValueError(f"data.storage_fraction must be in (0, 1], got {fraction!r}")
 
 
 class TrainingPixels:
@@ -49,7 +40,8 @@ class TrainingPixels:
         camera_model: the capture's camera model (the views' undistortion).
         feedback: the run's feedback, whose ``shard_weight`` the gradient exchange applies.
         origin: the capture's folder (error messages).
-        shard / storage / storage_fraction: ``data.shard``, ``data.storage``, ``data.storage_fraction``.
+        shard / storage / storage_fraction: ``data.shard``, ``data.storage``, ``data.storage_fraction``
+            (checked by the DataModule).
     """
 
     def __init__(
@@ -60,11 +52,10 @@ class TrainingPixels:
         feedback: TrainingFeedback,
         origin: Path,
         *,
-        shard: bool | str = "auto",
-        storage: str = "auto",
-        storage_fraction: float = 0.5,
+        shard: bool | str,
+        storage: str,
+        storage_fraction: float,
     ) -> None:
-        check_placement(shard, storage, storage_fraction)
         self.frames = frames
         sizes = [f.intrinsics.downscaled(int(decode.get("downscale", 1))) for f in frames]
         #: all views' (widths, heights), int64 [V]: as their cameras say, once every view is loaded as

@@ -31,8 +31,9 @@ from typing import Annotated
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.config_keys import check_arguments
 from nerf_lightning.config_schema import Note, Range
-from nerf_lightning.models.per_view import Enabled, ViewGroup, resolve_enabled
+from nerf_lightning.models.per_view import Enabled, NViews, Photograph, ViewGroup, resolve_enabled
 
 __all__ = ["PerViewExposure"]
 
@@ -53,8 +54,8 @@ class PerViewExposure(nn.Module):
 
     def __init__(
         self,
-        n_views: int,
-        photograph: bool = False,
+        n_views: NViews,
+        photograph: Photograph = False,
         enabled: Enabled = False,
         bias: bool = False,
         lr: Annotated[
@@ -63,13 +64,10 @@ class PerViewExposure(nn.Module):
         weight_decay: Annotated[float, Range(low=0)] = 0.0,
     ) -> None:
         super().__init__()
-        self.enabled = resolve_enabled(enabled, photograph, "model.appearance.enabled")
+        check_arguments(PerViewExposure, locals())
+        self.enabled = resolve_enabled(enabled, photograph)
         if self.enabled and n_views < 1:
             raise ValueError(f"model.appearance: needs the number of training views (>= 1), got {n_views}")
-        if (lr is not None and lr <= 0) or weight_decay < 0:
-            raise ValueError(
-                f"model.appearance: lr must be > 0 (or null) and weight_decay >= 0, got {lr}, {weight_decay}"
-            )
         self.n_views = int(n_views)
         self.lr = None if lr is None else float(lr)
         self.weight_decay = float(weight_decay)

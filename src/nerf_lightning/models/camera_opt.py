@@ -34,27 +34,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.config_schema import Note, Range
-from nerf_lightning.models.per_view import Enabled, ViewGroup, resolve_enabled
-from nerf_lightning.training.clock import steps_of
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Injected, Range
+from nerf_lightning.models.per_view import Enabled, NViews, Photograph, ViewGroup, resolve_enabled
+from nerf_lightning.training.clock import StepsOrFraction, steps_of
 from nerf_lightning.training.lr_schedules import exponential_lr_factor
 
-__all__ = ["CameraOptimizer", "MODES", "GAUGES", "so3_exp", "se3_left_jacobian_apply", "gauge_basis"]
+__all__ = ["CameraOptimizer", "so3_exp", "se3_left_jacobian_apply", "gauge_basis"]
 
 #: ``model.camera_opt.mode``
 Mode = Literal["SO3xR3", "SE3"]
 #: ``model.camera_opt.gauge``
 Gauge = Literal["similarity", "none"]
-MODES = get_args(Mode)
-GAUGES = get_args(Gauge)
-#: a length of the schedule: a fraction of the run (<= 1) or a step count
-StepsOrFraction = Annotated[float, Range(low=0), Note("a fraction of the run (<= 1) or a step count")]
 #: below this squared angle the Taylor series replace the closed forms (float64)
 _SMALL = 1e-6
 
@@ -160,9 +157,9 @@ class CameraOptimizer(nn.Module):
 
     def __init__(
         self,
-        n_views: int,
-        poses: Tensor | None = None,
-        photograph: bool = False,
+        n_views: NViews,
+        poses: Annotated[Tensor | None, Injected("NeRFModule: the training views' given poses")] = None,
+        photograph: Photograph = False,
         enabled: Enabled = False,
         mode: Mode = "SO3xR3",
         gauge: Gauge = "similarity",
@@ -173,20 +170,12 @@ class CameraOptimizer(nn.Module):
         weight_decay: Annotated[float, Range(low=0)] = 1e-4,
     ) -> None:
         super().__init__()
-        self.enabled = resolve_enabled(enabled, photograph, "model.camera_opt.enabled")
-        if mode not in MODES:
-            raise ValueError(f"model.camera_opt.mode must be one of {MODES}, got {mode!r}")
-        if gauge not in GAUGES:
-            raise ValueError(f"model.camera_opt.gauge must be one of {GAUGES}, got {gauge!r}")
+        check_arguments(CameraOptimizer, locals())
+        self.enabled = resolve_enabled(enabled, photograph)
         if self.enabled and n_views < 1:
             raise ValueError(f"model.camera_opt: needs the number of training views (>= 1), got {n_views}")
         if poses is not None and tuple(poses.shape) != (n_views, 3, 4):
             raise ValueError(f"model.camera_opt: poses must be [{n_views}, 3, 4], got {tuple(poses.shape)}")
-        if lr <= 0 or lr_final <= 0 or weight_decay < 0:
-            raise ValueError(
-                f"model.camera_opt: lr and lr_final must be > 0 and weight_decay >= 0, got {lr}, {lr_final}, "
-                f"{weight_decay}"
-            )
         self.n_views = int(n_views)
         self.mode, self.gauge_mode = mode, gauge
         self.lr, self.lr_final = float(lr), float(lr_final)

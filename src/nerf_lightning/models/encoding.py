@@ -36,11 +36,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from nerf_lightning.config_schema import Range
-from nerf_lightning.ops import HASH_BACKENDS, get_ops, hash_encoding_backend, tcnn
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Injected, Note, Range
+from nerf_lightning.ops import HashBackend, get_ops, hash_encoding_backend, tcnn
 from nerf_lightning.ops.hashgrid_torch import LevelTables, hash_encode_fused
 
 log = logging.getLogger(__name__)
+
+
+#: the degree of a spherical-harmonics encoding: the bands written out in ``ops`` (tiny-cuda-nn's 1..4 of 8)
+SHDegree = Annotated[int, Range(low=1, high=4), Note("spherical-harmonics bands")]
 
 
 def _next_multiple(v: int, m: int) -> int:
@@ -55,8 +60,10 @@ class HashEncoding(nn.Module):
         n_features_per_level: F, features per table entry.
         log2_hashmap_size: log2 of the maximum entries per level (T).
         base_resolution: coarsest grid resolution.
-        max_resolution: finest grid resolution; per_level_scale = (max/base)^(1/(L-1)).
+        max_resolution: finest grid resolution per unit cube; per_level_scale = (max/base)^(1/(L-1)) over
+            the box (:attr:`max_resolution`: ``max_resolution * aabb_scale``).
         backend: ``auto`` | ``cuda`` | ``tcnn`` | ``torch`` (see module docstring).
+        aabb_scale: the side of the box the positions are normalized over, in unit cubes.
         param_dtype: dtype of the table, ``torch.float32`` or ``torch.float16`` (or their names).
 
     Shapes:
@@ -67,33 +74,28 @@ class HashEncoding(nn.Module):
         self,
         n_levels: Annotated[int, Range(low=1)] = 16,
         n_features_per_level: Annotated[int, Range(low=1)] = 2,
-        log2_hashmap_size: Annotated[int, Range(low=1, high=32)] = 19,
+        log2_hashmap_size: Annotated[int, Range(low=1, high=30), Note("log2 of the entries per level")] = 19,
         base_resolution: Annotated[int, Range(low=1)] = 16,
-        max_resolution: Annotated[int, Range(low=1)] = 2048,
-        backend: str = "auto", param_dtype: torch.dtype | str = torch.float32,
-    ) -> None:  # fmt: skip
+        max_resolution: Annotated[int, Range(low=1), Note("per unit cube; >= base_resolution")] = 2048,
+        backend: HashBackend = "auto",
+        aabb_scale: Annotated[int, Injected("NGPField: the capture's box")] = 1,
+        param_dtype: Annotated[
+            torch.dtype | str, Injected("benchmarks and tests: float32 or float16 tables")
+        ] = torch.float32,
+    ) -> None:
         super().__init__()
-        if backend not in HASH_BACKENDS:
-            raise ValueError(f"model.field.encoding.backend must be one of {HASH_BACKENDS}, got {backend!r}")
+        check_arguments(HashEncoding, locals())
+        if max_resolution < base_resolution:  # the one rule between two keys
+            raise ValueError(
+                f"model.field.encoding.max_resolution={max_resolution}: expected >= base_resolution "
+                f"({base_resolution})"
+            )
+        max_resolution = max_resolution * aabb_scale
         if isinstance(param_dtype, str):
             name = param_dtype.replace("torch.", "")
             if name not in ("float32", "float16", "half", "float", "float64"):
-                raise ValueError(
-                    f"model.encoding.param_dtype must be float32 or float16, got {param_dtype!r}"
-                )
+                raise ValueError(f"HashEncoding: param_dtype must be float32 or float16, got {param_dtype!r}")
             param_dtype = getattr(torch, name)
-        if n_levels < 1 or n_features_per_level < 1:
-            raise ValueError(
-                f"model.encoding: n_levels and n_features_per_level must be >= 1, "
-                f"got {n_levels}, {n_features_per_level}"
-            )
-        if base_resolution < 1 or max_resolution < base_resolution:
-            raise ValueError(
-                f"model.encoding: need 1 <= base_resolution <= max_resolution, "
-                f"got {base_resolution}, {max_resolution}"
-            )
-        if not 1 <= log2_hashmap_size <= 30:
-            raise ValueError(f"model.encoding.log2_hashmap_size must be in [1, 30], got {log2_hashmap_size}")
         self.n_levels = n_levels
         self.n_features_per_level = n_features_per_level
         self.log2_hashmap_size = log2_hashmap_size
@@ -197,10 +199,9 @@ class SHEncoding(nn.Module):
         forward(d [N, 3] unit directions) -> [N, degree^2], d's dtype (float32 in practice).
     """
 
-    def __init__(self, degree: int = 4) -> None:
+    def __init__(self, degree: SHDegree = 4) -> None:
         super().__init__()
-        if not 1 <= degree <= 4:
-            raise ValueError(f"model.sh_degree / SHEncoding.degree must be in 1..4, got {degree}")
+        check_arguments(SHEncoding, locals())
         self.degree = degree
 
     @property

@@ -14,13 +14,14 @@ instant-ngp does ("desired resolution 2048 over the unit cube").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.config_schema import Formerly, KeysOf, Range
-from nerf_lightning.models.encoding import HashEncoding, SHEncoding
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Formerly, Injected, KeysOf, Note, Range
+from nerf_lightning.models.encoding import HashEncoding, SHDegree, SHEncoding
 from nerf_lightning.ops import get_ops
 from nerf_lightning.ops.fused_mlp_support import fused_mlp_shapes_ok, has_mma_m16n8k16
 
@@ -71,34 +72,29 @@ class NGPField(nn.Module):
 
     def __init__(
         self,
-        aabb_scale: int = 1,
+        aabb_scale: Annotated[int, Injected("NeRFModule: the capture's box")] = 1,
         encoding: Annotated[
             Mapping[str, Any] | None, KeysOf(HashEncoding), Formerly("model.encoding")
         ] = None,
         hidden_dim: Annotated[int, Range(low=1)] = 64,
-        geo_feat_dim: int = 15,
-        density_hidden_layers: int = 1,
-        color_hidden_layers: int = 2,
-        sh_degree: int = 4,
+        geo_feat_dim: Annotated[int, Range(low=0)] = 15,
+        density_hidden_layers: Annotated[int, Range(low=0)] = 1,
+        color_hidden_layers: Annotated[int, Range(low=0)] = 2,
+        sh_degree: SHDegree = 4,
         density_bias: float = -1.0,
-        mlp_backend: str = "auto",
+        mlp_backend: Annotated[
+            Literal["auto", "torch"],
+            Note("tcnn's FullyFusedMLP has no biases; auto runs these layers as fused kernels"),
+        ] = "auto",
     ) -> None:
         super().__init__()
-        if mlp_backend == "tcnn":
-            raise ValueError(
-                "model.field.mlp_backend=tcnn: tiny-cuda-nn's FullyFusedMLP has no bias terms and this "
-                "field's layers have them; mlp_backend=auto runs them as fused kernels with its rounding"
-            )
-        if mlp_backend not in ("auto", "torch"):
-            raise ValueError(f"model.field.mlp_backend must be 'auto' or 'torch', got {mlp_backend!r}")
+        check_arguments(NGPField, locals())
         self.mlp_backend = mlp_backend
         self.aabb_scale = int(aabb_scale)
         lo, hi = 0.5 - aabb_scale / 2, 0.5 + aabb_scale / 2
         self.register_buffer("aabb_min", torch.full((3,), lo), persistent=False)
         self.register_buffer("aabb_size", torch.full((3,), hi - lo), persistent=False)
-        enc = dict(encoding or {})
-        enc["max_resolution"] = enc.get("max_resolution", 2048) * aabb_scale
-        self.encoding = HashEncoding(**enc)
+        self.encoding = HashEncoding(**dict(encoding or {}), aabb_scale=aabb_scale)
         self.geo_feat_dim = geo_feat_dim
         self.density_bias = density_bias
         self.density_mlp = _mlp(

@@ -34,12 +34,12 @@ from typing import Annotated, Any, Literal
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.config_keys import check_arguments
 from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.evaluation import render_view
 from nerf_lightning.models.metrics import ViewMetrics
-from nerf_lightning.models.per_view import ENABLED_VALUES
 from nerf_lightning.volume.renderer import Renderer
 
 __all__ = ["HeldoutFit", "HeldoutScores", "FittedView", "fit_view"]
@@ -74,15 +74,7 @@ class HeldoutFit:
     seed: Annotated[int, Range(low=0)] = 0
 
     def __post_init__(self) -> None:
-        if self.enabled not in ENABLED_VALUES:
-            raise ValueError(f"model.heldout_fit.enabled must be true, false or auto, got {self.enabled!r}")
-        if self.steps < 1 or self.rays < 1:
-            raise ValueError(f"model.heldout_fit: steps and rays must be >= 1, got {self.steps}, {self.rays}")
-        if self.pose_lr <= 0 or self.exposure_lr <= 0 or not 0 < self.final_factor <= 1:
-            raise ValueError(
-                "model.heldout_fit: pose_lr and exposure_lr must be > 0 and final_factor in (0, 1], got "
-                f"{self.pose_lr}, {self.exposure_lr}, {self.final_factor}"
-            )
+        check_arguments(HeldoutFit, vars(self))
 
     def active(self, corrections: bool) -> bool:
         """Whether the fit runs for a run that learns corrections (``corrections``) or not."""
@@ -91,9 +83,9 @@ class HeldoutFit:
 
 
 class HeldoutScores(nn.Module):
-    """The fair protocol in a model's evaluation passes: its budget (:attr:`fit`), whether the pass
-    runs it (:attr:`now`: the final evaluation of ``train`` and ``eval`` set it; the validation passes
-    during training never fit) and each stage's scores (:attr:`metrics`, ``val`` and ``test``).
+    """The fair protocol in a model's evaluation passes: its budget (:attr:`fit`) and each stage's
+    scores (:attr:`metrics`, ``val`` and ``test``). The model calls :meth:`update` in the passes that
+    run it: the final evaluation of ``train`` and ``eval``, never the validation passes of ``fit``.
 
     Args:
         fit: ``model.heldout_fit`` (a :class:`HeldoutFit`, its keys, or None: its defaults).
@@ -104,7 +96,6 @@ class HeldoutScores(nn.Module):
         super().__init__()
         fit = fit if fit is not None else {}
         self.fit = fit if isinstance(fit, HeldoutFit) else HeldoutFit(**fit)
-        self.now = False
         # submodules: they follow the model's device (their states gather over the ranks there)
         self.metrics = nn.ModuleDict({"val": ViewMetrics(lpips=lpips), "test": ViewMetrics(lpips=lpips)})
 
@@ -117,10 +108,10 @@ class HeldoutScores(nn.Module):
         chunk: int,
         corrections: bool,
     ) -> None:
-        """Score one held-out view of ``stage`` after its fit, when this pass runs the protocol and it
-        is on for a run with (``corrections``) or without learned corrections; training views (under
+        """Score one held-out view of ``stage`` after its fit, when the protocol is on for a run with
+        (``corrections``) or without learned corrections; training views (under
         ``data.val_split=train``) are never fitted."""
-        if not self.now or int(batch.get("train_view", -1)) >= 0 or not self.fit.active(corrections):
+        if int(batch.get("train_view", -1)) >= 0 or not self.fit.active(corrections):
             return
         fitted = fit_view(renderer, field, batch, chunk, self.fit)
         self.metrics[stage].update(fitted.rgb, fitted.gt, batch["view"])
@@ -217,7 +208,7 @@ def _loss(
     if camera is not None:
         rays_o, rays_d = camera(view_ids, rays_o, rays_d)
     out = renderer.render_rays(field, rays_o, rays_d, background, jitter=False)
-    rgb = out["rgb"]
+    rgb = out.rgb
     if exposure is not None:
-        rgb = exposure(view_ids, rgb, out["opacity"], background)
+        rgb = exposure(view_ids, rgb, out.opacity, background)
     return (rgb.float() - target).square().mean()

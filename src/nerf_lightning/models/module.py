@@ -6,14 +6,17 @@ import functools
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor, nn
 
-from nerf_lightning.config_schema import KeysOf, Range
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Injected, KeysOf, Note, Range
 from nerf_lightning.lightning_compat import (
     FastHookNames,
     logs_this_step,
@@ -30,6 +33,7 @@ from nerf_lightning.models.metrics import METRICS, ViewMetrics
 from nerf_lightning.models.per_view import build_if_enabled
 from nerf_lightning.models.train_step import (
     AlphaWeight,
+    StepStats,
     TrainStep,
     autocast_for,
     batch_alpha,
@@ -43,6 +47,20 @@ from nerf_lightning.volume.occupancy import OccupancyGrid, all_reduce_max
 from nerf_lightning.volume.renderer import Renderer, build_renderer
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Unowned:
+    """Modules a :class:`NeRFModule` calls but does not own. Held by this plain object, they stay out of
+    ``nn.Module``'s registry: the field and renderer they share appear once in the state dict and the
+    parameter list, and the evaluation copy not at all."""
+
+    #: the training step (``TrainStep``: it shares the field and the renderer), or its CUDA-graphed replay
+    step: Any
+    #: the field's factory: under FSDP, evaluation renders with a plain full copy it builds
+    field_factory: Callable[..., NGPField]
+    #: that copy while an evaluation epoch runs under FSDP (None: the field itself)
+    eval_field: nn.Module | None = None
 
 
 class NeRFModule(FastHookNames, L.LightningModule):
@@ -61,11 +79,11 @@ class NeRFModule(FastHookNames, L.LightningModule):
         aabb_scale: outer box size (from the capture; see ``data/types.py``).
         loss: ``huber`` (instant-ngp's NeRF default, delta 0.1) or ``mse``.
         distortion_weight: weight of mip-NeRF 360's distortion loss (mean over the rays) added to the
-            photometric loss; 0 (default) leaves it out.
+            photometric loss; 0 leaves it out.
         alpha_weight: weight of the opacity loss, the mean over the rays of ``(opacity - alpha)^2``
             against the training images' alpha (the batch's ``alpha``: captures whose images carry
             alpha only). A training background the colour of the evaluation background never charges
-            faint density in empty space; this does. ``auto`` (the default): ``RENDER_ALPHA_WEIGHT`` of
+            faint density in empty space; this does. ``auto``: ``RENDER_ALPHA_WEIGHT`` of
             ``train_step.py`` for renders, 0 for photographs. The resolved weight: :attr:`alpha_weight`.
         cuda_graph: ``auto`` (capture the budgeted step as CUDA graphs on a GPU, except under FSDP,
             whose parameters are re-gathered every step), ``true`` or ``false``.
@@ -85,7 +103,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
             them; the camera corrections' gauge). None when the state is loaded from a checkpoint next.
         photograph: whether the capture is photographs (``enabled`` and ``alpha_weight``: auto).
         heldout_fit: the fair held-out protocol's switch and budget (``models/heldout_fit.py``), in the
-            passes that set ``fair_heldout.now`` (the final evaluation, ``eval``). None: its defaults.
+            evaluation passes outside ``fit`` (the final evaluation, ``eval``). None: its defaults.
         feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback`, shared with the
             DataModule: the training clock of ``batch_rule``, the ray sampler that gets each step's
             per-ray losses, and the training cameras (the occupancy grid marks their unseen cells).
@@ -104,43 +122,35 @@ class NeRFModule(FastHookNames, L.LightningModule):
         renderer: Callable[..., Renderer] | None = None,
         scheduler: Callable[..., Any] | None = None,
         step: Callable[..., TrainStep] | None = None,
-        aabb_scale: int = 1,
-        loss: str = "huber",
+        aabb_scale: Annotated[int, Injected("the train app: the capture's box")] = 1,
+        loss: Literal["huber", "mse"] = "huber",
         huber_delta: Annotated[float, Range(above=0)] = 0.1,
         distortion_weight: Annotated[float, Range(low=0)] = 0.0,
-        alpha_weight: AlphaWeight = 0.0,
-        cuda_graph: bool | str = "auto",
+        alpha_weight: AlphaWeight = "auto",
+        cuda_graph: Annotated[bool | Literal["auto"], Note("auto: on a GPU, not under FSDP")] = "auto",
         jitter: bool = True,
         sigterm_check_every: Annotated[int, Range(low=1)] = 100,
-        val_chunk: Annotated[int, Range(low=1)] = 1 << 15,
+        val_chunk: Annotated[int, Range(low=1)] = 32768,
         save_val_images: bool = True,
         lpips: bool | str | None = None,
         camera_opt: Callable[..., CameraOptimizer] | None = None,
         appearance: Callable[..., PerViewExposure] | None = None,
-        n_train_views: int = 0,
-        train_poses: Tensor | None = None,
-        photograph: bool = False,
+        n_train_views: Annotated[int, Injected("the train app: the capture's training views")] = 0,
+        train_poses: Annotated[Tensor | None, Injected("the train app: the training views' poses")] = None,
+        photograph: Annotated[bool, Injected("the train app: whether the capture is photographs")] = False,
         heldout_fit: Annotated[HeldoutFit | dict[str, Any] | None, KeysOf(HeldoutFit)] = None,
-        feedback: TrainingFeedback | None = None,
+        feedback: Annotated[TrainingFeedback | None, Injected("the train app: the run's feedback")] = None,
     ) -> None:
         super().__init__()
+        check_arguments(NeRFModule, locals())
         # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
         # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
         factories = ["field", "optimizer", "renderer", "scheduler", "step", "camera_opt", "appearance"]
         self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "feedback", "heldout_fit"])
-        if loss not in ("huber", "mse"):
-            raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field(aabb_scale=aabb_scale)
-        # Under FSDP, evaluation renders with a plain full copy of the field (fsdp_full_copy); the
-        # factory builds it. Neither is a registered submodule (no parameters, no state-dict entries).
-        object.__setattr__(self, "_field_factory", field)
-        self._eval_field: nn.Module | None
-        object.__setattr__(self, "_eval_field", None)
         self.renderer = (renderer or build_renderer)(aabb_scale=aabb_scale)
         #: the opacity loss's weight, ``model.alpha_weight`` resolved (0: off, the batches carry no alpha)
         self.alpha_weight = resolve_alpha_weight(alpha_weight, photograph)
-        if cuda_graph not in (True, False, "auto"):
-            raise ValueError(f"model.cuda_graph must be true, false or auto, got {cuda_graph!r}")
         # Learned per-training-view state: submodules (state dict, parameters, DDP) only when enabled.
         self.camera_opt: CameraOptimizer | None = build_if_enabled(
             camera_opt, n_views=n_train_views, poses=train_poses, photograph=photograph
@@ -160,14 +170,13 @@ class NeRFModule(FastHookNames, L.LightningModule):
             camera_opt=self.camera_opt,
             appearance=self.appearance,
         )
-        # Not a registered submodule: it shares the field and renderer, which must appear once in
-        # the state dict and the parameter list. After capture it replays CUDA graphs.
-        self.train_step_fn: TrainStep
-        object.__setattr__(self, "train_step_fn", step_module)
+        #: the training step (after capture, its CUDA graphs' replay) and the FSDP evaluation copy
+        self.unowned = Unowned(step_module, field)
         self._graphed = False
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.feedback = feedback if feedback is not None else TrainingFeedback()
+        self.feedback.alpha_targets = self.alpha_weight > 0  # the batches carry the opacity loss's target
         self.clock = self.feedback.clock
         self.metrics = nn.ModuleDict({"val": ViewMetrics(lpips=lpips), "test": ViewMetrics(lpips=lpips)})
         #: stage ("val" / "test") -> last ViewMetrics.compute() result of that stage (rank 0 has all views)
@@ -177,6 +186,11 @@ class NeRFModule(FastHookNames, L.LightningModule):
         # Device-side counters read by the throughput callback (no host sync in the step).
         self.register_buffer("rays_seen", torch.zeros((), dtype=torch.float64), persistent=False)
         self.register_buffer("samples_seen", torch.zeros((), dtype=torch.float64), persistent=False)
+
+    @property
+    def train_step_fn(self) -> TrainStep:
+        """The training step (:attr:`unowned`), a :class:`TrainStep` or its CUDA-graphed replay."""
+        return self.unowned.step
 
     @property
     def occupancy(self) -> OccupancyGrid:
@@ -236,21 +250,20 @@ class NeRFModule(FastHookNames, L.LightningModule):
             step = capture(
                 step, args, self.trainer.precision, alias_gradients=self._alias_gradients(), share_inputs=True
             )
-            object.__setattr__(self, "train_step_fn", step)
+            self.unowned.step = step
             self._graphed = True
         with autocast_for(self.trainer.precision) if self._graphed else nullcontext():
-            loss, per_ray, valid, stats = step(*args)
+            loss, per_ray, valid, stats_tensor = step(*args)
         # The graphed step returns every float output as requiring grad. Summed into the run's
         # counters as they are, each step's autograd graph would stay alive from step to step.
-        per_ray, stats = per_ray.detach(), stats.detach()
+        per_ray, stats = per_ray.detach(), StepStats.of(stats_tensor.detach())
         self.feedback.report_losses(batch["view_ids"], batch["px"], batch["py"], per_ray, valid=valid)
-        self.rays_seen += stats[0]
-        self.samples_seen += stats[1]
+        self.rays_seen += stats.rays
+        self.samples_seen += stats.marched_samples
         if logs_this_step(self._trainer):
-            mse = stats[3] / stats[0].clamp_min(1.0)
             self.log("train/loss", loss.detach())
-            self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)).float())
-            self.log("train/rays_per_step", stats[0].float())
+            self.log("train/psnr", -10.0 * torch.log10(stats.mse.clamp_min(1e-10)).float())
+            self.log("train/rays_per_step", stats.rays.float())
         return loss
 
     def step_inputs(self, batch: dict[str, Any]) -> tuple[Tensor, ...]:
@@ -305,14 +318,17 @@ class NeRFModule(FastHookNames, L.LightningModule):
         """One held-out view batch rendered (``models/evaluation.py``'s ``render_view``), with the
         field's full copy under FSDP; scored into ``stage``'s metrics when given (and the fair
         protocol's, when this pass runs it)."""
-        field = self._eval_field if self._eval_field is not None else self.field
+        field = self.unowned.eval_field if self.unowned.eval_field is not None else self.field
         chunk = self.hparams.val_chunk
         view = render_view(self.renderer, field, batch, chunk, self.camera_opt, self.appearance)
         if stage is not None:
             self.metrics[stage].update(
                 view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"), black=view.get("black")
             )
-            self.fair_heldout.update(stage, self.renderer, field, batch, chunk, bool(self.view_components))
+            trainer = self._trainer
+            if trainer is None or trainer.state.fn != TrainerFn.FITTING:  # never while training
+                corrections = bool(self.view_components)
+                self.fair_heldout.update(stage, self.renderer, field, batch, chunk, corrections)
         return view
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
@@ -336,18 +352,18 @@ class NeRFModule(FastHookNames, L.LightningModule):
         self._gather_eval_field()
 
     def on_validation_epoch_end(self) -> None:
-        object.__setattr__(self, "_eval_field", None)
+        self.unowned.eval_field = None
         self._log_eval("val")
 
     def on_test_epoch_end(self) -> None:
-        object.__setattr__(self, "_eval_field", None)
+        self.unowned.eval_field = None
         self._log_eval("test")
 
     def _gather_eval_field(self) -> None:
         """Under FSDP, the field's full copy that this evaluation epoch renders with (every rank)."""
-        factory = self._field_factory
+        factory = self.unowned.field_factory
         copy = fsdp_full_copy(self.trainer, self.field, lambda: factory(aabb_scale=self.hparams.aabb_scale))
-        object.__setattr__(self, "_eval_field", copy)
+        self.unowned.eval_field = copy
 
     def _log_eval(self, stage: str) -> None:
         """Log the means of one evaluation pass (already gathered over ranks), and the fair protocol's

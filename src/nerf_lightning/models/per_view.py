@@ -14,26 +14,21 @@ from typing import Annotated, Any, Literal
 
 from torch import nn
 
-from nerf_lightning.config_schema import Note
+from nerf_lightning.config_schema import Injected, Note
 
-__all__ = ["ENABLED_VALUES", "Enabled", "ViewGroup", "build_if_enabled", "resolve_enabled"]
+__all__ = ["Enabled", "NViews", "Photograph", "ViewGroup", "build_if_enabled", "resolve_enabled"]
 
 #: a component's ``enabled`` key: ``auto`` turns it on for photographs (not for renders)
 Enabled = Annotated[bool | Literal["auto"], Note("auto: photographs only")]
-#: values of :data:`Enabled`
-ENABLED_VALUES = (True, False, "auto")
+#: whether the capture is photographs (``NeRFDataModule.is_photograph``), which ``NeRFModule`` passes
+Photograph = Annotated[bool, Injected("NeRFModule: whether the capture is photographs")]
+#: the number of training views, which ``NeRFModule`` passes
+NViews = Annotated[int, Injected("NeRFModule: the capture's training views")]
 
 
-def resolve_enabled(enabled: bool | str, photograph: bool, key: str) -> bool:
-    """``enabled`` as a bool: ``auto`` is on for photographs only.
-
-    Args:
-        enabled: ``True``, ``False`` or ``"auto"``.
-        photograph: whether the capture is photographs (``NeRFDataModule.is_photograph``).
-        key: the config key, for the error message (``model.camera_opt.enabled``).
-    """
-    if enabled not in ENABLED_VALUES:
-        raise ValueError(f"{key} must be true, false or auto, got {enabled!r}")
+def resolve_enabled(enabled: bool | str, photograph: bool) -> bool:
+    """``enabled`` (:data:`Enabled`, checked by the component) as a bool: ``auto`` is on for
+    photographs only."""
     return bool(photograph) if enabled == "auto" else bool(enabled)
 
 

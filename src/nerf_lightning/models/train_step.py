@@ -13,17 +13,19 @@ once as CUDA graphs and replayed (:func:`capture`): one launch instead of ~150. 
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.config_schema import Formerly, KeysOf, Note, Range
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Formerly, Injected, KeysOf, Note, Range
 from nerf_lightning.volume.renderer import Renderer, SampleBudget, opacity_error, ray_distortion
 
 __all__ = [
     "RENDER_ALPHA_WEIGHT",
     "THROUGHPUT_HEADROOM",
+    "StepStats",
     "TrainStep",
     "autocast_for",
     "batch_alpha",
@@ -40,6 +42,26 @@ THROUGHPUT_HEADROOM = 1.5
 #: white (docs/investigations/2026-12-03-empty-space-in-renders.md); photographs have no transparent
 #: pixels to learn from.
 RENDER_ALPHA_WEIGHT = 0.1
+
+
+class StepStats(NamedTuple):
+    """The statistics of one training step, float64 scalar tensors on the device (read without a host
+    sync), named views of the ``stats`` [4] that :class:`TrainStep` returns (:meth:`of`)."""
+
+    rays: Tensor  # valid rays
+    marched_samples: Tensor  # samples of the valid rays in the marching pass
+    rendered_samples: Tensor  # samples in the differentiable pass
+    squared_error: Tensor  # sum over the valid rays of the squared error, averaged over channels
+
+    @classmethod
+    def of(cls, stats: Tensor) -> StepStats:
+        """The named entries of ``stats`` [4] (views: no copy, no kernel)."""
+        return cls(*stats.unbind())
+
+    @property
+    def mse(self) -> Tensor:
+        """Mean squared error over the valid rays."""
+        return self.squared_error / self.rays.clamp_min(1.0)
 
 
 class TrainStep(nn.Module):
@@ -74,7 +96,8 @@ class TrainStep(nn.Module):
         per_ray_loss: float [R], 0 for rays left out of the step (detached);
         ray_valid: bool [R] (all True without a budget);
         stats: float64 [4] = (valid rays, marched samples, rendered samples, sum of squared error
-            over valid rays, averaged over channels), detached.
+            over valid rays, averaged over channels), detached; :meth:`StepStats.of` names them. One
+            tensor, so that a captured CUDA graph hands it over in one static buffer.
 
     The loss and the bookkeeping after it (statistics, next ray count) are one op each
     (``ops.masked_ray_loss``, ``ops.adapt_ray_count``): a kernel each on the GPU instead of about
@@ -85,8 +108,8 @@ class TrainStep(nn.Module):
         self,
         field: nn.Module,
         renderer: Renderer,
-        loss: str = "huber",
-        huber_delta: float = 0.1,
+        loss: Annotated[Literal["huber", "mse"], Injected("NeRFModule: model.loss")] = "huber",
+        huber_delta: Annotated[float, Range(above=0), Injected("NeRFModule: model.huber_delta")] = 0.1,
         *,
         sample_budget: Annotated[
             int | None,
@@ -94,26 +117,30 @@ class TrainStep(nn.Module):
             Note("null: data.batch_size rays per step"),
             Formerly("model.sample_budget"),
         ],
-        march_budget: Annotated[int | None, Range(low=1), Formerly("model.march_budget")] = None,
+        march_budget: Annotated[
+            int | None,
+            Range(low=1),
+            Note(">= sample_budget; null: 4 x sample_budget"),
+            Formerly("model.march_budget"),
+        ] = None,
         n_rays_init: Annotated[int, Range(low=1), Formerly("model.n_rays_init")] = 4096,
-        min_rays: int = 64,
-        adapt_momentum: float = 0.5,
-        jitter: bool = True,
-        distortion_weight: float = 0.0,
-        alpha_weight: float = 0.0,
-        camera_opt: nn.Module | None = None,
-        appearance: nn.Module | None = None,
+        min_rays: Annotated[int, Range(low=1)] = 64,
+        adapt_momentum: Annotated[float, Range(low=0, below=1)] = 0.5,
+        jitter: Annotated[bool, Injected("NeRFModule: model.jitter")] = True,
+        distortion_weight: Annotated[float, Injected("NeRFModule: model.distortion_weight")] = 0.0,
+        alpha_weight: Annotated[float, Injected("NeRFModule: model.alpha_weight resolved")] = 0.0,
+        camera_opt: Annotated[nn.Module | None, Injected("NeRFModule: model.camera_opt")] = None,
+        appearance: Annotated[nn.Module | None, Injected("NeRFModule: model.appearance")] = None,
     ) -> None:
         super().__init__()
+        check_arguments(TrainStep, locals())
         if sample_budget is not None:
             march_budget = 4 * sample_budget if march_budget is None else march_budget
-            if sample_budget < 1 or march_budget < sample_budget:
+            if march_budget < sample_budget:  # the one rule between two keys
                 raise ValueError(
-                    f"model.step.sample_budget must be >= 1 and model.step.march_budget >= sample_budget, "
-                    f"got {sample_budget} and {march_budget}"
+                    f"model.step.march_budget={march_budget}: expected >= model.step.sample_budget "
+                    f"({sample_budget})"
                 )
-        if loss not in ("huber", "mse"):
-            raise ValueError(f"model.loss must be 'huber' or 'mse', got {loss!r}")
         self.field = field
         self.renderer = renderer
         self.loss, self.huber_delta = loss, float(huber_delta)
@@ -202,10 +229,10 @@ class TrainStep(nn.Module):
         out = self.renderer.render_rays(
             self.field, rays_o, rays_d, background, jitter=self.jitter, budget=budget
         )
-        valid = out["ray_valid"]
+        valid, rgb = out.ray_valid, out.rgb
         if self.appearance is not None:
-            out["rgb"] = self.appearance(view_ids, out["rgb"], out["opacity"], background)
-        loss, per_ray, aux = ops.masked_ray_loss(out["rgb"], target, valid, self.loss, self.huber_delta)
+            rgb = self.appearance(view_ids, rgb, out.opacity, background)
+        loss, per_ray, aux = ops.masked_ray_loss(rgb, target, valid, self.loss, self.huber_delta)
         n_valid = aux[0].clamp_min(1.0).float()
         if self.distortion_weight > 0:
             # the rays left out have no samples in the fixed layout: 0
@@ -214,15 +241,15 @@ class TrainStep(nn.Module):
             # dropped rays render opacity 0; their slots are left out as in the photometric loss
             alpha_error = torch.where(valid, opacity_error(out, alpha), 0.0)
             loss = loss + self.alpha_weight * alpha_error.sum() / n_valid
-        if not self.budgeted:
-            counts = torch.stack([out["n_samples"], out["n_samples_rendered"]]).to(torch.float64)
+        if not self.budgeted:  # the renderer counted the samples
+            counts = torch.stack([out.n_samples, out.n_samples_rendered]).to(torch.float64)  # type: ignore[list-item]
             return loss, per_ray, valid, torch.stack([aux[0], counts[0], counts[1], aux[1]])
         # The marching kernel clamps n_active to the ray slots itself; the update keeps it there.
         stats = ops.adapt_ray_count(
             aux,
             valid,
-            out["marched_counts"],
-            out["packed_info"][:, 1],
+            out.marched_counts,
+            out.packed_info[:, 1],
             self.n_active,
             self.n_active_f,
             self.target_fraction,
@@ -236,10 +263,10 @@ class TrainStep(nn.Module):
 
 
 def train_step(
-    field: nn.Module,
-    renderer: Renderer,
-    loss: str = "huber",
-    huber_delta: float = 0.1,
+    field: Annotated[nn.Module, Injected("NeRFModule: its field")],
+    renderer: Annotated[Renderer, Injected("NeRFModule: its renderer")],
+    loss: Annotated[str, Injected("NeRFModule: model.loss")] = "huber",
+    huber_delta: Annotated[float, Injected("NeRFModule: model.huber_delta")] = 0.1,
     **kwargs: Annotated[Any, KeysOf(TrainStep)],
 ) -> TrainStep:
     """The ``model.step`` config node: a :class:`TrainStep` (``sample_budget: null``: no budget, the CPU
@@ -351,12 +378,10 @@ AlphaWeight = Annotated[float | Literal["auto"], Range(low=0), Note("auto: 0.1 o
 
 
 def resolve_alpha_weight(alpha_weight: float | str, photograph: bool) -> float:
-    """``model.alpha_weight``: a weight >= 0, or ``auto`` (:data:`RENDER_ALPHA_WEIGHT` for renders, 0 for
-    photographs)."""
+    """``model.alpha_weight`` (:data:`AlphaWeight`, checked by ``NeRFModule``): a weight >= 0, or ``auto``
+    (:data:`RENDER_ALPHA_WEIGHT` for renders, 0 for photographs)."""
     if alpha_weight == "auto":
         return 0.0 if photograph else RENDER_ALPHA_WEIGHT
-    if isinstance(alpha_weight, bool) or not isinstance(alpha_weight, int | float) or alpha_weight < 0:
-        raise ValueError(f"model.alpha_weight must be a number >= 0 or auto, got {alpha_weight!r}")
     return float(alpha_weight)
 
 
@@ -364,7 +389,7 @@ def batch_alpha(batch: dict[str, Any]) -> Tensor:
     """The training batch's ``alpha`` [R], which ``model.alpha_weight`` needs."""
     if "alpha" not in batch:
         raise ValueError(
-            "model.alpha_weight > 0 needs the batch's alpha: images that carry alpha, drawn with "
-            "NeRFDataModule.alpha_targets on (the train app sets it)"
+            "model.alpha_weight > 0 needs the batch's alpha: images that carry alpha, drawn by a "
+            "DataModule that shares the model's TrainingFeedback (alpha_targets)"
         )
     return batch["alpha"]

@@ -27,7 +27,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from types import ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 
@@ -38,6 +38,8 @@ __all__ = [
     "OP_NAMES",
     "BACKENDS",
     "HASH_BACKENDS",
+    "HashBackend",
+    "OpsBackend",
     "TCNN_FASTER_ON",
     "get_ops",
     "cuda_ops",
@@ -49,10 +51,12 @@ log = logging.getLogger("nerf_lightning.ops")
 
 #: every op, in the order of the reference's contract (derived from ``ops.reference.__all__``)
 OP_NAMES: tuple[str, ...] = tuple(n for n in reference.__all__ if inspect.isfunction(getattr(reference, n)))
-#: the backend names of :func:`get_ops` (``"reference"`` is an alias of ``"torch"``)
-BACKENDS = ("auto", "cuda", "torch")
-#: the backend names of the hash encoding
-HASH_BACKENDS = ("auto", "cuda", "tcnn", "torch")
+#: a backend name of :func:`get_ops` (``"reference"`` is an alias of ``"torch"``)
+OpsBackend = Literal["auto", "cuda", "torch"]
+BACKENDS: tuple[str, ...] = get_args(OpsBackend)
+#: a backend name of the hash encoding
+HashBackend = Literal["auto", "cuda", "tcnn", "torch"]
+HASH_BACKENDS: tuple[str, ...] = get_args(HashBackend)
 #: GPUs (``torch.cuda.get_device_name``) on which tiny-cuda-nn's hash grid passed our GPU tests AND was
 #: measured faster than our kernels (``python -m benchmarks.tcnn``); ``auto`` picks tcnn only there.
 TCNN_FASTER_ON: dict[str, str] = {}

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from time import monotonic
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 import torch
@@ -42,6 +42,8 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.lightning_compat import (
     batch_in_flight,
     epoch_batch_idx,
@@ -82,20 +84,13 @@ class LastCheckpoint(ModelCheckpoint):
     def __init__(
         self,
         dirpath: str,
-        every_n_seconds: float | None = 60.0,
-        every_n_train_steps: int | None = None,
-        check_every_n_steps: int = 100,
+        every_n_seconds: Annotated[float | None, Range(low=0), Note("null: no time trigger")] = 60.0,
+        every_n_train_steps: Annotated[int | None, Range(low=0), Note("null: the time trigger")] = None,
+        check_every_n_steps: Annotated[int, Range(low=1)] = 100,
         **kwargs: Any,
     ) -> None:
+        check_arguments(LastCheckpoint, locals())
         kwargs.setdefault("save_on_train_epoch_end", False)
-        if every_n_seconds is not None and every_n_seconds < 0:
-            raise ValueError(
-                f"callbacks.last_checkpoint.every_n_seconds must be >= 0 or null, got {every_n_seconds}"
-            )
-        if check_every_n_steps < 1:
-            raise ValueError(
-                f"callbacks.last_checkpoint.check_every_n_steps must be >= 1, got {check_every_n_steps}"
-            )
         steps = int(every_n_train_steps or 0)
         super().__init__(
             dirpath=dirpath,

@@ -19,17 +19,15 @@ import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from nerf_lightning.config_keys import CONF_DIR
 from nerf_lightning.config_schema import formerly, is_marked, keys_of, parameters
 
 __all__ = ["CONF_DIR", "Entry", "aliases_of", "entries", "key_aliases", "reference_config"]
-
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 #: nodes of the training config whose targets the checkpoint apps' override nodes stand for
 REFERENCE_NODES = ("data", "model")

@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 
 from nerf_lightning.callbacks.throughput import ThroughputMonitor
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Note, Range
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +58,12 @@ class PrometheusExporter(L.Callback):
         addr: interface to listen on (``0.0.0.0``: reachable by a Prometheus server on the network).
     """
 
-    def __init__(self, port: int | None = None, addr: str = "0.0.0.0") -> None:
-        if port is not None and not (0 <= int(port) <= 65535):
-            raise ValueError(f"callbacks.prometheus.port must be a TCP port (0-65535) or null, got {port!r}")
+    def __init__(
+        self,
+        port: Annotated[int | None, Range(low=0, high=65535), Note("+ the local rank; null: off")] = None,
+        addr: str = "0.0.0.0",
+    ) -> None:
+        check_arguments(PrometheusExporter, locals())
         self.port = None if port is None else int(port)
         self.addr = addr
         #: the port this process serves on (None while not serving)

@@ -10,7 +10,7 @@ import csv
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hydra.experimental.callback import Callback as HydraCallback
 from omegaconf import DictConfig, OmegaConf
@@ -148,7 +148,9 @@ class MultirunSummary(HydraCallback):
     with any launcher (jobs in other processes) and marks jobs without metrics as failed.
     """
 
-    def __init__(self, optimized_metric: str | None = None, direction: str = "maximize") -> None:
+    def __init__(
+        self, optimized_metric: str | None = None, direction: Literal["maximize", "minimize"] = "maximize"
+    ) -> None:
         self.optimized_metric = optimized_metric
         self.direction = direction
         self._sweep_dir: Path | None = None

@@ -16,15 +16,20 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
+from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.training.batch_rules import BatchRule, per_device
 
-__all__ = ["Tick", "TrainingClock", "steps_of"]
+__all__ = ["StepsOrFraction", "Tick", "TrainingClock", "steps_of"]
 
 log = logging.getLogger(__name__)
 
 _EPS = 1e-9  # positions are sums of float multiples of k; crossing tests allow this much rounding
+
+
+#: a point or length of a schedule (a config key): read by :func:`steps_of`
+StepsOrFraction = Annotated[float, Range(low=0), Note("a fraction of the run (<= 1) or a step count")]
 
 
 def steps_of(value: float, total_steps: int) -> float:

@@ -3,7 +3,8 @@
 The train app makes one around the run's training clock (``batch_rule``) and gives it to the
 DataModule (``NeRFDataModule(feedback=...)``, which fills it in at ``setup``), to the model
 (``NeRFModule(feedback=...)``) and to every callback whose constructor takes a ``feedback`` argument.
-Through it the model reports each step's per-ray losses to the ray sampler and this rank's work share,
+Through it the model says what its training step reads of a batch (the pixels' alpha), reports each
+step's per-ray losses to the ray sampler and this rank's work share,
 and the callbacks read the sampler's view probabilities and the capture, instead of reaching into the
 DataModule through the trainer.
 """
@@ -57,6 +58,10 @@ class TrainingFeedback:
 
     def __init__(self, clock: TrainingClock | None = None) -> None:
         self.clock = clock if clock is not None else TrainingClock()
+        #: whether training batches carry the target pixels' ``alpha`` (RGBA images only): the model's
+        #: opacity loss (``model.alpha_weight``) reads it, and says so at construction (else no batch
+        #: pays for the gather)
+        self.alpha_targets = False
         #: this rank's share of the work under ``batch_rule=throughput`` (mean 1 over the ranks);
         #: the DataModule's rays per step follow it when the step has no sample budget
         self.work_scale = 1.0

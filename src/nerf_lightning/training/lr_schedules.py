@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Annotated
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
-from nerf_lightning.training.clock import TrainingClock, steps_of
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Injected, Range
+from nerf_lightning.training.clock import StepsOrFraction, TrainingClock, steps_of
 
 
 def ngp_exponential_decay(
-    optimizer: Optimizer,
-    total_steps: int,
-    decay_start: float = 0.5,
-    decay_interval: float = 0.15,
-    decay_base: float = 0.33,
+    optimizer: Annotated[Optimizer, Injected("NeRFModule: its optimizer")],
+    total_steps: Annotated[int, Injected("NeRFModule: the run's length in reference steps")],
+    decay_start: StepsOrFraction = 0.5,
+    decay_interval: StepsOrFraction = 0.15,
+    decay_base: Annotated[float, Range(above=0, high=1)] = 0.33,
 ) -> LambdaLR:
     """instant-ngp's step decay: lr * decay_base ** floor((step - start) / interval) after ``start``.
 
@@ -23,6 +26,7 @@ def ngp_exponential_decay(
     ``decay_interval`` are fractions of ``total_steps`` (values > 1 are taken as step counts), so the
     same config works for a 1k-step CPU run and a 30k-step GPU run.
     """
+    check_arguments(ngp_exponential_decay, locals())
     start = steps_of(decay_start, total_steps)
     interval = max(steps_of(decay_interval, total_steps), 1.0)
 
@@ -70,9 +74,7 @@ def exponential_lr_factor(
 ) -> Callable[[int], float]:
     """Factor of ``lr`` at each step: log-linear from 1 to ``lr_final / lr`` over ``decay_steps``
     (:func:`steps_of`), then constant (nerfstudio's ``ExponentialDecayScheduler``, which its camera
-    optimizer uses)."""
-    if lr <= 0 or lr_final <= 0:
-        raise ValueError(f"learning rates must be > 0, got lr={lr}, lr_final={lr_final}")
+    optimizer uses); ``lr`` and ``lr_final`` > 0 (the caller's annotations)."""
     length = max(steps_of(decay_steps, total_steps), 1.0)
     ratio = float(lr_final) / float(lr)
 

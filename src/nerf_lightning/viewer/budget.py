@@ -39,7 +39,7 @@ __all__ = ["BurstBudget"]
 class BurstBudget:
     """The viewer's render credit during training (see the module docstring).
 
-    Args:
+    Args (``budget``, ``burst_every_s`` and ``max_bank_s`` > 0: ``ViewerCallback``'s annotations):
         budget: render seconds earned per second of training.
         burst_every_s: least wall time between two bursts.
         max_bank_s: most render seconds banked (beyond the expected refill).
@@ -58,10 +58,6 @@ class BurstBudget:
         min_burst_s: float | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        if budget <= 0 or burst_every_s <= 0 or max_bank_s <= 0:
-            raise ValueError(
-                f"budget={budget}, burst_every_s={burst_every_s}, max_bank_s={max_bank_s}: expected > 0"
-            )
         self.budget, self.burst_every_s, self.max_bank_s = (
             float(budget),
             float(burst_every_s),

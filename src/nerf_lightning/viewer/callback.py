@@ -32,7 +32,8 @@ from typing import Annotated, Any
 import lightning as L
 import torch
 
-from nerf_lightning.config_schema import Note, Range
+from nerf_lightning.config_keys import check_arguments
+from nerf_lightning.config_schema import Injected, Note, Range
 from nerf_lightning.errors import UserError
 from nerf_lightning.lightning_compat import validates_by_time
 from nerf_lightning.training.feedback import TrainingFeedback
@@ -84,15 +85,10 @@ class ViewerCallback(L.Callback):
         refresh_every_s: Annotated[float, Range(above=0)] = 1.0,
         stats_every_s: Annotated[float, Range(above=0)] = 1.0,
         export_dir: str | Path = ".",
-        clock: Callable[[], float] = time.perf_counter,
-        feedback: TrainingFeedback | None = None,
+        clock: Annotated[Callable[[], float], Injected("tests: a simulated clock")] = time.perf_counter,
+        feedback: Annotated[TrainingFeedback | None, Injected("the train app: the run's feedback")] = None,
     ) -> None:
-        if budget <= 0:
-            raise ValueError(f"viewer.budget must be > 0 (render seconds per training second), got {budget}")
-        if burst_every_s <= 0 or max_bank_s <= 0:
-            raise ValueError(
-                f"viewer.burst_every_s={burst_every_s}, viewer.max_bank_s={max_bank_s}: expected > 0"
-            )
+        check_arguments(ViewerCallback, locals())
         self.host, self.port = str(host), int(port)
         self.token = check_token(token, "viewer.token")
         self.budget = float(budget)

@@ -35,9 +35,8 @@ def next_free_port(host: str, start: int, tries: int = 100) -> int | None:
 
 
 def check_port(host: str, port: int) -> None:
-    """Raise :class:`UserError` when ``host:port`` is taken (port 0: the system picks one, always free)."""
-    if not 0 <= port < 65536:
-        raise UserError(f"port={port}: expected a TCP port number in 1..65535 (or 0: any free port)")
+    """Raise :class:`UserError` when ``host:port`` (a ``viewer/options.Port``) is taken (port 0: the
+    system picks one, always free)."""
     if port == 0 or is_free(host, port):
         return
     free = next_free_port(host, port + 1)

@@ -130,9 +130,7 @@ class ViewerServer:
         jpeg_quality: int = 90,
         label: str = "nerf_lightning",
     ) -> None:
-        if max_size < 8 or preview_size < 8:
-            raise UserError(f"max_size={max_size}, preview_size={preview_size}: expected at least 8 pixels")
-        check_port(host, port)
+        check_port(host, port)  # sizes and the port's range: checked by the view app's or viewer.* keys
         self.token = viewer_token(host, token, token_key)
         self.info = info
         self.source = source

@@ -16,16 +16,11 @@ from typing import Annotated, Any
 import torch
 from torch import Tensor, nn
 
-from ..config_schema import Formerly, Range
+from ..config_keys import check_arguments
+from ..config_schema import Formerly, Injected, MultipleOf, Note, PowerOfTwo, Range
 from ..ops import get_ops
 
-__all__ = ["OccupancyGrid", "DEFAULT_THRESHOLD", "MIN_STEP", "all_reduce_max"]
-
-#: instant-ngp's minimum step: the unit cube's diagonal / 1024.
-MIN_STEP = math.sqrt(3.0) / 1024
-#: Density threshold equivalent to instant-ngp's minimum optical thickness 0.01 over one minimum
-#: step: a cell is worth sampling if ``sigma * MIN_STEP > 0.01`` (about 5.91).
-DEFAULT_THRESHOLD = 0.01 / MIN_STEP
+__all__ = ["OccupancyGrid", "all_reduce_max"]
 
 
 class OccupancyGrid(nn.Module):
@@ -39,7 +34,8 @@ class OccupancyGrid(nn.Module):
         update_every: optimizer steps (reference steps of the training clock) between two updates
             during training (instant-ngp: 16).
         warmup_steps / decay / density_threshold: the defaults of :meth:`update` (instant-ngp: all
-            cells during the first 256 steps, EMA decay 0.95, :data:`DEFAULT_THRESHOLD`).
+            cells during the first 256 steps, EMA decay 0.95, and the density of instant-ngp's minimum
+            optical thickness 0.01 over its minimum step sqrt(3)/1024: 5.91).
 
     Buffers (saved in the state dict, moved with ``.to()``):
         density_grid: float32 [C, G^3], initialised to 0.
@@ -51,24 +47,21 @@ class OccupancyGrid(nn.Module):
 
     def __init__(
         self,
-        aabb_scale: int = 1,
-        resolution: Annotated[int, Range(low=1), Formerly("model.grid_resolution")] = 128,
-        ops=None,
+        aabb_scale: Annotated[
+            int, PowerOfTwo(), Range(high=128), Injected("build_renderer: the capture's box")
+        ] = 1,
+        resolution: Annotated[
+            int, Range(low=2), MultipleOf(2), Note("cells per side"), Formerly("model.grid_resolution")
+        ] = 128,
+        ops: Annotated[Any, Injected("tests and benchmarks: a backend name or an ops namespace")] = None,
         *,
         update_every: Annotated[int, Range(low=1), Formerly("model.grid_update_every")] = 16,
         warmup_steps: Annotated[int, Range(low=0), Formerly("model.grid_warmup_steps")] = 256,
         decay: Annotated[float, Range(low=0, high=1), Formerly("model.grid_decay")] = 0.95,
-        density_threshold: Annotated[
-            float, Range(low=0), Formerly("model.grid_threshold")
-        ] = DEFAULT_THRESHOLD,
+        density_threshold: Annotated[float, Range(low=0), Formerly("model.grid_threshold")] = 5.91,
     ) -> None:
         super().__init__()
-        if aabb_scale < 1 or aabb_scale > 128 or aabb_scale & (aabb_scale - 1):
-            raise ValueError(f"OccupancyGrid: aabb_scale must be a power of two in 1..128, got {aabb_scale}")
-        if resolution < 2 or resolution % 2:
-            raise ValueError(f"OccupancyGrid: resolution must be an even number >= 2, got {resolution}")
-        if update_every < 1:
-            raise ValueError(f"OccupancyGrid: update_every must be >= 1, got {update_every}")
+        check_arguments(OccupancyGrid, locals())
         self.aabb_scale = int(aabb_scale)
         self.resolution = int(resolution)
         self.update_every = int(update_every)

@@ -18,13 +18,15 @@ from typing import Annotated, Any
 import torch
 from torch import Tensor, nn
 
-from ..config_schema import Formerly, KeysOf, Note, Range
+from ..config_keys import check_arguments
+from ..config_schema import Formerly, Injected, KeysOf, Note, Range
 from ..ops import get_ops
 from .gradient_scaling import scale_near_gradients
 from .occupancy import OccupancyGrid
 
 __all__ = [
     "LARGE_SCENE_CONE_ANGLE",
+    "RenderedRays",
     "Renderer",
     "build_renderer",
     "SampleBudget",
@@ -55,12 +57,45 @@ class SampleBudget:
             )
 
 
+@dataclass
+class RenderedRays:
+    """What :meth:`Renderer.render_rays` gives for ``R`` rays: per-ray outputs, and the ``S`` samples of
+    the differentiable pass (for losses over samples).
+
+    Attributes:
+        rgb: float32 [R, 3] composited colour (over the background).
+        opacity: float32 [R, 1] accumulated weight.
+        depth: float32 [R, 1] weighted sum of the sample midpoints (not normalized by opacity).
+        ray_valid: bool [R]: the ray is in the step (all True without a budget).
+        marched_counts: int64 [R] samples each ray got in the marching pass.
+        weights / sigmas / t_starts / t_ends: float32 [S] of the differentiable pass's samples.
+        ray_indices: int64 [S] the ray of each sample.
+        packed_info: int64 [R, 2] each ray's first sample and count in the differentiable pass.
+        n_samples / n_samples_rendered: int64 scalar tensors on the device, the marched and the
+            rendered samples (without a budget; with one, :func:`render_counts` gives them).
+    """
+
+    rgb: Tensor
+    opacity: Tensor
+    depth: Tensor
+    ray_valid: Tensor
+    marched_counts: Tensor
+    weights: Tensor
+    sigmas: Tensor
+    ray_indices: Tensor
+    t_starts: Tensor
+    t_ends: Tensor
+    packed_info: Tensor
+    n_samples: Tensor | None = None
+    n_samples_rendered: Tensor | None = None
+
+
 #: instant-ngp's cone angle for scenes larger than the unit cube (``aabb_scale > 1``)
 LARGE_SCENE_CONE_ANGLE = 1.0 / 256
 
 
 def build_renderer(
-    aabb_scale: int = 1,
+    aabb_scale: Annotated[int, Injected("NeRFModule: the capture's box")] = 1,
     occupancy: Callable[..., OccupancyGrid] = OccupancyGrid,
     cone_angle: Annotated[float | None, Range(low=0), Formerly("model.cone_angle")] = None,
     large_scene_cone_angle: Annotated[
@@ -78,6 +113,7 @@ def build_renderer(
             ``large_scene_cone_angle`` when ``aabb_scale > 1`` (real captures with background), else 0.
         kwargs: the other :class:`Renderer` arguments (``step_size``, ``near_plane``, ...).
     """
+    check_arguments(build_renderer, locals())
     if cone_angle is None:
         cone_angle = large_scene_cone_angle if aabb_scale > 1 else 0.0
     return Renderer(occupancy(aabb_scale=aabb_scale), cone_angle=cone_angle, **kwargs)
@@ -113,15 +149,16 @@ class Renderer(nn.Module):
         ] = math.sqrt(3.0) / 1024,
         cone_angle: float = 0.0,
         max_samples_per_ray: Annotated[int, Range(low=1), Formerly("model.max_samples_per_ray")] = 1024,
-        near_plane: Annotated[float, Range(low=0), Formerly("model.near_plane")] = 0.0,
+        near_plane: Annotated[float, Range(low=0), Formerly("model.near_plane")] = 0.2,
         early_stop_eps: Annotated[float, Range(low=0, below=1), Formerly("model.early_stop_eps")] = 1e-4,
         ops_backend: Annotated[str, Formerly("model.ops_backend")] = "auto",
         compact_samples: Annotated[bool, Formerly("model.compact_samples")] = True,
         gradient_scaling_distance: Annotated[
             float | None, Range(above=0), Note("null: off"), Formerly("model.gradient_scaling_distance")
-        ] = None,
+        ] = 1.0,
     ) -> None:
         super().__init__()
+        check_arguments(Renderer, locals())
         self.occupancy = occupancy
         self.step_size = float(step_size)
         self.cone_angle = float(cone_angle)
@@ -129,11 +166,6 @@ class Renderer(nn.Module):
         self.near_plane = float(near_plane)
         self.early_stop_eps = float(early_stop_eps)
         self.compact_samples = bool(compact_samples)
-        if gradient_scaling_distance is not None and gradient_scaling_distance <= 0:
-            raise ValueError(
-                "model.renderer.gradient_scaling_distance must be > 0 (NGP units) or null (off), "
-                f"got {gradient_scaling_distance}"
-            )
         self.gradient_scaling_distance = gradient_scaling_distance
         # Keep the name, not the namespace: modules cannot be deep-copied/pickled with the renderer.
         self.ops_backend = ops_backend
@@ -153,7 +185,7 @@ class Renderer(nn.Module):
         *,
         jitter: bool,
         budget: SampleBudget | None = None,
-    ) -> dict[str, Tensor]:
+    ) -> RenderedRays:
         """Render a batch of rays: march, (compact), field, composite.
 
         Without a ``budget`` every ray is marched and the shapes follow the data. With one, the shapes
@@ -179,14 +211,8 @@ class Renderer(nn.Module):
             budget: the fixed sample layout, or None.
 
         Returns:
-            dict with ``rgb`` float32 [R, 3], ``opacity`` [R, 1], ``depth`` [R, 1] (weighted sum of
-            sample midpoints, not normalized by opacity), ``ray_valid`` bool [R], ``marched_counts``
-            int64 [R] (samples each ray got in the marching pass), and the samples of the
-            differentiable pass for losses: ``weights`` [S], ``sigmas`` [S], ``ray_indices`` int64
-            [S], ``t_starts`` [S], ``t_ends`` [S], ``packed_info`` int64 [R, 2]. Without a budget also
-            ``n_samples`` (marched) and ``n_samples_rendered``, int64 scalar tensors on the device;
-            with one, :func:`render_counts` gives them (the training step reduces them in its own
-            kernel).
+            :class:`RenderedRays`; its sample counts without a budget only (with one, the training
+            step reduces them in its own kernel).
         """
         # the differentiable pass alone needs no samples behind the early-termination point
         compact = self.compact_samples and torch.is_grad_enabled()
@@ -198,11 +224,22 @@ class Renderer(nn.Module):
                     field, rays_o, rays_d, jitter, compact, budget
                 )
         ray_indices, t_starts, t_ends, packed_info = marched
-        out = self._composite(field, rays_o, rays_d, background, ray_indices, t_starts, t_ends, packed_info)
-        out.update(ray_valid=valid, marched_counts=marched_counts)
-        if budget is None:
-            out.update(n_samples=marched_counts.sum(), n_samples_rendered=packed_info[:, 1].sum())
-        return out
+        sigmas, composited = self._composite(
+            field, rays_o, rays_d, background, ray_indices, t_starts, t_ends, packed_info
+        )
+        counted = budget is None
+        return RenderedRays(
+            **composited,
+            ray_valid=valid,
+            marched_counts=marched_counts,
+            sigmas=sigmas,
+            ray_indices=ray_indices,
+            t_starts=t_starts,
+            t_ends=t_ends,
+            packed_info=packed_info,
+            n_samples=marched_counts.sum() if counted else None,
+            n_samples_rendered=packed_info[:, 1].sum() if counted else None,
+        )
 
     def _march(
         self, field: Any, rays_o: Tensor, rays_d: Tensor, jitter: bool, compact: bool
@@ -275,8 +312,9 @@ class Renderer(nn.Module):
         t_starts: Tensor,
         t_ends: Tensor,
         packed_info: Tensor,
-    ) -> dict[str, Tensor]:
-        """The differentiable pass: the field at the samples, then compositing."""
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The differentiable pass: the field's densities at the samples, and the composited ``rgb``,
+        ``opacity``, ``depth`` and ``weights`` (``ops.volume_render``)."""
         ops = self.ops
         connect = None
         if t_starts.shape[0] > 0:
@@ -304,10 +342,7 @@ class Renderer(nn.Module):
         )
         if connect is not None:
             out["rgb"] = out["rgb"] + connect
-        out.update(
-            sigmas=sigmas, ray_indices=ray_indices, t_starts=t_starts, t_ends=t_ends, packed_info=packed_info
-        )
-        return out
+        return sigmas, out
 
     def _scale_gradients(
         self, sigmas: Tensor, rgbs: Tensor, t_starts: Tensor, t_ends: Tensor
@@ -383,15 +418,16 @@ class Renderer(nn.Module):
             bg = background[i : i + chunk] if per_ray else background
             out = self.render_rays(field, rays_o[i : i + chunk], rays_d[i : i + chunk], bg, jitter=False)
             for k in keys:
-                parts[k].append(out[k])
-            n_samples = n_samples + out["n_samples"]
+                parts[k].append(getattr(out, k))
+            assert out.n_samples is not None  # counted: no budget
+            n_samples = n_samples + out.n_samples
         if n == 0:
             dims = {"rgb": 3, "opacity": 1, "depth": 1}
             return {**{k: rays_o.new_zeros(0, d) for k, d in dims.items()}, "n_samples": n_samples}
         return {**{k: torch.cat(v) for k, v in parts.items()}, "n_samples": n_samples}
 
 
-def ray_distortion(out: dict[str, Tensor], ops: Any | None = None) -> Tensor:
+def ray_distortion(out: RenderedRays, ops: Any | None = None) -> Tensor:
     """Distortion loss [R] of a :meth:`Renderer.render_rays` result
     (``ops.distortion_loss`` over its packed samples), differentiable.
 
@@ -401,24 +437,22 @@ def ray_distortion(out: dict[str, Tensor], ops: Any | None = None) -> Tensor:
             that CUDA tensors get the kernel (``ops.cuda.distortion_loss``); None: ``get_ops("auto")``.
     """
     ops = get_ops("auto") if ops is None else ops
-    return ops.distortion_loss(
-        out["weights"], out["t_starts"], out["t_ends"], out["ray_indices"], out["packed_info"]
-    )
+    return ops.distortion_loss(out.weights, out.t_starts, out.t_ends, out.ray_indices, out.packed_info)
 
 
-def opacity_error(out: dict[str, Tensor], alpha: Tensor) -> Tensor:
+def opacity_error(out: RenderedRays, alpha: Tensor) -> Tensor:
     """Squared error [R] of a render result's opacity against the target ``alpha`` [R] (the opacity
     loss of ``model.alpha_weight``), differentiable."""
-    return (out["opacity"].reshape(-1) - alpha).square()
+    return (out.opacity.reshape(-1) - alpha).square()
 
 
-def render_counts(out: dict[str, Tensor]) -> dict[str, Tensor]:
+def render_counts(out: RenderedRays) -> dict[str, Tensor]:
     """int64 scalar tensors of a :meth:`Renderer.render_rays` result: ``n_rays`` (valid rays),
     ``n_samples`` (marched samples of the valid rays), ``n_samples_rendered`` (samples in the
     differentiable pass)."""
-    valid = out["ray_valid"]
+    valid = out.ray_valid
     return {
         "n_rays": valid.sum(),
-        "n_samples": (out["marched_counts"] * valid).sum(),
-        "n_samples_rendered": out["packed_info"][:, 1].sum(),
+        "n_samples": (out.marched_counts * valid).sum(),
+        "n_samples_rendered": out.packed_info[:, 1].sum(),
     }
