@@ -53,7 +53,7 @@ SEEDS = (1, 2, 3)
 DEFAULT: dict[str, tuple[str, ...]] = {"default": ()}
 
 # --------------------------------------------------------------------------------------- variants
-INGP_PIXELS = ("data.pixel_jitter=true", "data.train_background=random")  # instant-ngp: jitter, random bg
+INGP_PIXELS = ("data.pixel_jitter=true",)  # instant-ngp's pixels: random points inside them
 NO_GS = ("model.renderer.gradient_scaling_distance=null",)
 NO_NEAR = ("model.renderer.near_plane=0.0",)
 _LW = "data.samplers.loss_weighted"
@@ -73,8 +73,6 @@ LAYOUTS = {
 PHOTO_BACKGROUND = {**DEFAULT, "t21": TABLE["t21"], "dist_0.001": ("model.distortion_weight=0.001",)}
 # 1/512: 2x far samples
 FAR_CONE = {**DEFAULT, "cone_512": ("model.renderer.large_scene_cone_angle=0.001953125",)}
-#: this project's recipe before it followed the images: a Blender-layout capture got the render recipe
-RENDER_RECIPE = ("--", "data.pixel_jitter=false", "data.train_background=eval")
 POSES = ("model.camera_opt.enabled=true",)
 EXPOSURE = ("model.appearance.enabled=true",)
 VIEWS = {**DEFAULT, "poses": POSES, "exposure": EXPOSURE, "both": (*POSES, *EXPOSURE)}
@@ -191,34 +189,6 @@ add("cuda-tests", "the GPU tests: every CUDA kernel against the PyTorch referenc
 # --------------------------------------------------------------------------------- time to quality
 add("lego-curve", "lego: held-out PSNR after 15, 60 and 300 s of training, alone on the GPU (~8 min)",
     curve("curve", "lego", (15, 60, 300), 330), data=("lego",))
-_NO_ALPHA = ("model.alpha_weight=0",)
-#: lego's training background and opacity loss: over white without the loss (the render recipe before the
-#: loss became its default), over random colours, over white with the loss (the default since)
-EMPTY_SPACE = {"white": _NO_ALPHA, "random": (*_NO_ALPHA, "data.train_background=random"),
-               "alpha_0.1": ("model.alpha_weight=0.1",), "alpha_0.03": ("model.alpha_weight=0.03",)}
-add("lego-background", "lego at 15 and 60 s, alone on the GPU, at the pixel centres: over white (the render "
-    "recipe without the opacity loss), over random colours, over white with the opacity loss (the default); "
-    "run.py's metric (over black) shows the opacity a white background leaves in empty space (~9 min: pick "
-    "points with --only)",
-    *(curve(f"{name}_{t}", "lego", (t,), 340, *EMPTY_SPACE[variant],
-            baseline=None if name == "white" else f"white_{t}")
-      for t in (15, 60)
-      for name, variant in (("white", "white"), ("random", "random"), ("alpha", "alpha_0.1"))),
-    data=("lego",))
-add("lego-opacity-15s", "lego at 15 s, seeds 1-3, alone on the GPU, over white without the opacity loss and "
-    "with it (the default) in turn: the 15 s point of the default and the loss's steps/s (~4 min)",
-    *(curve(f"{name}_s{seed}", "lego", (15,), 340, *EMPTY_SPACE[variant], f"seed={seed}",
-            baseline=None if name == "white" else f"white_s{seed}")
-      for seed in SEEDS for name, variant in (("white", "white"), ("alpha", "alpha_0.1"))),
-    data=("lego",))
-add("lego-background-5k", "lego 5k steps (about its 15 s point), seeds 1-3: over white, over random colours, "
-    "the opacity loss at 0.1 (the default) and 0.03; both metrics",
-    *lanes_ab([("lego", EMPTY_SPACE, SEEDS, 5000)], baseline="white"), data=("lego",))
-add("lego-background-20k", "lego 20k steps (about its 60 s point), seeds 1-3: over white, over random "
-    "colours, the opacity loss at 0.1 (the default); both metrics",
-    *lanes_ab([("lego", {k: EMPTY_SPACE[k] for k in ("white", "random", "alpha_0.1")}, SEEDS, 20000)],
-              baseline="white"),
-    data=("lego",))
 add("hash-table-300s", "lego's 300 s point, 2^20 table against 2^19 (~11 min: one job per slot, --only)",
     curve("t19", "lego", (300,), 360), curve("t20", "lego", (300,), 300, *TABLE["t20"], baseline="t19"),
     data=("lego",))
@@ -228,11 +198,9 @@ add("peers-fox", "fox beside instant-ngp (its driver, JIT on) at 15 and 60 s, ea
     peers("ngp_extrinsics", "fox", "ngp", (60,), "--ngp-train-extrinsics"),
     peers("ours", "fox", "ours", (15, 60)), data=("fox",))
 add("peers-fruit", "fruit beside instant-ngp at 15 and 60 s; its Blender-layout copy at 60 s with `auto` "
-    "(the photo recipe) and with the render recipe the layout used to pick (carry .peers)",
+    "(the photo recipe) (carry .peers)",
     peers("ngp", "fruit", "ngp", (15, 60)), peers("ours", "fruit", "ours", (15, 60)),
-    peers("ours_blender", "fruit", "ours", (60,), "--layout", "blender"),
-    peers("ours_blender_before", "fruit", "ours", (60,), "--layout", "blender", "--label", "before-fix",
-          *RENDER_RECIPE), data=("fruit",))
+    peers("ours_blender", "fruit", "ours", (60,), "--layout", "blender"), data=("fruit",))
 add("peers-lego", "lego beside instant-ngp at 15 and 60 s, each alone on the GPU, on the same views "
     "(carry .peers)",
     peers("ngp", "lego", "ngp", (15, 60)), peers("ours", "lego", "ours", (15, 60)), data=("lego",))
@@ -245,12 +213,10 @@ add("default-scene", "`make train` on a GPU: the generated default scene, 20k st
           expected_s=150, timeout_s=420))
 
 # ------------------------------------------------------------------ quality at fixed steps (lanes)
-add("lego-20k", "lego 20k steps, seeds 1-3: the default (pixel centres, white) against instant-ngp's "
-    "jitter over random colours",
+add("lego-20k", "lego 20k steps, seeds 1-3: the default (pixel centres) against instant-ngp's jitter",
     *lanes_ab([("lego", {**DEFAULT, "ingp_pixels": INGP_PIXELS}, SEEDS, 20000)]), data=("lego",))
-add("lego-recipe", "lego 20k steps, seed 1: each half of the pixel recipe, a finest level of 4096",
+add("lego-recipe", "lego 20k steps, seed 1: jittered pixels, a finest level of 4096",
     *lanes_ab([("lego", {**DEFAULT, "jitter": ("data.pixel_jitter=true",),
-                         "random_bg": ("data.train_background=random",),
                          "res4096": (f"{_ENC}.max_resolution=4096",)}, (1,), 20000)]), data=("lego",))
 add("fox-5k", "fox 5k steps, seeds 1-3: the default (jitter) against pixel centres",
     *lanes_ab([("fox", {**DEFAULT, "centres": ("data.pixel_jitter=false",)}, SEEDS, 5000)]), data=("fox",))

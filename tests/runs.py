@@ -25,10 +25,6 @@ TINY = [
     "callbacks.progress_bar=null",
     "accelerator=cpu",
     "logger=csv",
-    # random backgrounds, not the renders' white (data.train_background=auto): over a fixed white
-    # background nothing constrains the opacity of light surfaces, and the mesh export of the trained
-    # run needs it (at 120 steps: 3.8k marching-cubes faces over white, >= 10k over random colours)
-    "data.train_background=random",
 ]
 TRAINED_STEPS = 120
 

@@ -1,5 +1,5 @@
-"""Renders or photographs, from the training pixels: the rule behind ``data.pixel_jitter=auto`` and
-``data.train_background=auto`` (the datamodule-level test is in ``test_datamodule.py``)."""
+"""Renders or photographs, from the training pixels: the rule behind ``data.pixel_jitter=auto`` (the
+datamodule-level test is in ``test_datamodule.py``)."""
 
 from __future__ import annotations
 

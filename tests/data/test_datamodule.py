@@ -83,16 +83,12 @@ def _assert_rays_land_in_their_pixels(scene: Path, dm: NeRFDataModule, split: st
 def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     scene = request.getfixturevalue(capture)
     # the photograph recipe spelled out: these RGBA renders would train through the pixel centres
-    dm = NeRFDataModule(
-        path=str(scene), batch_size=512, cache_dir=str(tmp_path / "cache"),
-        pixel_jitter=True, train_background="random",
-    )
+    dm = NeRFDataModule(path=str(scene), batch_size=512, cache_dir=str(tmp_path / "cache"), pixel_jitter=True)
     dm.setup("fit")
     n_views = 16 if capture == "scene" else 9
     assert len(dm.train_set.frames) == n_views - len(range(0, n_views, 8))  # every 8th held out
     assert dm.train_set.undistortion.enabled == (capture == "scene")
     dm.ensure_device(torch.device("cpu"))
-    dm.feedback.alpha_targets = True  # as a model with model.alpha_weight > 0 says it reads
     torch.manual_seed(0)
     b = dm.train_batch(512)
     assert b["rays_o"].shape == (512, 3) and b["rgb"].shape == (512, 3)
@@ -105,8 +101,7 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     expected = rgba[:, :3] * alpha + b["background"].double().numpy() * (1 - alpha)
     np.testing.assert_allclose(b["rgb"].double().numpy(), expected, rtol=0, atol=1e-6)
     assert (alpha < 1).any() and (alpha > 0).any()  # both object and background pixels drawn
-    # the pixels' own alpha, the target of model.alpha_weight's opacity loss
-    np.testing.assert_allclose(b["alpha"].double().numpy(), alpha[:, 0], rtol=0, atol=1e-6)
+    assert "alpha" not in b  # what training reads of the alpha is the composite above
     # every ray goes through its own pixel, at a random position inside it (area-averaged targets)
     frac = _assert_rays_land_in_their_pixels(scene, dm, "train", b)
     assert frac.std(axis=0).min() > 0.2  # spread over the pixel, not through one fixed point
@@ -120,23 +115,24 @@ def _batch_with_seed(path: Path, tmp_path: Path, n: int = 128, **recipe) -> tupl
     return dm, dm.train_batch(n)
 
 
-def test_pixel_centres_and_the_eval_background_for_training(scene: Path, tmp_path: Path) -> None:
-    """``data.pixel_jitter=false data.train_background=eval`` (nerfacc's lego recipe): training rays
-    through the pixel centres, targets composited over white (the Blender convention's background)."""
-    dm, b = _batch_with_seed(scene, tmp_path, n=256, pixel_jitter=False, train_background="eval")
-    np.testing.assert_array_equal(b["background"].numpy(), np.ones((256, 3), dtype=np.float32))
+def test_pixel_centres_over_random_backgrounds(scene: Path, tmp_path: Path) -> None:
+    """``data.pixel_jitter=false`` (nerfacc's lego recipe): training rays through the pixel centres; the
+    targets composited over a random colour per ray, as every training ray (the evaluation background,
+    white, lost on lego's published protocol: docs/benchmarks/2026-12-07.md)."""
+    dm, b = _batch_with_seed(scene, tmp_path, n=256, pixel_jitter=False)
+    bg = b["background"].double().numpy()
+    assert bg.shape == (256, 3) and 0.0 <= bg.min() and bg.max() < 1.0
+    assert bg.std(axis=0).min() > 0.2  # a colour per ray, spread over [0, 1): not one fixed colour
     rgba = _decoded_pixels(dm, "train", b["view_ids"], b["px"], b["py"])
-    expected = rgba[:, :3] * rgba[:, 3:] + (1 - rgba[:, 3:])
+    expected = rgba[:, :3] * rgba[:, 3:] + bg * (1 - rgba[:, 3:])
     np.testing.assert_allclose(b["rgb"].double().numpy(), expected, rtol=0, atol=1e-6)
     assert (rgba[:, 3] < 1).any()  # background pixels are in the batch
     frac = _assert_rays_land_in_their_pixels(scene, dm, "train", b)
     np.testing.assert_allclose(frac, 0.5, rtol=0, atol=TOLERANCE_PX[True])
-    with pytest.raises(ValueError, match="^data.train_background=white: expected one of random, eval, auto$"):
-        NeRFDataModule(path=str(scene), train_background="white")
 
 
-RENDER_RECIPE = dict(pixel_jitter=False, train_background="eval")
-PHOTO_RECIPE = dict(pixel_jitter=True, train_background="random")
+RENDER_RECIPE = dict(pixel_jitter=False)
+PHOTO_RECIPE = dict(pixel_jitter=True)
 
 
 @pytest.mark.parametrize(
@@ -151,15 +147,15 @@ def test_auto_recipe_follows_the_images_not_the_layout(
     capture: str, kind: str, request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``auto`` (the default): renders (RGBA over a transparent background) train through the pixel
-    centres over the evaluation background, photographs (opaque images) through random points over
-    random colours, in whichever file layout. The batch equals the one drawn with the recipe spelled
-    out, and differs from the other recipe's; setup logs the choice and its reason."""
+    centres, photographs (opaque images) through random points of their pixels, in whichever file
+    layout. The batch equals the one drawn with the recipe spelled out, and differs from the other
+    recipe's; setup logs the choice and its reason."""
     path = request.getfixturevalue(capture)
     with caplog.at_level(logging.INFO, logger="nerf_lightning.data"):
         dm, auto = _batch_with_seed(path, tmp_path)
     expected, other = (RENDER_RECIPE, PHOTO_RECIPE) if kind == "render" else (PHOTO_RECIPE, RENDER_RECIPE)
     assert dm.capture_kind.kind == kind
-    assert (dm.pixel_jitter, dm.train_background) == tuple(expected.values())
+    assert dm.pixel_jitter == expected["pixel_jitter"]
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("capture kind:")]
     assert len(lines) == 1 and lines[0].startswith(f"capture kind: {kind} ({dm.capture_kind.reason})")
     _, spelled = _batch_with_seed(path, tmp_path, **expected)
@@ -167,11 +163,10 @@ def test_auto_recipe_follows_the_images_not_the_layout(
     for key in ("rays_o", "rays_d", "rgb", "background"):
         torch.testing.assert_close(auto[key], spelled[key], rtol=0, atol=0)
     assert not torch.equal(auto["rays_d"], flipped["rays_d"])
-    assert not torch.equal(auto["background"], flipped["background"])
-    assert "alpha" not in auto  # only for the opacity loss (TrainingFeedback.alpha_targets)
+    assert "alpha" not in auto  # training batches carry the composite, not the alpha
     # an explicit value wins over the images'
     dm, _ = _batch_with_seed(path, tmp_path, pixel_jitter=other["pixel_jitter"])
-    assert (dm.pixel_jitter, dm.train_background) == (other["pixel_jitter"], expected["train_background"])
+    assert dm.pixel_jitter == other["pixel_jitter"]
     assert dm.capture_kind.kind == kind
     with pytest.raises(ValueError, match="^data.pixel_jitter=sometimes: expected one of True, False, auto$"):
         NeRFDataModule(path=str(path), pixel_jitter="sometimes")
@@ -234,58 +229,10 @@ def test_unknown_sampler_name_is_a_clear_error() -> None:
         NeRFDataModule(sampler="nope")
 
 
-@pytest.mark.parametrize(
-    ("capture", "weight"),
-    [("scene", 0.1),  # RGBA renders over a transparent background, instant-ngp transforms.json
-     ("blender_photos", 0.0),  # opaque photographs in Blender split files
-     ("opaque_rgba_capture", 0.0)],  # RGBA files whose alpha is 255 everywhere
-)
-def test_the_opacity_loss_is_on_for_renders_only(
-    capture: str,
-    weight: float,
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """``model.alpha_weight=auto`` (the default), resolved where the train app builds the model from the
-    capture: 0.1 for renders, whose batches then carry the pixels' alpha (the loss's target); 0 for
-    photographs, whose batches carry none. An explicit 0 turns it off on renders."""
-    import hydra
-
-    from nerf_lightning.apps.train import build_model
-    from nerf_lightning.run.config import compose_train_config
-
-    path = request.getfixturevalue(capture)
-    cfg = compose_train_config([f"data.path={path}", "experiment=cpu", "data.batch_size=64"], tmp_path)
-    dm = hydra.utils.instantiate(cfg.data)
-    dm.setup("fit")
-    with caplog.at_level(logging.INFO, logger="nerf_lightning.train"):
-        model, _ = build_model(cfg, dm)
-    assert cfg.model.alpha_weight == "auto"
-    assert model.alpha_weight == weight and dm.feedback.alpha_targets == (weight > 0)
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("opacity loss:")]
-    assert lines == [
-        f"opacity loss: model.alpha_weight=auto -> {weight:g} ("
-        + ("renders: empty space charged)" if weight else "photographs: no transparent pixels)")
-    ]
-    dm.ensure_device(torch.device("cpu"))
-    batch = dm.train_batch(64)
-    assert ("alpha" in batch) == (weight > 0)
-    if weight:  # the renders' own alpha: some background, some object
-        assert batch["alpha"].min() == 0.0 and batch["alpha"].max() == 1.0
-        assert len(model.step_inputs(batch)) == 6  # rays, targets, background, views, alpha
-        off = compose_train_config([f"data.path={path}", "experiment=cpu", "model.alpha_weight=0"], tmp_path)
-        dm_off = hydra.utils.instantiate(off.data)
-        dm_off.setup("fit")
-        assert build_model(off, dm_off)[0].alpha_weight == 0.0 and not dm_off.feedback.alpha_targets
-
-
-def test_alphas_are_the_colours_alpha_channel(scene: Path, tmp_path: Path) -> None:
-    """``ViewSet.alphas`` (the fused GPU batch's ``alpha``) gathers what ``colors`` has in its 4th channel,
-    and a held-out view's ``alpha`` is its image's alpha: renders have background and object."""
-    dm, b = _batch_with_seed(scene, tmp_path)
-    ts, (views, ix, iy) = dm.train_set, (b["view_ids"], b["px"], b["py"])
-    torch.testing.assert_close(ts.alphas(views, ix, iy), ts.colors(views, ix, iy)[:, 3], rtol=0, atol=0)
+def test_a_held_out_views_alpha_is_its_images_alpha(scene: Path, tmp_path: Path) -> None:
+    """A held-out view's ``alpha`` (what ``psnr_ngp`` and ``psnr_black`` composite with) is its image's
+    alpha: renders have background and object."""
+    dm, _ = _batch_with_seed(scene, tmp_path)
     val = dm.val_batch(0)
     assert val["alpha"].shape == val["rgb"].shape[:1]
     assert val["alpha"].min() == 0.0 and val["alpha"].max() == 1.0

@@ -160,7 +160,7 @@ def test_host_storage_gives_the_device_batches(make_ngp) -> None:
     path = make_ngp(n=N_FRAMES, size=SIZE)
     batches = {}
     for storage in ("device", "host"):
-        dm = _datamodule(path, storage=storage, pixel_jitter=True, train_background="random")
+        dm = _datamodule(path, storage=storage, pixel_jitter=True)
         dm.ensure_device(torch.device("cpu"))
         assert (dm.train_pixels.host is not None) == (storage == "host")
         torch.manual_seed(7)
@@ -177,7 +177,7 @@ def test_host_storage_holds_the_pixels_once(make_ngp, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(host_pixels, "_pinned", lambda t: t.clone())  # what pin_memory() does: a new tensor
     dm = _datamodule(make_ngp(n=N_FRAMES, size=SIZE), storage="host")
-    dm._ensure_device(torch.device("cpu"))
+    dm.ensure_device(torch.device("cpu"))
     host = dm.train_pixels.host
     assert host is not None
     assert dm.train_pixels.pixels.data_ptr() == host.pixels.data_ptr()

@@ -62,14 +62,11 @@ def _rotation_vector(r: np.ndarray) -> np.ndarray:
     return v * (angle / (2 * math.sin(angle))) if angle > 1e-12 else v / 2
 
 
-def _train(
-    path: Path, steps: int, rays: int, background: str = "auto", **components
-) -> tuple[NeRFModule, NeRFDataModule, float]:
+def _train(path: Path, steps: int, rays: int, **components) -> tuple[NeRFModule, NeRFDataModule, float]:
     torch.manual_seed(0)
     dm = NeRFDataModule(
-        path=str(path), batch_size=rays, steps_per_epoch=steps, cache_dir=str(path / "cache"),
-        train_background=background,
-    )  # fmt: skip
+        path=str(path), batch_size=rays, steps_per_epoch=steps, cache_dir=str(path / "cache")
+    )
     dm.setup("fit")
     model = NeRFModule(
         field=functools.partial(
@@ -88,7 +85,6 @@ def _train(
             gradient_scaling_distance=None,
             ops_backend="torch",
         ),
-        alpha_weight=0.0,
         save_val_images=False,
         lpips=False,
         n_train_views=dm.n_train_views,
@@ -208,8 +204,8 @@ def exposure_runs(exposed: tuple[Path, np.ndarray]) -> dict[str, tuple[NeRFModul
     appearance = functools.partial(PerViewExposure, enabled=True)
     # Random training backgrounds pin the opacity (as for photographs): over a fixed white one a view
     # could also be brightened by making light surfaces transparent.
-    off = _train(path, 120, 512, background="random")
-    return {"off": off, "on": _train(path, 120, 512, background="random", appearance=appearance)}
+    off = _train(path, 120, 512)
+    return {"off": off, "on": _train(path, 120, 512, appearance=appearance)}
 
 
 def test_exposure_recovers_known_gains_and_renders_held_out_views_better(

@@ -20,15 +20,14 @@ QUIET = dict(logger=False, enable_progress_bar=False, enable_model_summary=False
 
 
 def train_tiny(
-    path: Path, steps: int, rays: int = 512, background: str = "random", seed: int = 0, **components: Any
+    path: Path, steps: int, rays: int = 512, seed: int = 0, **components: Any
 ) -> tuple[NeRFModule, NeRFDataModule]:
     """``steps`` steps of ``rays`` rays on the capture at ``path``; ``components``: NeRFModule's
     ``camera_opt`` / ``appearance`` / ``heldout_fit``."""
     torch.manual_seed(seed)
     dm = NeRFDataModule(
-        path=str(path), batch_size=rays, steps_per_epoch=steps, cache_dir=str(path / "cache"),
-        train_background=background,
-    )  # fmt: skip
+        path=str(path), batch_size=rays, steps_per_epoch=steps, cache_dir=str(path / "cache")
+    )
     dm.setup("fit")
     model = NeRFModule(
         field=functools.partial(
@@ -47,7 +46,6 @@ def train_tiny(
             gradient_scaling_distance=None,
             ops_backend="torch",
         ),
-        alpha_weight=0.0,
         save_val_images=False,
         lpips=False,
         n_train_views=dm.n_train_views,

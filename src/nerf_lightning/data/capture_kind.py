@@ -1,6 +1,6 @@
 """What a capture's images are: renders over a transparent background, or photographs.
 
-The training recipe of ``data.pixel_jitter=auto`` / ``data.train_background=auto`` follows from it,
+The training recipe of ``data.pixel_jitter=auto`` follows from it,
 and it is decided from the pixels, never from the file layout: many COLMAP-to-Blender converters
 write photographs as ``transforms_train.json`` / ``transforms_test.json``, and renders can come as an
 instant-ngp ``transforms.json``.
@@ -8,11 +8,12 @@ instant-ngp ``transforms.json``.
 ``render``
     The training images carry an alpha channel and at least :data:`MIN_TRANSPARENT_FRACTION` of their
     pixels are transparent (alpha below :data:`TRANSPARENT_ALPHA`): an object rendered over an empty
-    background, as the NeRF-synthetic scenes. Trained through the pixel centres over the evaluation
-    background (nerfacc's lego recipe).
+    background, as the NeRF-synthetic scenes. Trained through the pixel centres (nerfacc's lego recipe).
 ``photo``
     Everything else: no alpha channel, or an alpha channel that is (almost) everywhere opaque.
-    Trained through random points of each pixel over random background colours (instant-ngp).
+    Trained through random points of each pixel (instant-ngp).
+
+Both train over random background colours (``data/ray_batches.py``).
 
 The test reads the decoded uint8 pixels already in memory (a regular subsample of at most
 :data:`MAX_SAMPLES` of them), so it costs no second decode.

@@ -4,10 +4,7 @@ Batches (what ``on_after_batch_transfer`` hands the LightningModule):
 
 training ``dict``:
     ``rays_o`` [R, 3] f32, ``rays_d`` [R, 3] f32 unit (NGP space), ``rgb`` [R, 3] f32 target (RGBA
-    captures: composited over ``background``), ``background`` [R, 3] (``data.train_background``: random
-    colours for photographs, the evaluation background for renders), ``alpha`` [R] f32 (the target
-    pixels' alpha, only when the model's opacity loss reads it, ``TrainingFeedback.alpha_targets``, on
-    images that carry alpha),
+    captures: composited over ``background``), ``background`` [R, 3] (a random colour per ray),
     ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler: the full-resolution pixel
     the ray goes through).
 validation / test ``dict`` (one whole held-out view):
@@ -82,8 +79,8 @@ class NeRFDataModule(L.LightningDataModule):
             launch instead of ~40, the batch lands in the same buffers every step), ``true`` or
             ``false``.
         image_workers / cache_dir: parallel decoding and the uint8 image cache.
-        pixel_jitter / train_background: the training recipe, ``true|false|auto`` and
-            ``random|eval|auto`` (``data/ray_batches.py``; ``auto``: as :attr:`capture_kind` says).
+        pixel_jitter: training rays through random points of their pixels or their centres,
+            ``true|false|auto`` (``data/ray_batches.py``; ``auto``: as :attr:`capture_kind` says).
         aabb_scale: override the capture's ``aabb_scale`` (outer box and occupancy cascades); ``None``
             keeps the value of the transforms file (or the format's default).
         feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback` (the train app
@@ -119,7 +116,6 @@ class NeRFDataModule(L.LightningDataModule):
             int | None, PowerOfTwo(), Range(high=128), Note("null: the capture's own")
         ] = None,
         pixel_jitter: bool | Literal["auto"] = "auto",
-        train_background: Literal["random", "eval", "auto"] = "auto",
         feedback: Annotated[TrainingFeedback | None, Injected("the train app: the run's feedback")] = None,
         shard: Annotated[bool | Literal["auto"], Note("auto: with several ranks")] = "auto",
         storage: Literal["auto", "device", "host"] = "auto",
@@ -129,12 +125,10 @@ class NeRFDataModule(L.LightningDataModule):
         check_arguments(NeRFDataModule, locals())
         self._placement = {"shard": shard, "storage": storage, "storage_fraction": storage_fraction}
         self._pixel_jitter_cfg = pixel_jitter
-        self._train_background_cfg = train_background
         #: renders or photographs, decided from the training images by setup() (``data/capture_kind.py``)
         self.capture_kind: CaptureKind | None = None
         #: the training recipe, resolved by setup() (``auto``: from :attr:`capture_kind`)
         self.pixel_jitter: bool | None = None
-        self.train_background: str | None = None
         self._eval_bg: Tensor | None = None
         #: the run's clock and what the model and the callbacks report to and read of this DataModule
         self.feedback = feedback if feedback is not None else TrainingFeedback()
@@ -230,9 +224,7 @@ class NeRFDataModule(L.LightningDataModule):
 
     def _resolve_recipe(self, kind: CaptureKind) -> None:
         self.capture_kind = kind
-        self.pixel_jitter, self.train_background = resolve_recipe(
-            kind, self._pixel_jitter_cfg, self._train_background_cfg
-        )
+        self.pixel_jitter = resolve_recipe(kind, self._pixel_jitter_cfg)
 
     @property
     def aabb_scale(self) -> int:
@@ -276,9 +268,8 @@ class NeRFDataModule(L.LightningDataModule):
         return "test" if self.capture.test else "val"
 
     def eval_background(self, device: torch.device) -> Tensor:
-        """The capture's evaluation background, float32 [3] on ``device``, made once per device (the
-        training batch graph reads it under ``data.train_background=eval``: no host-to-device copy
-        may run inside the capture, whose eager warm-up makes it). Read-only."""
+        """The capture's evaluation background, float32 [3] on ``device``, made once per device.
+        Read-only."""
         assert self.capture is not None
         bg = self._eval_bg
         if bg is None or bg.device != device:
@@ -360,9 +351,7 @@ class NeRFDataModule(L.LightningDataModule):
         Their ``view_ids`` are global training views."""
         pixels, sampler = self.train_pixels, self.sampler
         assert pixels is not None and sampler is not None and self.pixel_jitter is not None
-        background = None if self.train_background == "random" else self.eval_background(pixels.device)
-        jitter, alpha = self.pixel_jitter, self.feedback.alpha_targets
-        return pixels.rays(sampler, n_rays, pixel_jitter=jitter, eval_background=background, with_alpha=alpha)
+        return pixels.rays(sampler, n_rays, pixel_jitter=self.pixel_jitter)
 
     def val_batch(self, view: int) -> dict[str, Any]:
         """All pixels of validation view ``view`` (row-major), composited over the eval background."""

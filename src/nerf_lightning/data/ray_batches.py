@@ -22,21 +22,18 @@ __all__ = ["image_batch", "resolve_recipe", "training_rays"]
 
 log = logging.getLogger(__name__)
 
-def resolve_recipe(kind: CaptureKind, pixel_jitter: bool | str, train_background: str) -> tuple[bool, str]:
-    """``(pixel_jitter, train_background)`` as configured; ``auto``: renders train through the pixel
-    centres over the evaluation background (nerfacc's lego recipe), photographs through random points
-    of their pixels over random colours (instant-ngp), as ``kind`` (from the training images) says."""
+def resolve_recipe(kind: CaptureKind, pixel_jitter: bool | str) -> bool:
+    """``data.pixel_jitter`` as configured; ``auto``: renders train through the pixel centres (nerfacc's
+    lego recipe), photographs through random points of their pixels (instant-ngp), as ``kind`` (from the
+    training images) says."""
     jitter = (not kind.is_render) if pixel_jitter == "auto" else bool(pixel_jitter)
-    auto_background = "eval" if kind.is_render else "random"
-    background = auto_background if train_background == "auto" else train_background
     log.info(
-        "capture kind: %s (%s); training rays through %s, over %s",
+        "capture kind: %s (%s); training rays through %s, over random backgrounds",
         kind.kind,
         kind.reason,
         "random points of their pixels" if jitter else "the pixel centres",
-        "random backgrounds" if background == "random" else "the evaluation background",
     )
-    return jitter, background
+    return jitter
 
 
 def training_rays(
@@ -45,20 +42,18 @@ def training_rays(
     n_rays: int,
     *,
     pixel_jitter: bool,
-    eval_background: Tensor | None,
-    with_alpha: bool,
     shard: ShardDraw | None = None,
     host: HostPixels | None = None,
 ) -> dict[str, Any]:
-    """Draw ``n_rays`` training rays of ``views`` on their device (no host sync).
+    """Draw ``n_rays`` training rays of ``views`` on their device (no host sync), each over a random
+    background colour (as instant-ngp): the target is its pixel composited over that colour, so
+    leftover transparency is charged and the field renders the same over whatever background
+    evaluation uses. On renders this beat training over the evaluation background, with or without a
+    loss on the opacity (docs/benchmarks/2026-12-07.md); on opaque photographs the colour never shows.
 
     Args:
         pixel_jitter: rays through uniformly random points of their pixels (a photograph's pixel
             integrates light over its area); else through the pixel centres, where evaluation renders.
-        eval_background: the colour under every ray, float32 [3]; ``None``: a random colour per ray
-            (as instant-ngp: on opaque RGB targets leftover transparency is penalized, so the field
-            learns to be opaque and renders the same over whatever background evaluation uses).
-        with_alpha: the batch carries the target pixels' ``alpha`` (RGBA images).
         shard: ``views`` are this rank's shard of the training views (``data.shard``), drawn from the
             sampler's distribution restricted to them; the batch's ``view_ids`` stay global.
         host: ``views``' pixels held on the host (``data.storage=host``), gathered there.
@@ -70,15 +65,12 @@ def training_rays(
         uy = torch.rand(n_rays, device=device)
     else:
         ux = uy = torch.full((n_rays,), 0.5, device=device)
-    if eval_background is None:
-        background = torch.rand(n_rays, 3, device=device)
-    else:
-        background = eval_background.expand(n_rays, 3).contiguous()
+    background = torch.rand(n_rays, 3, device=device)
     if pixels is not None:
         px, py = ix.float() + ux, iy.float() + uy
-        batch = views.batch(local, ix, iy, px, py, background, with_alpha, pixels=pixels)
+        batch = views.batch(local, ix, iy, px, py, background, pixels=pixels)
     else:
-        batch = views.train_rays(local, ix, iy, ux, uy, background, with_alpha=with_alpha)
+        batch = views.train_rays(local, ix, iy, ux, uy, background)
     batch["view_ids"] = view_ids
     return batch
 

@@ -97,8 +97,8 @@ class Capture:
     aabb_scale: int = 1
     scale: float = 0.33
     offset: tuple[float, float, float] = (0.5, 0.5, 0.5)
-    #: images carry alpha: composited over the training background (``data.train_background``),
-    #: evaluated over ``eval_background``.
+    #: images carry alpha: composited over a random colour per training ray, evaluated over
+    #: ``eval_background``.
     has_alpha: bool = False
     eval_background: tuple[float, float, float] = (1.0, 1.0, 1.0)
     test: list[Frame] = field(default_factory=list)
