@@ -37,7 +37,7 @@ test: setup
 
 ## Reproductions of real-capture failures on generated data and the longest end-to-end trainings (minutes on a CPU; CI runs them after `test`).
 test-repro: setup
-	$(PY) -m pytest -q -m "repro and not cuda" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "repro and not cuda" --durations 15 $(TEST_WORKERS) $(PYTEST_ARGS)
 
 ## Speed and CPU-time assertions (marker timing): meaningful on an idle machine only (no other jobs, 2+ cores).
 test-timing: setup

@@ -73,14 +73,17 @@ def _torchrun(cwd: Path, rdzv_id: str, env: dict[str, str]):  # noqa: ANN202 - (
     return agent, cwd / "outputs" / "runs" / "train" / f"torchrun-{rdzv_id}", log
 
 
-def test_a_killed_rank_restarts_the_group_from_its_checkpoint(tiny_scene: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def restarted(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str, dict]:
+    """The job with rank 1 killed once the first ``last.ckpt`` exists: (run folder, the checkpoint's step
+    at the kill, the agent's log, metrics.json)."""
     import shutil
 
     from .conftest import clean_env
 
+    tmp_path = tmp_path_factory.mktemp("restart")
     shutil.copytree(tiny_scene, tmp_path / "scene")
-    env = clean_env(**AGENT_ENV)
-    agent, run, log = _torchrun(tmp_path / "restarted", "job51", env)
+    agent, run, log = _torchrun(tmp_path / "restarted", "job51", clean_env(**AGENT_ENV))
     try:
         deadline = time.monotonic() + 240
         killed = None
@@ -104,6 +107,11 @@ def test_a_killed_rank_restarts_the_group_from_its_checkpoint(tiny_scene: Path, 
         _kill_node(agent)
     text = log.read_text()
     assert code == 0, text[-4000:]
+    return run, killed, text, json.loads((run / "metrics.json").read_text())
+
+
+def test_a_killed_rank_restarts_the_group_from_its_checkpoint(restarted) -> None:
+    run, killed, _, metrics = restarted
     assert [p.name for p in run.parent.iterdir()] == ["torchrun-job51"]  # one run folder
     train_log = (run / "train.log").read_text()
     # two attempts in one log; the second continues from the checkpoint's step, not from step 0
@@ -111,14 +119,18 @@ def test_a_killed_rank_restarts_the_group_from_its_checkpoint(tiny_scene: Path, 
     assert f"resuming from {run / 'checkpoints' / 'last.ckpt'}" in train_log
     assert "pytorch/pytorch#135712" not in train_log  # the agent has the fix: no warning
     assert f"resume: finishing step {killed} " in train_log, train_log
-    metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["steps"] == STEPS / 2  # optimizer steps of large_batch on 2 ranks, as uninterrupted
     assert read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == STEPS / 2
     # the first attempt's training time is counted in: the run was continued, not started again
     assert metrics["time/train_s"] > metrics["time/train_s_this_process"], metrics
 
-    # the same job without a kill
-    agent, ref_run, ref_log = _torchrun(tmp_path / "uninterrupted", "job51", env)
+
+@pytest.mark.repro  # a second two-rank run of the job: make test-repro
+def test_the_restarted_job_reaches_the_psnr_of_an_uninterrupted_one(restarted) -> None:
+    from .conftest import clean_env
+
+    run, _, _, metrics = restarted
+    agent, ref_run, ref_log = _torchrun(run.parents[4] / "uninterrupted", "job51", clean_env(**AGENT_ENV))
     try:
         agent.join(timeout=300)
     finally:

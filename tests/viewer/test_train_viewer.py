@@ -23,6 +23,8 @@ from .conftest import stop, wait_for_line
 
 pytestmark = pytest.mark.slow
 
+#: from x = -1 towards the unit cube, image up = +z: the scene's objects are in view
+FRONT = np.array([[0, 0, 1, -1.0], [-1, 0, 0, 0.5], [0, -1, 0, 0.5], [0, 0, 0, 1]])
 _STEP = r"\*\*(training|paused|stopping|finished)\*\* · step ([\d,]+)"
 
 
@@ -114,6 +116,9 @@ def test_a_paused_run_waits_without_a_busy_loop(tiny_scene: Path, tmp_path: Path
     proc, log, url = _train_with_viewer(tiny_scene, tmp_path)
     try:
         client = HeadlessClient(url)
+        # a page that shows a view (its controls all arrived), as a user pauses
+        client.send_camera(FRONT, 0.8, 32, 24)
+        client.wait_complete(0, timeout_s=120)
         paused_at = _paused_at(client, proc, log)
         cpu0 = _cpu_seconds(proc.pid)
         time.sleep(3.0)  # the window measured
