@@ -65,7 +65,7 @@ def _first_step_grads(scene: Path, compose_cfg, accumulate: int, batch: dict[str
 
     dm.on_after_batch_transfer = micro_batch
     torch.manual_seed(0)
-    model, _ = build_model(cfg, dm)  # as the train app: this render's default opacity loss reads the alpha
+    model, _ = build_model(cfg, dm)  # as the train app builds it
     grads = _Grads()
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=[grads], logger=False)
     trainer.fit(model, datamodule=dm)
