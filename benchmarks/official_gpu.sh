@@ -97,11 +97,12 @@ screen)
     ngp_pid=$!
     build_extension
     STEPS=${STEPS:-20400}
-    # In lane order: the first three side by side with instant-ngp, then the next two. Candidates against
-    # the plateau past a minute, where the field fits its training views and not the test views
-    # (docs/benchmarks/2026-12-07.md); the screen of 2026-12-07 ran, at 20,400 steps, the training
+    # In lane order: the first three side by side with instant-ngp, then the next three. The opacity loss
+    # beside random backgrounds (never measured together on a GPU), then candidates against the plateau
+    # past a minute, where the field fits its training views and not the test views
+    # (docs/benchmarks/2026-12-07.md). The screen of 2026-12-07 ran, at 20,400 steps, the training
     # background, the opacity loss at 1.0, a 2^21 table and a tenth of the occupancy threshold.
-    DEFAULT_CANDIDATES="default=;t18=model.field.encoding.log2_hashmap_size=18"
+    DEFAULT_CANDIDATES="default=;alpha_0.1=model.alpha_weight=0.1;t18=model.field.encoding.log2_hashmap_size=18"
     DEFAULT_CANDIDATES+=";res1024=model.field.encoding.max_resolution=1024;sh3=model.field.sh_degree=3"
     DEFAULT_CANDIDATES+=";decay_03=model.scheduler.decay_start=0.3"
     IFS=';' read -r -a cands <<<"${CANDIDATES:-$DEFAULT_CANDIDATES}"

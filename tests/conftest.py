@@ -40,13 +40,6 @@ def compose_cfg(tmp_path: Path):
     HydraConfig.instance().cfg = None  # a composed multirun config would make later tests "in a sweep"
 
 
-@pytest.fixture(scope="session")
-def tiny_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from nerf_lightning.data.synthetic import generate_scene
-
-    out = tmp_path_factory.mktemp("scene") / "tiny"
-    generate_scene(out, n_views=24, width=40, height=40, supersample=2)
-    return out
 
 
 @contextmanager
@@ -60,18 +53,40 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder every process of this test session shares: under pytest-xdist the one all workers'
+    temporary folders sit in."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def tiny_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 24-view 40x40 generated scene, made once per session at one path for every worker: the shared
+    training's capture (``trained_run``) is then the very folder each test names, so a command that
+    continues that run names its capture as the run did."""
+    from nerf_lightning.data.synthetic import generate_scene
+
+    shared = _session_folder(tmp_path_factory)
+    out = shared / "tiny_scene" / "tiny"
+    with _locked(shared / "tiny_scene.lock"):
+        if not (shared / "tiny_scene.done").is_file():
+            generate_scene(out, n_views=24, width=40, height=40, supersample=2)
+            (shared / "tiny_scene.done").write_text("")
+    return out
+
+
 @pytest.fixture(scope="session")
 def trained_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float]]:
     """(run folder, final metrics) of one short training, shared by the e2e and the entry-point tests,
     which only read it. Trained once per session: under pytest-xdist the first worker that needs it trains
     it into the folder all workers' temporary folders sit in, the others wait for it and read it (its
-    capture is that worker's tiny scene: every worker generates the same one)."""
+    capture is the session's one ``tiny_scene``)."""
     import torch
 
     from nerf_lightning.apps.train import train
 
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    shared = _session_folder(tmp_path_factory)
     run_dir, done = shared / "trained_run", shared / "trained_run.json"
     with _locked(shared / "trained_run.lock"):
         if done.is_file():

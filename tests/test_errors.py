@@ -47,19 +47,28 @@ def test_user_errors_of_train_are_one_line(compose_cfg, tiny_scene: Path, capsys
     assert "ckpt_path=/no/run/last.ckpt: no such checkpoint" in line
 
 
-@pytest.mark.parametrize("override", ["model.alpha_weight=0.1", "data.train_background=eval"])
-def test_a_removed_key_is_one_line_naming_what_replaced_it(compose_cfg, capsys, override: str) -> None:
-    """The opacity loss and training over the evaluation background lost to random training backgrounds
-    on lego's published protocol and were removed: an override of either is one line, and a
-    checkpoint's stored config that holds them loads without them."""
+def test_the_opacity_loss_on_photographs_is_a_user_error(compose_cfg, tmp_path: Path, capsys) -> None:
+    """``model.alpha_weight`` needs images with alpha: on opaque photographs the run stops before training."""
+    from nerf_lightning.data.synthetic import generate_scene
+
+    photos = generate_scene(tmp_path / "phone", n_views=9, width=24, height=20, supersample=1, rig="phone")
+    overrides = (f"data.path={photos.parent}", "model.alpha_weight=0.5", "logger=none", "accelerator=cpu")
+    cfg = compose_cfg(*overrides)
+    line = _user_error_line(capsys, lambda: train(cfg))
+    assert f"model.alpha_weight=0.5: the training images of {photos.parent} carry no alpha channel" in line
+    assert not (Path(cfg.paths.output_dir) / "checkpoints").exists()
+
+
+def test_the_removed_training_background_is_one_line(compose_cfg, capsys) -> None:
+    """``data.train_background`` (the evaluation background lost to random colours on lego's published
+    protocol) is one line naming why; a checkpoint's stored config that holds it loads without it."""
     from nerf_lightning.run.config import drop_removed_keys
 
-    key = override.split("=")[0]
-    line = _user_error_line(capsys, lambda: compose_cfg(override, "logger=none"))
-    assert line.startswith(f"error: {key}: no longer exists: "), line
-    assert "random" in line and "docs/benchmarks/2026-12-07.md" in line
-    stored = {"model": {"alpha_weight": 0.1, "loss": "huber"}, "data": {"train_background": "eval", "x": 1}}
-    assert drop_removed_keys(stored) == {"model": {"loss": "huber"}, "data": {"x": 1}}
+    line = _user_error_line(capsys, lambda: compose_cfg("data.train_background=eval", "logger=none"))
+    assert line.startswith("error: data.train_background: no longer exists: every training ray is over a ")
+    assert "docs/benchmarks/2026-12-07.md" in line
+    stored = {"data": {"train_background": "eval", "downscale": 2}, "model": {"alpha_weight": "auto"}}
+    assert drop_removed_keys(stored) == {"data": {"downscale": 2}, "model": {"alpha_weight": "auto"}}
 
 
 def test_bugs_keep_their_traceback() -> None:

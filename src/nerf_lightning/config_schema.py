@@ -5,7 +5,7 @@ annotates each parameter with its type and, through :data:`typing.Annotated`, th
 
     batch_size: Annotated[int, Range(low=1), Note("rays per step")] = 65536
     aabb_scale: Annotated[int | None, PowerOfTwo(), Range(high=128), Note("null: the capture's own")]
-    pixel_jitter: bool | Literal["auto"] = "auto"
+    alpha_weight: Annotated[float | Literal["auto"], Range(low=0)] = "auto"
     resolution: Annotated[int, Range(low=2), MultipleOf(2), Formerly("model.grid_resolution")] = 128
     feedback: Annotated[TrainingFeedback | None, Injected("the train app: the run's feedback")] = None
 

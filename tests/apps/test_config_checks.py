@@ -39,7 +39,12 @@ NO_DATA = "data.path=/no/such/capture"
         ("overwrite=maybe", "overwrite=maybe: expected true or false"),
         ("resume=sometimes", "resume=sometimes: expected one of never, auto"),
         ("grad_exchange=fp16", "grad_exchange=fp16: expected one of fp32, bf16"),
-        ("model.distortion_weight=-1", "model.distortion_weight=-1: expected a number >= 0"),
+        (
+            "model.alpha_weight=sometimes",
+            "model.alpha_weight=sometimes: expected a number >= 0 or auto "
+            "(auto: 0.1 on renders, 0 on photographs)",
+        ),
+        ("model.alpha_weight=-1", "model.alpha_weight=-1: expected a number >= 0 or auto"),
         ("devices=4", "devices=4: strategy=single trains on one device; for 4 processes use strategy=ddp"),
         ("devices=two", "devices=two: expected auto, a number of devices >= 1"),
     ],

@@ -89,6 +89,7 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     assert len(dm.train_set.frames) == n_views - len(range(0, n_views, 8))  # every 8th held out
     assert dm.train_set.undistortion.enabled == (capture == "scene")
     dm.ensure_device(torch.device("cpu"))
+    dm.feedback.alpha_targets = True  # as a model with model.alpha_weight > 0 says it reads
     torch.manual_seed(0)
     b = dm.train_batch(512)
     assert b["rays_o"].shape == (512, 3) and b["rgb"].shape == (512, 3)
@@ -101,7 +102,8 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     expected = rgba[:, :3] * alpha + b["background"].double().numpy() * (1 - alpha)
     np.testing.assert_allclose(b["rgb"].double().numpy(), expected, rtol=0, atol=1e-6)
     assert (alpha < 1).any() and (alpha > 0).any()  # both object and background pixels drawn
-    assert "alpha" not in b  # what training reads of the alpha is the composite above
+    # the pixels' own alpha, the target of model.alpha_weight's opacity loss
+    np.testing.assert_allclose(b["alpha"].double().numpy(), alpha[:, 0], rtol=0, atol=1e-6)
     # every ray goes through its own pixel, at a random position inside it (area-averaged targets)
     frac = _assert_rays_land_in_their_pixels(scene, dm, "train", b)
     assert frac.std(axis=0).min() > 0.2  # spread over the pixel, not through one fixed point
@@ -163,7 +165,7 @@ def test_auto_recipe_follows_the_images_not_the_layout(
     for key in ("rays_o", "rays_d", "rgb", "background"):
         torch.testing.assert_close(auto[key], spelled[key], rtol=0, atol=0)
     assert not torch.equal(auto["rays_d"], flipped["rays_d"])
-    assert "alpha" not in auto  # training batches carry the composite, not the alpha
+    assert "alpha" not in auto  # only for the opacity loss (TrainingFeedback.alpha_targets)
     # an explicit value wins over the images'
     dm, _ = _batch_with_seed(path, tmp_path, pixel_jitter=other["pixel_jitter"])
     assert dm.pixel_jitter == other["pixel_jitter"]
@@ -229,10 +231,59 @@ def test_unknown_sampler_name_is_a_clear_error() -> None:
         NeRFDataModule(sampler="nope")
 
 
-def test_a_held_out_views_alpha_is_its_images_alpha(scene: Path, tmp_path: Path) -> None:
-    """A held-out view's ``alpha`` (what ``psnr_ngp`` and ``psnr_black`` composite with) is its image's
-    alpha: renders have background and object."""
-    dm, _ = _batch_with_seed(scene, tmp_path)
+@pytest.mark.parametrize(
+    ("capture", "weight"),
+    [("scene", 0.1),  # RGBA renders over a transparent background, instant-ngp transforms.json
+     ("blender_photos", 0.0),  # opaque photographs in Blender split files
+     ("opaque_rgba_capture", 0.0)],  # RGBA files whose alpha is 255 everywhere
+)
+def test_the_opacity_loss_auto_is_on_for_renders_only(
+    capture: str,
+    weight: float,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``model.alpha_weight`` is 0 (off) by default on every capture; ``auto``, resolved where the train
+    app builds the model from the capture, is 0.1 for renders, whose batches then carry the pixels' alpha
+    (the loss's target), and 0 for photographs, whose batches carry none."""
+    import hydra
+
+    from nerf_lightning.apps.train import build_model
+    from nerf_lightning.run.config import compose_train_config
+
+    path = request.getfixturevalue(capture)
+    default = compose_train_config([f"data.path={path}", "experiment=cpu"], tmp_path)
+    assert default.model.alpha_weight == 0.0
+    dm_default = hydra.utils.instantiate(default.data)
+    dm_default.setup("fit")
+    assert build_model(default, dm_default)[0].alpha_weight == 0.0 and not dm_default.feedback.alpha_targets
+    auto = [f"data.path={path}", "experiment=cpu", "data.batch_size=64", "model.alpha_weight=auto"]
+    cfg = compose_train_config(auto, tmp_path)
+    dm = hydra.utils.instantiate(cfg.data)
+    dm.setup("fit")
+    with caplog.at_level(logging.INFO, logger="nerf_lightning.train"):
+        model, _ = build_model(cfg, dm)
+    assert model.alpha_weight == weight and dm.feedback.alpha_targets == (weight > 0)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("opacity loss:")]
+    assert lines == [
+        f"opacity loss: model.alpha_weight=auto -> {weight:g} ("
+        + ("renders: empty space charged)" if weight else "photographs: no transparent pixels)")
+    ]
+    dm.ensure_device(torch.device("cpu"))
+    batch = dm.train_batch(64)
+    assert ("alpha" in batch) == (weight > 0)
+    if weight:  # the renders' own alpha: some background, some object
+        assert batch["alpha"].min() == 0.0 and batch["alpha"].max() == 1.0
+        assert len(model.step_inputs(batch)) == 6  # rays, targets, background, views, alpha
+
+
+def test_alphas_are_the_colours_alpha_channel(scene: Path, tmp_path: Path) -> None:
+    """``ViewSet.alphas`` (the fused GPU batch's ``alpha``) gathers what ``colors`` has in its 4th channel,
+    and a held-out view's ``alpha`` is its image's alpha: renders have background and object."""
+    dm, b = _batch_with_seed(scene, tmp_path)
+    ts, (views, ix, iy) = dm.train_set, (b["view_ids"], b["px"], b["py"])
+    torch.testing.assert_close(ts.alphas(views, ix, iy), ts.colors(views, ix, iy)[:, 3], rtol=0, atol=0)
     val = dm.val_batch(0)
     assert val["alpha"].shape == val["rgb"].shape[:1]
     assert val["alpha"].min() == 0.0 and val["alpha"].max() == 1.0

@@ -79,8 +79,10 @@ def test_accumulated_micro_batches_equal_one_batch(scene: Path, compose_cfg) -> 
     dm = build_datamodule(cfg)
     dm.prepare_data()
     dm.setup("fit")
+    dm.feedback.alpha_targets = True  # the batch carries the opacity loss's target, as the model asks
     torch.manual_seed(1)
     batch = dm.train_batch(256)
+    assert "alpha" in batch
     whole = _first_step_grads(scene, compose_cfg, 1, batch)
     for k in (2, 4):
         split = _first_step_grads(scene, compose_cfg, k, batch)

@@ -92,6 +92,31 @@ def test_graph_replay_with_pose_and_exposure_equals_eager_steps(precision) -> No
     assert float((exp_g - exp_e).norm() / exp_e.norm()) < 5e-3
 
 
+def test_graph_replay_with_the_opacity_loss_equals_eager_steps() -> None:
+    """``alpha_weight`` adds the rays' target alpha as a static input of the captured step."""
+    results = []
+    for graphed in (False, True):
+        step, _, _, _, (o, d, target, bg, view_ids) = _setup(seed=5)
+        step.alpha_weight = 0.5
+        alpha = torch.rand(o.shape[0], device=DEV, generator=torch.Generator(device=DEV).manual_seed(9))
+        params = list(step.field.parameters())
+        opt = torch.optim.Adam(params, lr=1e-2, eps=1e-15, fused=True)
+        args = (o, d, target, bg, view_ids, alpha)
+        fn = capture(step, args, "32-true", alias_gradients=True, share_inputs=True) if graphed else step
+        losses = []
+        for _ in range(3):
+            loss, *_ = fn(*args)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(float(loss))
+            alpha.mul_(0.5)  # the next batch's alpha, written in place as the batch graph does
+        results.append((losses, torch.cat([p.detach().reshape(-1) for p in params])))
+    (l_e, w_e), (l_g, w_g) = results
+    assert l_g == pytest.approx(l_e, rel=2e-3)
+    assert float((w_g - w_e).norm() / w_e.norm()) < 5e-3
+
+
 def test_step_with_pose_and_exposure_never_syncs_with_the_host() -> None:
     step, cam, exposure, opt, args = _setup()
     loss, *_ = step(*args)  # first call: extension load, cuBLAS handles

@@ -46,6 +46,7 @@ def train_tiny(
             gradient_scaling_distance=None,
             ops_backend="torch",
         ),
+        alpha_weight=0.0,
         save_val_images=False,
         lpips=False,
         n_train_views=dm.n_train_views,

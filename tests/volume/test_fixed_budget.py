@@ -134,6 +134,26 @@ def test_budget_step_adds_the_distortion_loss_of_the_valid_rays() -> None:
     torch.testing.assert_close(regularized, plain + 0.5 * dist[valid].mean(), rtol=1e-5, atol=1e-7)
 
 
+def test_budget_step_adds_the_opacity_loss_of_the_valid_rays() -> None:
+    """``alpha_weight``: the mean over the valid rays of (opacity - alpha)^2, against the dynamic
+    renderer's opacity; the dropped rays' slots (opacity 0, any alpha) are left out."""
+    field, renderer, o, d, bg = _setup()
+    gen = torch.Generator().manual_seed(5)
+    target, alpha = torch.rand(24, 3, generator=gen), torch.rand(24, generator=gen)
+    kw = dict(sample_budget=300, march_budget=1200, n_rays_init=24, min_rays=2, jitter=False)
+    plain, _, valid, _ = TrainStep(field, renderer, "mse", **kw)(o, d, target, bg)
+    step = TrainStep(field, renderer, "mse", alpha_weight=0.5, **kw)
+    views = torch.zeros(24, dtype=torch.int64)
+    weighted, _, valid_a, _ = step(o, d, target, bg, views, alpha)
+    assert torch.equal(valid, valid_a) and 0 < int(valid.sum()) < 24
+    opacity = renderer.render_rays(field, o, d, bg, jitter=False).opacity[:, 0]
+    expected = ((opacity - alpha)[valid] ** 2).mean()
+    assert float(expected) > 1e-3
+    torch.testing.assert_close(weighted, plain + 0.5 * expected, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="alpha_weight > 0 needs the rays' target alpha"):
+        step(o, d, target, bg)
+
+
 def test_distortion_runs_through_the_renderers_ops(monkeypatch: pytest.MonkeyPatch) -> None:
     """The step calls ``distortion_loss`` of ``renderer.ops`` (the CUDA kernel on a GPU), never a
     reference function bound at import time."""

@@ -149,7 +149,9 @@ def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, di
     What the model takes from the capture: its box, and for the learned per-view poses / exposures the
     training views and their given poses (not stored: the state dict holds what the model keeps of
     them); the feedback it shares with the DataModule (the training clock of ``batch_rule``, where the
-    step's per-ray losses and this rank's work share go).
+    step's per-ray losses and this rank's work share go). What the capture draws for
+    the model: the training pixels' alpha when the model's opacity loss (``model.alpha_weight``, ``auto``:
+    renders only) is on (the model says so through the feedback).
     """
     model_kwargs = {
         "aabb_scale": datamodule.aabb_scale,
@@ -162,6 +164,16 @@ def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, di
         train_poses=datamodule.train_poses,
         feedback=datamodule.feedback,
     )
+    opacity_loss = model.alpha_weight > 0
+    if cfg.model.get("alpha_weight") == "auto":  # the choice and why, as setup logs the recipe's
+        photo = datamodule.is_photograph
+        why = "photographs: no transparent pixels" if photo else "renders: empty space charged"
+        log.info("opacity loss: model.alpha_weight=auto -> %g (%s)", model.alpha_weight, why)
+    if opacity_loss and not datamodule.has_alpha:
+        raise UserError(
+            f"model.alpha_weight={cfg.model.alpha_weight}: the training images of {cfg.data.path} carry no "
+            "alpha channel, and the opacity loss needs one (RGBA renders); set model.alpha_weight=0"
+        )
     return model, model_kwargs
 
 

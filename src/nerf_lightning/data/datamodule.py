@@ -5,6 +5,8 @@ Batches (what ``on_after_batch_transfer`` hands the LightningModule):
 training ``dict``:
     ``rays_o`` [R, 3] f32, ``rays_d`` [R, 3] f32 unit (NGP space), ``rgb`` [R, 3] f32 target (RGBA
     captures: composited over ``background``), ``background`` [R, 3] (a random colour per ray),
+    ``alpha`` [R] f32 (the target pixels' alpha, only when the model's opacity loss reads it,
+    ``TrainingFeedback.alpha_targets``, on images that carry alpha),
     ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler: the full-resolution pixel
     the ray goes through).
 validation / test ``dict`` (one whole held-out view):
@@ -351,7 +353,8 @@ class NeRFDataModule(L.LightningDataModule):
         Their ``view_ids`` are global training views."""
         pixels, sampler = self.train_pixels, self.sampler
         assert pixels is not None and sampler is not None and self.pixel_jitter is not None
-        return pixels.rays(sampler, n_rays, pixel_jitter=self.pixel_jitter)
+        jitter, alpha = self.pixel_jitter, self.feedback.alpha_targets
+        return pixels.rays(sampler, n_rays, pixel_jitter=jitter, with_alpha=alpha)
 
     def val_batch(self, view: int) -> dict[str, Any]:
         """All pixels of validation view ``view`` (row-major), composited over the eval background."""

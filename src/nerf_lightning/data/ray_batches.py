@@ -42,18 +42,20 @@ def training_rays(
     n_rays: int,
     *,
     pixel_jitter: bool,
+    with_alpha: bool,
     shard: ShardDraw | None = None,
     host: HostPixels | None = None,
 ) -> dict[str, Any]:
     """Draw ``n_rays`` training rays of ``views`` on their device (no host sync), each over a random
     background colour (as instant-ngp): the target is its pixel composited over that colour, so
     leftover transparency is charged and the field renders the same over whatever background
-    evaluation uses. On renders this beat training over the evaluation background, with or without a
-    loss on the opacity (docs/benchmarks/2026-12-07.md); on opaque photographs the colour never shows.
+    evaluation uses. On renders this beat training over the evaluation background
+    (docs/benchmarks/2026-12-07.md); on opaque photographs the colour never shows.
 
     Args:
         pixel_jitter: rays through uniformly random points of their pixels (a photograph's pixel
             integrates light over its area); else through the pixel centres, where evaluation renders.
+        with_alpha: the batch carries the target pixels' ``alpha`` (RGBA images).
         shard: ``views`` are this rank's shard of the training views (``data.shard``), drawn from the
             sampler's distribution restricted to them; the batch's ``view_ids`` stay global.
         host: ``views``' pixels held on the host (``data.storage=host``), gathered there.
@@ -68,9 +70,9 @@ def training_rays(
     background = torch.rand(n_rays, 3, device=device)
     if pixels is not None:
         px, py = ix.float() + ux, iy.float() + uy
-        batch = views.batch(local, ix, iy, px, py, background, pixels=pixels)
+        batch = views.batch(local, ix, iy, px, py, background, with_alpha, pixels=pixels)
     else:
-        batch = views.train_rays(local, ix, iy, ux, uy, background)
+        batch = views.train_rays(local, ix, iy, ux, uy, background, with_alpha=with_alpha)
     batch["view_ids"] = view_ids
     return batch
 

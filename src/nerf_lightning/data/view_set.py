@@ -50,15 +50,17 @@ class ViewSet:
         return pixel_rays(self.poses[view_ids], self.intrinsics[view_ids], px, py, model=self.camera_model)
 
     def train_rays(
-        self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor
-    ) -> dict[str, Tensor]:
+        self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor,
+        with_alpha: bool = False,
+    ) -> dict[str, Tensor]:  # fmt: skip
         """:meth:`batch` at the sub-pixel positions ``(ix + ux, iy + uy)``. On a GPU with the CUDA
         extension, pinhole and tabulated (distorted) cameras take one kernel (``ops.cuda.training_rays``)
         instead of about 25 small ones; :meth:`batch` is its contract and test oracle."""
         fused = self._fused_rays(view_ids, ix, iy, ux, uy, background)
         if fused is not None:
-            return training_batch(*fused, background, view_ids, ix, iy, None)
-        return self.batch(view_ids, ix, iy, ix.float() + ux, iy.float() + uy, background)
+            alpha = self.alphas(view_ids, ix, iy) if with_alpha and self.channels == 4 else None
+            return training_batch(*fused, background, view_ids, ix, iy, alpha)
+        return self.batch(view_ids, ix, iy, ix.float() + ux, iy.float() + uy, background, with_alpha)
 
     def _fused_rays(
         self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor
@@ -102,6 +104,10 @@ class ViewSet:
         """RGB(A) in [0, 1], [R, C] f32, of integer pixels."""
         return self.pixels[self._flat(view_ids, ix, iy)].float() / 255.0
 
+    def alphas(self, view_ids: Tensor, ix: Tensor, iy: Tensor) -> Tensor:
+        """Alpha in [0, 1], [R] f32, of integer pixels of RGBA images (:meth:`colors`' last channel,
+        gathered alone)."""
+        return self.pixels[self._flat(view_ids, ix, iy), 3].float() / 255.0
 
     def _flat(self, view_ids: Tensor, ix: Tensor, iy: Tensor) -> Tensor:
         """Rows of :attr:`pixels` of integer pixels (ix, iy) of views ``view_ids``."""

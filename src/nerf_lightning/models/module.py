@@ -31,7 +31,16 @@ from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.heldout_fit import HeldoutFit, HeldoutScores
 from nerf_lightning.models.metrics import METRICS, ViewMetrics
 from nerf_lightning.models.per_view import build_if_enabled
-from nerf_lightning.models.train_step import StepStats, TrainStep, autocast_for, capture, train_step
+from nerf_lightning.models.train_step import (
+    AlphaWeight,
+    StepStats,
+    TrainStep,
+    autocast_for,
+    batch_alpha,
+    capture,
+    resolve_alpha_weight,
+    train_step,
+)
 from nerf_lightning.run.strategies import fsdp_full_copy, full_parameters
 from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.volume.occupancy import OccupancyGrid, all_reduce_max
@@ -71,6 +80,11 @@ class NeRFModule(FastHookNames, L.LightningModule):
         loss: ``huber`` (instant-ngp's NeRF default, delta 0.1) or ``mse``.
         distortion_weight: weight of mip-NeRF 360's distortion loss (mean over the rays) added to the
             photometric loss; 0 leaves it out.
+        alpha_weight: weight of the opacity loss, the mean over the rays of ``(opacity - alpha)^2``
+            against the training images' alpha (the batch's ``alpha``: captures whose images carry
+            alpha only). 0 (off) by default: random training backgrounds already charge faint density in
+            empty space. ``auto``: ``RENDER_ALPHA_WEIGHT`` of ``train_step.py`` for renders, 0 for
+            photographs. The resolved weight: :attr:`alpha_weight`.
         cuda_graph: ``auto`` (capture the budgeted step as CUDA graphs on a GPU, except under FSDP,
             whose parameters are re-gathered every step), ``true`` or ``false``.
         jitter: shift each training ray's first sample by a random fraction of a step.
@@ -87,7 +101,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
         n_train_views: training views of the capture (``train`` passes it): the per-view components' sizes.
         train_poses: float [V, 3, 4] NGP-space given poses of the training views (``train`` passes
             them; the camera corrections' gauge). None when the state is loaded from a checkpoint next.
-        photograph: whether the capture is photographs (the per-view components' ``enabled: auto``).
+        photograph: whether the capture is photographs (``enabled`` and ``alpha_weight``: auto).
         heldout_fit: the fair held-out protocol's switch and budget (``models/heldout_fit.py``), in the
             evaluation passes outside ``fit`` (the final evaluation, ``eval``). None: its defaults.
         feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback`, shared with the
@@ -112,6 +126,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
         loss: Literal["huber", "mse"] = "huber",
         huber_delta: Annotated[float, Range(above=0)] = 0.1,
         distortion_weight: Annotated[float, Range(low=0)] = 0.0,
+        alpha_weight: AlphaWeight = 0.0,
         cuda_graph: Annotated[bool | Literal["auto"], Note("auto: on a GPU, not under FSDP")] = "auto",
         jitter: bool = True,
         sigterm_check_every: Annotated[int, Range(low=1)] = 100,
@@ -134,6 +149,8 @@ class NeRFModule(FastHookNames, L.LightningModule):
         self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "feedback", "heldout_fit"])
         self.field = field(aabb_scale=aabb_scale)
         self.renderer = (renderer or build_renderer)(aabb_scale=aabb_scale)
+        #: the opacity loss's weight, ``model.alpha_weight`` resolved (0: off, the batches carry no alpha)
+        self.alpha_weight = resolve_alpha_weight(alpha_weight, photograph)
         # Learned per-training-view state: submodules (state dict, parameters, DDP) only when enabled.
         self.camera_opt: CameraOptimizer | None = build_if_enabled(
             camera_opt, n_views=n_train_views, poses=train_poses, photograph=photograph
@@ -149,6 +166,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
             huber_delta,
             jitter=jitter,
             distortion_weight=distortion_weight,
+            alpha_weight=self.alpha_weight,
             camera_opt=self.camera_opt,
             appearance=self.appearance,
         )
@@ -158,6 +176,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.feedback = feedback if feedback is not None else TrainingFeedback()
+        self.feedback.alpha_targets = self.alpha_weight > 0  # the batches carry the opacity loss's target
         self.clock = self.feedback.clock
         self.metrics = nn.ModuleDict({"val": ViewMetrics(lpips=lpips), "test": ViewMetrics(lpips=lpips)})
         #: stage ("val" / "test") -> last ViewMetrics.compute() result of that stage (rank 0 has all views)
@@ -249,11 +268,13 @@ class NeRFModule(FastHookNames, L.LightningModule):
 
     def step_inputs(self, batch: dict[str, Any]) -> tuple[Tensor, ...]:
         """The training step's inputs from a training batch: rays, targets and background, then the
-        rays' views when per-view components read them (``train_step_fn``'s signature, static inputs of
-        its CUDA graph)."""
+        rays' views when per-view components or the opacity loss read them, then the rays' ``alpha``
+        when the opacity loss is on (``train_step_fn``'s signature, static inputs of its CUDA graph)."""
         args = (batch["rays_o"], batch["rays_d"], batch["rgb"], batch["background"])
-        if self.view_components:
+        if self.view_components or self.alpha_weight > 0:
             args = (*args, batch["view_ids"])
+        if self.alpha_weight > 0:
+            args = (*args, batch_alpha(batch))
         return args
 
     def _use_cuda_graph(self) -> bool:

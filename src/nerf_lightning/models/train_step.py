@@ -1,7 +1,7 @@
 """The training forward: rays -> loss, one path for every configuration.
 
 :class:`TrainStep` applies the per-view corrections, renders, and computes the loss, the optional
-distortion term and the step's statistics. With a sample budget (``model.step``'s
+distortion and opacity terms and the step's statistics. With a sample budget (``model.step``'s
 default, instant-ngp's and nerfacc's 2^18 samples per step) the shapes are static: the batch holds
 ``R`` ray slots, the first ``n_active`` are marched, and the renderer keeps rays in order while their
 samples fit. After each call ``n_active`` is re-estimated *on the device* from the measured samples
@@ -20,21 +20,29 @@ from torch import Tensor, nn
 
 from nerf_lightning.config_keys import check_arguments
 from nerf_lightning.config_schema import Formerly, Injected, KeysOf, Note, Range
-from nerf_lightning.volume.renderer import Renderer, SampleBudget, ray_distortion
+from nerf_lightning.volume.renderer import Renderer, SampleBudget, opacity_error, ray_distortion
 
 __all__ = [
+    "RENDER_ALPHA_WEIGHT",
     "THROUGHPUT_HEADROOM",
     "StepStats",
     "TrainStep",
     "autocast_for",
+    "batch_alpha",
     "capture",
     "holds_tcnn",
+    "resolve_alpha_weight",
     "train_step",
     "warm_capture_stream",
 ]
 
 #: Under batch_rule=throughput a rank may take up to this many times its even share of the budget.
 THROUGHPUT_HEADROOM = 1.5
+#: ``model.alpha_weight=auto`` on renders: trained over white (the render recipe until 2026-12-07), lego
+#: over black gained 7.4 dB at 20k steps for no loss over white
+#: (docs/investigations/2026-12-03-empty-space-in-renders.md); photographs have no transparent pixels to
+#: learn from.
+RENDER_ALPHA_WEIGHT = 0.1
 
 
 class StepStats(NamedTuple):
@@ -58,7 +66,7 @@ class StepStats(NamedTuple):
 
 
 class TrainStep(nn.Module):
-    """``forward(rays_o, rays_d, target, background[, view_ids])``
+    """``forward(rays_o, rays_d, target, background[, view_ids[, alpha]])``
     ``-> (loss, per_ray_loss, ray_valid, stats)``.
 
     Args:
@@ -75,6 +83,9 @@ class TrainStep(nn.Module):
         jitter: randomize each ray's first sample (training; off only for exact comparisons).
         distortion_weight: weight of mip-NeRF 360's distortion loss (``ops.distortion_loss`` of the
             renderer's ops, mean over the valid rays) added to the loss; 0 leaves it out of the step.
+        alpha_weight: weight of the opacity loss, the mean over the valid rays of ``(opacity - alpha)^2``
+            against ``forward``'s ``alpha`` [R] (the training images' alpha), added to the loss; 0
+            leaves it out of the step.
         camera_opt: learned pose corrections (``models/camera_opt.py``) applied to each ray by its
             ``view_ids`` entry before marching, or None.
         appearance: learned per-view exposure (``models/appearance.py``) applied to each ray's colour
@@ -118,6 +129,7 @@ class TrainStep(nn.Module):
         adapt_momentum: Annotated[float, Range(low=0, below=1)] = 0.5,
         jitter: Annotated[bool, Injected("NeRFModule: model.jitter")] = True,
         distortion_weight: Annotated[float, Injected("NeRFModule: model.distortion_weight")] = 0.0,
+        alpha_weight: Annotated[float, Injected("NeRFModule: model.alpha_weight resolved")] = 0.0,
         camera_opt: Annotated[nn.Module | None, Injected("NeRFModule: model.camera_opt")] = None,
         appearance: Annotated[nn.Module | None, Injected("NeRFModule: model.appearance")] = None,
     ) -> None:
@@ -142,6 +154,7 @@ class TrainStep(nn.Module):
         self.n_rays_init = int(n_rays_init)
         self.jitter = bool(jitter)
         self.distortion_weight = float(distortion_weight)
+        self.alpha_weight = float(alpha_weight)
         self.camera_opt = camera_opt
         self.appearance = appearance
         if self.budgeted:
@@ -202,10 +215,13 @@ class TrainStep(nn.Module):
         target: Tensor,
         background: Tensor,
         view_ids: Tensor | None = None,
+        alpha: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         ops = self.renderer.ops
         if view_ids is None and (self.camera_opt is not None or self.appearance is not None):
             raise ValueError("TrainStep: the per-view corrections need the rays' view_ids")
+        if alpha is None and self.alpha_weight > 0:
+            raise ValueError("TrainStep: alpha_weight > 0 needs the rays' target alpha")
         if self.camera_opt is not None:
             rays_o, rays_d = self.camera_opt(view_ids, rays_o, rays_d)
         budget = None
@@ -222,6 +238,10 @@ class TrainStep(nn.Module):
         if self.distortion_weight > 0:
             # the rays left out have no samples in the fixed layout: 0
             loss = loss + self.distortion_weight * ray_distortion(out, ops).sum() / n_valid
+        if self.alpha_weight > 0:
+            # dropped rays render opacity 0; their slots are left out as in the photometric loss
+            alpha_error = torch.where(valid, opacity_error(out, alpha), 0.0)
+            loss = loss + self.alpha_weight * alpha_error.sum() / n_valid
         if not self.budgeted:  # the renderer counted the samples
             counts = torch.stack([out.n_samples, out.n_samples_rendered]).to(torch.float64)  # type: ignore[list-item]
             return loss, per_ray, valid, torch.stack([aux[0], counts[0], counts[1], aux[1]])
@@ -283,8 +303,9 @@ def capture(
 
     Args:
         step: the training step, under a sample budget (static shapes).
-        sample_args: ``(rays_o, rays_d, target, background[, view_ids])`` (int64 ``view_ids`` [R]: the
-            rays' training views, read by the per-view corrections).
+        sample_args: ``(rays_o, rays_d, target, background[, view_ids[, alpha]])`` (int64 ``view_ids``
+            [R]: the rays' training views, read by the per-view corrections; float ``alpha`` [R]: their
+            target opacity, read by the opacity loss).
         precision: the Lightning precision string (autocast for capture and replay).
         alias_gradients: ``.grad`` of each parameter becomes the backward graph's output buffer
             itself (autograd takes over the tensor when ``.grad`` is None: zero the gradients with
@@ -352,3 +373,24 @@ def warm_capture_stream(module: nn.Module, args: tuple[Tensor, ...]) -> None:
         torch.autograd.grad(first, params, allow_unused=True)
     torch.cuda.current_stream().wait_stream(stream)
 
+
+#: ``model.alpha_weight``: the opacity loss's weight, or ``auto`` (:func:`resolve_alpha_weight`)
+AlphaWeight = Annotated[float | Literal["auto"], Range(low=0), Note("auto: 0.1 on renders, 0 on photographs")]
+
+
+def resolve_alpha_weight(alpha_weight: float | str, photograph: bool) -> float:
+    """``model.alpha_weight`` (:data:`AlphaWeight`, checked by ``NeRFModule``): a weight >= 0, or ``auto``
+    (:data:`RENDER_ALPHA_WEIGHT` for renders, 0 for photographs)."""
+    if alpha_weight == "auto":
+        return 0.0 if photograph else RENDER_ALPHA_WEIGHT
+    return float(alpha_weight)
+
+
+def batch_alpha(batch: dict[str, Any]) -> Tensor:
+    """The training batch's ``alpha`` [R], which ``model.alpha_weight`` needs."""
+    if "alpha" not in batch:
+        raise ValueError(
+            "model.alpha_weight > 0 needs the batch's alpha: images that carry alpha, drawn by a "
+            "DataModule that shares the model's TrainingFeedback (alpha_targets)"
+        )
+    return batch["alpha"]

@@ -19,7 +19,6 @@ from nerf_lightning.run.run_dir import register_resolvers
 
 _BATCH_RULE = "the batch rule is the config group batch_rule=auto|per_device|large_batch|throughput"
 _RESEARCH = "measured and removed (docs/benchmarks/2026-12-05.md)"
-_LEGO = "measured on lego's published protocol and removed (docs/benchmarks/2026-12-07.md)"
 
 #: Keys that were removed, and what to use instead: an override of one fails with this line, a
 #: checkpoint's stored config that holds one drops it (:func:`drop_removed_keys`). A record, kept by
@@ -44,8 +43,8 @@ REMOVED_KEYS: dict[str, str] = {
     "data.samplers.loss_weighted.error_map_resolution": f"the per-view error map was {_RESEARCH}",
     "model.mlp_weight_decay": f"the MLPs' L2 was {_RESEARCH}",
     "model.scheduler.warmup_steps": f"the learning-rate warm-up was {_RESEARCH}",
-    "model.alpha_weight": f"the opacity loss lost to random training backgrounds on renders, {_LEGO}",
-    "data.train_background": f"every training ray is over a random background colour, {_LEGO}",
+    "data.train_background": "every training ray is over a random background colour: the evaluation "
+    "background lost on lego's published protocol and was removed (docs/benchmarks/2026-12-07.md)",
 }
 
 _OVERRIDE = re.compile(r"^([+~]{0,2})([^=]*)(.*)$", re.S)

@@ -58,6 +58,10 @@ class TrainingFeedback:
 
     def __init__(self, clock: TrainingClock | None = None) -> None:
         self.clock = clock if clock is not None else TrainingClock()
+        #: whether training batches carry the target pixels' ``alpha`` (RGBA images only): the model's
+        #: opacity loss (``model.alpha_weight``) reads it, and says so at construction (else no batch
+        #: pays for the gather)
+        self.alpha_targets = False
         #: this rank's share of the work under ``batch_rule=throughput`` (mean 1 over the ranks);
         #: the DataModule's rays per step follow it when the step has no sample budget
         self.work_scale = 1.0

@@ -31,6 +31,7 @@ __all__ = [
     "build_renderer",
     "SampleBudget",
     "render_counts",
+    "opacity_error",
     "ray_distortion",
 ]
 
@@ -437,6 +438,12 @@ def ray_distortion(out: RenderedRays, ops: Any | None = None) -> Tensor:
     """
     ops = get_ops("auto") if ops is None else ops
     return ops.distortion_loss(out.weights, out.t_starts, out.t_ends, out.ray_indices, out.packed_info)
+
+
+def opacity_error(out: RenderedRays, alpha: Tensor) -> Tensor:
+    """Squared error [R] of a render result's opacity against the target ``alpha`` [R] (the opacity
+    loss of ``model.alpha_weight``), differentiable."""
+    return (out.opacity.reshape(-1) - alpha).square()
 
 
 def render_counts(out: RenderedRays) -> dict[str, Tensor]:
