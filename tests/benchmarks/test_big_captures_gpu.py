@@ -76,7 +76,8 @@ def test_summary_sets_host_against_device_per_capture(tmp_path: Path) -> None:
                                          "auto": "host"}}  # fmt: skip
 
 
-@pytest.mark.slow
+# the whole script end to end on the CPU (tens of seconds): make test-repro, as CI runs it
+@pytest.mark.repro
 def test_the_gpu_script_runs_on_the_cpu(tmp_path: Path) -> None:
     from nerf_lightning.data.synthetic import generate_scene
 

@@ -106,7 +106,8 @@ def test_training_psnr_is_the_mean_of_the_last_logged_points(tmp_path: Path) -> 
     assert train_psnr(tmp_path / "nothing") == (None, None)
 
 
-@pytest.mark.slow
+# the whole script end to end on the CPU (tens of seconds): make test-repro, as CI runs it
+@pytest.mark.repro
 def test_the_gpu_script_runs_its_lanes_and_decides(tmp_path: Path) -> None:
     from nerf_lightning.data.synthetic import generate_scene
 

@@ -31,7 +31,8 @@ def official_split(scene: Path, test: tuple[int, ...] = (0, 4)) -> Path:
     return scene
 
 
-@pytest.mark.slow
+# the whole script end to end on the CPU (tens of seconds): make test-repro, as CI runs it
+@pytest.mark.repro
 def test_the_gpu_script_trains_exports_and_scores(tmp_path: Path) -> None:
     from nerf_lightning.data.synthetic import generate_scene
 
