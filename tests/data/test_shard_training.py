@@ -5,7 +5,7 @@ the variables Lightning's launcher gives the processes it starts (gloo on the CP
 
 - two ranks with shards, ``B`` rays each per step, against one process with ``2 B`` rays per step, the
   same steps (equal rays seen, ``batch_rule=per_device``: the same learning rate and schedules): the
-  held-out PSNRs agree within 0.3 dB;
+  mean held-out PSNR of three seeds of the two ranks is no more than 0.3 dB below one process's;
 - a checkpoint of two ranks resumes on one process, and one of one process on two ranks: the views are
   sharded again for the new ranks, and the sampler's state and the per-view corrections (poses,
   exposures) are the checkpoint's when training resumes;
@@ -121,19 +121,35 @@ PSNR_RUN = [
 ]
 
 
+#: every training ray is over a random background colour, so one 300-step run's PSNR moves with its seed:
+#: one process at seeds 42, 1, 2, 3 gave 21.60, 22.24, 21.85, 21.56 dB (2 busy cores, 2026-12-07), a
+#: spread a single pair of runs cannot be compared within 0.3 dB; the means of three seeds can. Two ranks
+#: drawing a quarter of their rays (half the rays one process sees) fell 0.38 dB below it
+PSNR_SEEDS = (42, 1, 2)
+MAX_MEAN_LOSS_DB = 0.3
+
+
 @pytest.mark.repro
 def test_two_sharded_ranks_reach_the_psnr_of_one_process(tiny_scene: Path, tmp_path: Path) -> None:
     data = f"data.path={tiny_scene}"
-    one = _train(tmp_path / "one", 1, *PSNR_RUN, data, f"data.batch_size={2 * RAYS}")
-    two = _train(tmp_path / "two", 2, *PSNR_RUN, data, f"data.batch_size={RAYS}", "data.shard=true")
-    (r0, r1), (whole,) = _probes(tmp_path / "two", 2, 0), _probes(tmp_path / "one", 1, 0)
+    ones, twos = [], []
+    for seed in PSNR_SEEDS:
+        run = tmp_path / f"seed{seed}"
+        common = [*PSNR_RUN, data, f"seed={seed}"]
+        ones.append(_train(run / "one", 1, *common, f"data.batch_size={2 * RAYS}"))
+        twos.append(_train(run / "two", 2, *common, f"data.batch_size={RAYS}", "data.shard=true"))
+    first = tmp_path / f"seed{PSNR_SEEDS[0]}"
+    (r0, r1), (whole,) = _probes(first / "two", 2, 0), _probes(first / "one", 1, 0)
     n_train = len(whole["held"])  # 21 views of one size: 11 on rank 0, 10 on rank 1
     assert sorted(torch.cat([r0["held"], r1["held"]]).tolist()) == list(range(n_train))  # disjoint
     assert (r0["pixels"], r1["pixels"]) == (whole["pixels"] * 11 // 21, whole["pixels"] * 10 // 21)
-    assert one["steps"] == two["steps"] == PSNR_STEPS
-    assert one["val/psnr"] > 17.0, one  # it trained (untrained: about 11 dB)
-    # measured on 2 busy cores (2026-12-05, Intel Xeon): 22.61 dB one process, 22.48 dB two ranks
-    assert abs(two["val/psnr"] - one["val/psnr"]) < 0.3, (one["val/psnr"], two["val/psnr"])
+    assert {run["steps"] for run in ones + twos} == {PSNR_STEPS}
+    one_psnr, two_psnr = [run["val/psnr"] for run in ones], [run["val/psnr"] for run in twos]
+    assert min(one_psnr) > 17.0, one_psnr  # it trained (untrained: about 11 dB)
+    # measured on 2 busy cores (2026-12-07): one process 21.60, 22.24, 21.85 dB (mean 21.90), two ranks
+    # 22.01, 22.47, 21.61 dB (mean 22.03); with a quarter of the rays per rank 21.51, 21.64, 21.42 dB
+    gap = sum(two_psnr) / len(two_psnr) - sum(one_psnr) / len(one_psnr)
+    assert gap > -MAX_MEAN_LOSS_DB, (one_psnr, two_psnr)
 
 
 # ------------------------------------------------------------------------------- another world
