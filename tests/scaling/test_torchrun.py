@@ -106,7 +106,12 @@ def _wait(proc: mp.Process, timeout: float) -> int | None:
 def _start_node_death(scene: Path, tmp_path: Path) -> tuple[list[mp.Process], list[Path]]:
     """Two nodes that train far longer than anyone waits (the survivor can only stop by failing)."""
     port = free_port()
-    args = [f"data.path={scene}", "trainer.max_steps=100000", *TINY_RUN]
+    # last.ckpt every 4th step: its file is the sign that the ranks are inside the training loop
+    every_4 = [
+        "callbacks.last_checkpoint.every_n_seconds=0",
+        "callbacks.last_checkpoint.check_every_n_steps=4",
+    ]
+    args = [f"data.path={scene}", "trainer.max_steps=100000", *TINY_RUN, *every_4]
     logs = [tmp_path / f"node{n}.log" for n in range(2)]
     return [_agent(n, port, "job43", tmp_path, logs[n], *args) for n in range(2)], logs
 
@@ -116,15 +121,15 @@ def _node_death(nodes: list[mp.Process], logs: list[Path], result: dict) -> None
     codes and how long the survivor took to exit, or ``error``."""
     try:
         deadline = time.monotonic() + 180
-        while not any("Starting with 2 processes" in p.read_text() for p in logs if p.exists()):
+        run_root = logs[0].parent
+        while not any(run_root.rglob("last.ckpt")):  # the group formed and trained 4 steps
             if not all(n.is_alive() for n in nodes):
                 result["error"] = "a node exited before training started"
                 return
             if time.monotonic() > deadline:
-                result["error"] = "the two nodes never formed a process group"
+                result["error"] = "the two nodes never trained 4 steps together"
                 return
             time.sleep(0.2)
-        time.sleep(1.0)  # into the training loop
         if not all(n.is_alive() for n in nodes):
             result["error"] = "a node exited before it was killed"
             return
