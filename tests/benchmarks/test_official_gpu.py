@@ -1,7 +1,7 @@
 """``benchmarks/official_gpu.sh`` (lego on its published protocol) on the CPU: its usage line, and its table
-reader on run folders whose numbers are known. The script itself was tried end to end on the 2-core CPU with
-tiny settings (the command is in docs/benchmarks/2026-12-07.md); a run of it takes minutes, too long for the
-suite."""
+reader on run folders whose numbers are known. The script itself ran its three modes on one H100 on
+2026-12-07 (docs/benchmarks/2026-12-07.md) after a CPU try with tiny settings (``TRAIN_ARGS``); a run of
+it takes minutes, too long for the suite."""
 
 from __future__ import annotations
 
