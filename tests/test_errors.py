@@ -114,6 +114,21 @@ def test_entry_point_prints_one_line_to_stderr_and_the_log(tmp_path: Path) -> No
     assert "no such file" in (tmp_path / "a" / "eval.log").read_text()  # and in the job's log
 
 
+def test_a_removed_key_on_the_command_line_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """The command line's keys are read before Hydra starts: a removed key is refused there, by the same
+    one line and status as a bad value, and no run folder is made."""
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    run = tmp_path / "run"
+    proc = fork_app("train", "data.train_background=white", f"hydra.run.dir={run}", cwd=tmp_path, log=out,
+                    err_log=err)  # fmt: skip
+    proc.join(timeout=120)
+    stderr = err.read_text()
+    assert proc.exitcode == EXIT_USER_ERROR, stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("error: data.train_background: no longer exists: ")
+    assert not run.exists()
+
+
 def test_hydra_full_error_re_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     from nerf_lightning.errors import UserError
 

@@ -121,9 +121,10 @@ def hydra_app(
     failed: list[int] = []
 
     def main() -> None:
-        argv = normalize_argv(sys.argv[1:], positional, open_nodes)
-        if prepare_argv is not None:
-            argv = prepare_argv(argv)
+        with user_errors():  # a removed or misspelt key is one line, before Hydra starts
+            argv = normalize_argv(sys.argv[1:], positional, open_nodes)
+            if prepare_argv is not None:
+                argv = prepare_argv(argv)
         sys.argv = [sys.argv[0], *argv]
         failed.clear()
         run()
