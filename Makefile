@@ -10,8 +10,8 @@ PYTEST_ARGS ?=
 # Two pytest-xdist workers, each test file on one worker (its fixtures built once); TEST_WORKERS= runs
 # the suite in one process.
 TEST_WORKERS ?= -n 2 --dist loadfile
-# make test-repro's tests are a few long trainings whose modules share little: each test goes to the
-# worker that is free (work stealing), so the walk's 7-minute comparison no longer holds a queue of others
+# make test-repro's tests are a few long trainings whose modules share little: tests, not whole files, go
+# to the worker that is free (work stealing), so the walk's comparison (minutes) holds at most one test back
 REPRO_WORKERS ?= -n 2 --dist worksteal
 # `make bench`: seconds of training per time point, on a GPU and on the CPU preset without one.
 GPU_CHECKPOINTS := 5,15,60,300

@@ -121,7 +121,7 @@ def hydra_app(
     failed: list[int] = []
 
     def main() -> None:
-        with user_errors():  # a removed or misspelt key is one line, before Hydra starts
+        with user_errors():  # a removed key is one line, before Hydra makes a run folder
             argv = normalize_argv(sys.argv[1:], positional, open_nodes)
             if prepare_argv is not None:
                 argv = prepare_argv(argv)
