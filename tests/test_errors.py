@@ -99,33 +99,30 @@ def test_a_failed_copy_names_the_file_written_and_the_key_of_the_app(capsys) -> 
     )
 
 
-def test_entry_point_prints_one_line_to_stderr_and_the_log(tmp_path: Path) -> None:
-    # the entry point's main() in a process of its own (forked: no interpreter start-up), as `python -m`
+def _refused_line(tmp_path: Path, app: str, *argv: str) -> str:
+    """Run ``python -m nerf_lightning.<app> argv...`` (forked: no interpreter start-up) and return the last
+    line of its stderr, after checking it exited with the bad-input status and printed no traceback."""
     out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    proc = fork_app("eval", "ckpt=/no/such.ckpt", f"hydra.run.dir={tmp_path / 'a'}", cwd=tmp_path, log=out,
-                    err_log=err)  # fmt: skip
+    proc = fork_app(app, *argv, cwd=tmp_path, log=out, err_log=err)
     proc.join(timeout=120)
     stderr = err.read_text()
     assert proc.exitcode == EXIT_USER_ERROR, stderr[-3000:]
     assert "Traceback" not in stderr
-    assert stderr.strip().splitlines()[-1] == (
-        "error: ckpt=/no/such.ckpt: no such file; expected a .ckpt file or a training run folder"
-    )
+    return stderr.strip().splitlines()[-1]
+
+
+def test_entry_point_prints_one_line_to_stderr_and_the_log(tmp_path: Path) -> None:
+    line = _refused_line(tmp_path, "eval", "ckpt=/no/such.ckpt", f"hydra.run.dir={tmp_path / 'a'}")
+    assert line == "error: ckpt=/no/such.ckpt: no such file; expected a .ckpt file or a training run folder"
     assert "no such file" in (tmp_path / "a" / "eval.log").read_text()  # and in the job's log
 
 
 def test_a_removed_key_on_the_command_line_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     """The command line's keys are read before Hydra starts: a removed key is refused there, by the same
     one line and status as a bad value, and no run folder is made."""
-    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     run = tmp_path / "run"
-    proc = fork_app("train", "data.train_background=white", f"hydra.run.dir={run}", cwd=tmp_path, log=out,
-                    err_log=err)  # fmt: skip
-    proc.join(timeout=120)
-    stderr = err.read_text()
-    assert proc.exitcode == EXIT_USER_ERROR, stderr[-3000:]
-    assert "Traceback" not in stderr
-    assert stderr.strip().splitlines()[-1].startswith("error: data.train_background: no longer exists: ")
+    line = _refused_line(tmp_path, "train", "data.train_background=white", f"hydra.run.dir={run}")
+    assert line.startswith("error: data.train_background: no longer exists: ")
     assert not run.exists()
 
 
