@@ -330,7 +330,7 @@ def test_turbo_colour_map() -> None:
 
 # ------------------------------------------------------------------------------------------- export
 def test_export_mesh_and_point_cloud(trained_run, app_cfg) -> None:
-    import trimesh
+    trimesh = pytest.importorskip("trimesh")
 
     run_dir, _ = trained_run
     cfg = app_cfg(

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("viser")
+
+
 from benchmarks import readers
 from benchmarks.experiments import EXPERIMENTS
 from benchmarks.viewer import compare_windows, print_report

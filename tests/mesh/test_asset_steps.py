@@ -6,6 +6,9 @@ import io
 
 import numpy as np
 import pytest
+
+pytest.importorskip("trimesh")
+
 import torch
 import trimesh
 

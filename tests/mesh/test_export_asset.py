@@ -10,6 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+pytest.importorskip("trimesh")
+
 import trimesh
 from hydra.core.global_hydra import GlobalHydra
 

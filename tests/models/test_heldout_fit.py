@@ -4,16 +4,18 @@ error gains nothing; the field is never touched."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
-from models.tiny_training import train_tiny, validate
+from models.tiny_training import tiny_module, train_tiny, validate
 from nerf_lightning.data.datamodule import NeRFDataModule
 from nerf_lightning.data.synthetic import generate_scene
-from nerf_lightning.models.camera_opt import so3_exp
+from nerf_lightning.models.appearance import PerViewExposure
+from nerf_lightning.models.camera_opt import CameraOptimizer, so3_exp
 from nerf_lightning.models.heldout_fit import HeldoutFit, fit_view
 from nerf_lightning.models.metrics import ViewMetrics
 
@@ -149,6 +151,45 @@ def test_a_validation_while_training_never_fits(tmp_path_factory: pytest.TempPat
         assert scored.update_count == fitted, stage
         model.metrics["val"].reset()
         scored.reset()
+
+
+def test_a_restored_model_fits_under_the_inference_mode_of_an_evaluation(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """``eval`` builds the model, loads its weights and validates under ``torch.inference_mode()``, so
+    the first renders (the plain score's) run there; the fit after them needs autograd for the view's
+    correction. The restored model scores what the trained one in memory scores (the final evaluation
+    of ``train``, whose first renders ran while training), and the field is not touched."""
+    out = tmp_path_factory.mktemp("fit") / "restored"
+    path = generate_scene(out, n_views=N_VIEWS, width=16, height=16, supersample=1).parent
+    components = dict(
+        camera_opt=functools.partial(CameraOptimizer, enabled=True),
+        appearance=functools.partial(PerViewExposure, enabled=True),
+        heldout_fit={"enabled": True, "steps": 3, "rays": 64},
+    )
+    model, dm = train_tiny(path, 2, rays=64, **components)
+    trained = validate(model, path)
+    restored = tiny_module(dm, **components)
+    restored.load_state_dict(model.state_dict())
+    weights = {k: v.clone() for k, v in restored.state_dict().items()}
+    calls: list[tuple[bool, bool, bool]] = []  # (inference mode, grad mode, table requires grad)
+    restored.field.encoding.register_forward_pre_hook(
+        lambda m, _: calls.append(
+            (torch.is_inference_mode_enabled(), torch.is_grad_enabled(), m.params.requires_grad)
+        )
+    )
+    evaluated = validate(restored, path)
+    assert calls[0] == (True, False, True)  # the plain render first, under inference mode
+    fitting = [c for c in calls if c[1]]
+    assert fitting and all(c == (False, True, False) for c in fitting)  # autograd on, the field frozen
+    assert evaluated["val/psnr_fitted"] == pytest.approx(trained["val/psnr_fitted"], abs=1e-5)
+    assert evaluated["val/ssim_fitted"] == pytest.approx(trained["val/ssim_fitted"], abs=1e-6)
+    assert evaluated["val/psnr"] == pytest.approx(trained["val/psnr"], abs=1e-5)
+    # the fit moved the view's own correction, not the field: its scores differ from the plain ones
+    assert evaluated["val/psnr_fitted"] != pytest.approx(evaluated["val/psnr"], abs=1e-3)
+    for name, value in restored.state_dict().items():
+        assert torch.equal(value, weights[name]), name
+    assert all(p.grad is None and p.requires_grad for p in restored.field.parameters())
 
 
 def test_bad_budgets_are_named() -> None:

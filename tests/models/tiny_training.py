@@ -25,11 +25,25 @@ def train_tiny(
     """``steps`` steps of ``rays`` rays on the capture at ``path``; ``components``: NeRFModule's
     ``camera_opt`` / ``appearance`` / ``heldout_fit``."""
     torch.manual_seed(seed)
-    dm = NeRFDataModule(
-        path=str(path), batch_size=rays, steps_per_epoch=steps, cache_dir=str(path / "cache")
-    )
+    dm = NeRFDataModule(path=str(path), batch_size=rays, steps_per_epoch=steps, cache_dir=str(path / "cache"))
     dm.setup("fit")
-    model = NeRFModule(
+    model = tiny_module(dm, **components)
+    trainer = L.Trainer(
+        max_steps=steps, enable_checkpointing=False, num_sanity_val_steps=0, limit_val_batches=0, **QUIET
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        trainer.fit(model, datamodule=dm)
+    finally:
+        torch.set_num_threads(threads)
+    return model, dm
+
+
+def tiny_module(dm: NeRFDataModule, **components: Any) -> NeRFModule:
+    """The small model of :func:`train_tiny` for the capture ``dm`` has set up for ``fit``, untrained
+    (``components`` as there)."""
+    return NeRFModule(
         field=functools.partial(
             NGPField,
             encoding=dict(n_levels=8, log2_hashmap_size=14, max_resolution=256, backend="torch"),
@@ -55,16 +69,6 @@ def train_tiny(
         feedback=dm.feedback,
         **components,
     )
-    trainer = L.Trainer(
-        max_steps=steps, enable_checkpointing=False, num_sanity_val_steps=0, limit_val_batches=0, **QUIET
-    )
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        trainer.fit(model, datamodule=dm)
-    finally:
-        torch.set_num_threads(threads)
-    return model, dm
 
 
 def validate(model: NeRFModule, path: Path, split: str = "val") -> dict[str, float]:

@@ -1,4 +1,7 @@
-"""The viewer's tests: a `view` process on the shared short training, and helpers to talk to it."""
+"""The viewer's tests: a `view` process on the shared short training, and helpers to talk to it.
+
+Importable without viser (the viewer's package): the modules that need it skip at their top, the
+fixtures below when they are asked for."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -17,9 +21,10 @@ from runs import fork_app
 
 from nerf_lightning.run.restore import load_run
 from nerf_lightning.video.camera_paths import camera_rays
-from nerf_lightning.viewer.browser_camera import ViewCamera
 from nerf_lightning.viewer.ports import next_free_port
-from nerf_lightning.viewer.scene import SceneInfo
+
+if TYPE_CHECKING:
+    from nerf_lightning.viewer.browser_camera import ViewCamera
 
 #: the `view` process's frame sizes: small, for a CPU under load
 MAX_SIZE, PREVIEW_SIZE = 48, 16
@@ -56,6 +61,8 @@ class Scene:
     """The trained run's model and cameras, to render the frames the viewer should show."""
 
     def __init__(self, run_dir: Path) -> None:
+        from nerf_lightning.viewer.scene import SceneInfo
+
         run = load_run(run_dir)
         self.capture = run.load_capture()
         self.info = SceneInfo.of(self.capture)
@@ -64,6 +71,8 @@ class Scene:
 
     def view(self, i: int, canvas: tuple[int, int]) -> ViewCamera:
         """Training view ``i`` seen through a browser canvas of ``canvas`` (width, height) pixels."""
+        from nerf_lightning.viewer.browser_camera import ViewCamera
+
         w, h = canvas
         return ViewCamera(self.info.poses[i], float(self.info.fov_y[i]), w / h, max(w, h))
 
@@ -85,6 +94,7 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 @pytest.fixture(scope="module")
 def scene(trained_run) -> Scene:  # noqa: ANN001
+    pytest.importorskip("viser")
     return Scene(trained_run[0])
 
 
@@ -92,6 +102,7 @@ def scene(trained_run) -> Scene:  # noqa: ANN001
 def viewer(trained_run, tmp_path_factory) -> Iterator[dict]:  # noqa: ANN001
     """A ``python -m nerf_lightning.view`` process on the shared run: its URL, folder, log and process.
     It listens on every interface (``host=0.0.0.0``): its printed URL carries the token it requires."""
+    pytest.importorskip("viser")
     run_dir, _ = trained_run
     out = tmp_path_factory.mktemp("view")
     port = next_free_port("0.0.0.0", 7300 + os.getpid() % 1000)

@@ -8,6 +8,9 @@ import urllib.error
 import urllib.request
 
 import pytest
+
+pytest.importorskip("viser")
+
 import viser
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect

@@ -9,6 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest.importorskip("viser")
+
+
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.errors import UserError
 from nerf_lightning.video.camera_paths import look_at, read_nerfstudio_path

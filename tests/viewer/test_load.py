@@ -16,8 +16,11 @@ import statistics
 import time
 from types import SimpleNamespace
 
-import msgspec
 import pytest
+
+pytest.importorskip("viser")
+
+import msgspec
 import torch
 from viser import __version__ as viser_version
 from viser import _messages as messages

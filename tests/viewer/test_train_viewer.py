@@ -13,6 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+pytest.importorskip("viser")
+
 from runs import TINY_TRAIN, child_env, fork_app
 from websockets.exceptions import InvalidStatus
 

@@ -11,7 +11,7 @@ import torch
 from nerf_lightning.callbacks import throughput
 from nerf_lightning.callbacks.throughput import ThroughputMonitor
 from nerf_lightning.viewer.callback import ViewerCallback, next_validation_step
-from nerf_lightning.viewer.panels import TrainingStatus
+from nerf_lightning.viewer.status import TrainingStatus
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,9 @@ from pathlib import Path
 import imageio.v3 as iio
 import numpy as np
 import pytest
+
+pytest.importorskip("viser")
+
 from hydra.core.global_hydra import GlobalHydra
 from runs import fork_app
 from websockets.exceptions import InvalidStatus

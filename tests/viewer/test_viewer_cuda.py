@@ -9,6 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+pytest.importorskip("viser")
+
 import torch
 from runs import fork_app
 

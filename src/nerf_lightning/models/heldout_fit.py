@@ -16,8 +16,10 @@ Per held-out view, with a fixed budget (:class:`HeldoutFit`, ``model.heldout_fit
   is relative to the field's neutral exposure) start at zero;
 - ``steps`` Adam steps, each on ``rays`` pixels drawn (seeded) from the fitted region, rendered
   differentiably (``Renderer.render_rays``, no jitter), mean squared error; the rates decay
-  log-linearly to ``final_factor`` of their start. The gradients reach only the correction
-  (``torch.autograd.grad``): the field's parameters and their ``.grad`` are never touched;
+  log-linearly to ``final_factor`` of their start. The field is frozen meanwhile (its parameters
+  require no gradient until the fit ends) and the gradients reach only the correction
+  (``torch.autograd.grad``): the field's parameters and their ``.grad`` are never touched. The fit
+  runs with autograd on (outside ``torch.inference_mode()``, under which evaluation passes render);
 - the whole image is rendered with the fitted correction (``evaluation.render_view``).
 
 With ``exposure`` on, the fit sees the left half of the image (columns ``< W // 2``) and the score is
@@ -28,6 +30,8 @@ stays the headline for runs without corrections.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -151,7 +155,7 @@ def fit_view(
     """
     h, w = int(batch["height"]), int(batch["width"])
     # evaluation runs under inference mode: the fit needs autograd, and tensors that may be saved for it
-    with torch.inference_mode(False), torch.enable_grad():
+    with torch.inference_mode(False), torch.enable_grad(), _frozen(field):
         rays_o, rays_d = batch["rays_o"].clone(), batch["rays_d"].clone()
         target, background = batch["rgb"].clone().float(), batch["background"].clone()
         device = rays_o.device
@@ -191,6 +195,20 @@ def fit_view(
         gain = exposure.gains()[0].tolist() if exposure is not None else [1.0, 1.0, 1.0]
     scored = slice(w // 2, w) if fit.exposure else slice(0, w)
     return FittedView(view["rgb"][:, scored], view["gt"][:, scored], rotation_deg, translation, gain)
+
+
+@contextmanager
+def _frozen(module: nn.Module) -> Iterator[None]:
+    """``module``'s parameters require no gradient inside (those that did, again after): autograd
+    records nothing of them, and no backward computes their gradients."""
+    trainable = [p for p in module.parameters() if p.requires_grad]
+    for p in trainable:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in trainable:
+            p.requires_grad_(True)
 
 
 def _loss(

@@ -116,17 +116,23 @@ class LevelTables:
 
     def on(self, device: torch.device) -> tuple[Tensor, ...]:
         if device not in self._cache:
+            self._cache[device] = self._build(device)
+        return self._cache[device]
+
+    def _build(self, device: torch.device) -> tuple[Tensor, ...]:
+        # Normal tensors even when the first call runs under torch.inference_mode() (an evaluation
+        # pass): the held-out fit after it saves them for its backward, which inference tensors refuse.
+        with torch.inference_mode(False):
             sizes = [b - a for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)]
             res = torch.tensor(self.resolutions, dtype=torch.int64, device=device)
             size_t = torch.tensor(sizes, dtype=torch.int64, device=device)
-            self._cache[device] = (
+            return (
                 torch.tensor(self.scales, dtype=torch.float64, device=device),
                 res,
                 size_t,
                 torch.tensor(self.offsets[:-1], dtype=torch.int64, device=device),
                 res**3 <= size_t,
             )
-        return self._cache[device]
 
 
 def hash_encode_fused(x: Tensor, params: Tensor, tables: LevelTables) -> Tensor:

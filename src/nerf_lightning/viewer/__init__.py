@@ -4,7 +4,8 @@ controls when it runs inside ``train`` (``viewer=on``).
 
 - ``server.py``: the viser server, its browsers and the render loop;
 - ``progressive.py``: images rendered a chunk of rays at a time;
-- ``scene.py`` / ``panels.py``: what the page shows besides the rendered field;
+- ``scene.py`` / ``panels.py``: what the page shows besides the rendered field (``status.py``: the
+  training panel's numbers);
 - ``cameras.py`` / ``camera_path.py``: browser cameras and keyframes -> nerfstudio ``camera_path.json``;
 - ``callback.py``: the training callback; ``client.py``: a browser stand-in speaking viser's protocol;
 - ``ports.py``: a taken port is an error naming a free one; ``options.py``: what the viewer's keys hold.

@@ -40,8 +40,8 @@ from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.viewer.access import check_token
 from nerf_lightning.viewer.budget import BurstBudget
 from nerf_lightning.viewer.options import MaxSize, Port, PreviewSize
-from nerf_lightning.viewer.panels import TrainingStatus
 from nerf_lightning.viewer.ports import check_port
+from nerf_lightning.viewer.status import TrainingStatus
 
 __all__ = ["ViewerCallback", "next_validation_step"]
 

@@ -11,51 +11,20 @@ import logging
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import viser
 
 from nerf_lightning.errors import UserError
-from nerf_lightning.utils.units import si_number
 from nerf_lightning.viewer.browser_camera import c2w_of, wxyz_of
 from nerf_lightning.viewer.keyframes import Keyframe, nerfstudio_camera_path, write_camera_path
 from nerf_lightning.viewer.scene import SceneInfo
+from nerf_lightning.viewer.status import TrainingStatus
 
-__all__ = ["CameraPathPanel", "TrainingPanel", "TrainingStatus"]
+__all__ = ["CameraPathPanel", "TrainingPanel"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TrainingStatus:
-    """What the training panel shows (None: not known yet)."""
-
-    step: int
-    max_steps: int | None = None
-    loss: float | None = None
-    val_psnr: float | None = None
-    rays_per_s: float | None = None
-    state: str = "training"  # training | paused | stopping | finished
-    #: before the first validation: the PSNR of the latest logged training batch, and the step at
-    #: which the first held-out PSNR comes
-    train_psnr: float | None = None
-    first_val_step: int | None = None
-
-    def markdown(self) -> str:
-        def num(v: float | None, fmt: str) -> str:
-            return "–" if v is None or not math.isfinite(v) else format(v, fmt)
-
-        steps = f"{self.step:,}" + (f" / {self.max_steps:,}" if self.max_steps else "")
-        rays = "–" if self.rays_per_s is None else si_number(self.rays_per_s)  # as the progress bar
-        if self.val_psnr is not None or self.first_val_step is None:
-            psnr = f"held-out PSNR {num(self.val_psnr, '.2f')} dB"
-        else:  # validation may be minutes away: say when, and show the training batches' PSNR meanwhile
-            psnr = f"held-out PSNR at step {self.first_val_step:,}"
-            if self.train_psnr is not None and math.isfinite(self.train_psnr):
-                psnr = f"training PSNR {self.train_psnr:.2f} dB ({psnr})"
-        return f"**{self.state}** · step {steps}  \nloss {num(self.loss, '.5f')} · {psnr}  \nrays/s {rays}"
 
 
 class TrainingPanel:

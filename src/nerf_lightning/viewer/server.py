@@ -41,10 +41,11 @@ from nerf_lightning.mesh.extract import occupied_cells
 from nerf_lightning.viewer.access import TokenGate, gated, viewer_token
 from nerf_lightning.viewer.browser_camera import ViewCamera, wxyz_of
 from nerf_lightning.viewer.link import behind_limit, bytes_in_flight
-from nerf_lightning.viewer.panels import CameraPathPanel, TrainingPanel, TrainingStatus
+from nerf_lightning.viewer.panels import CameraPathPanel, TrainingPanel
 from nerf_lightning.viewer.ports import check_port
 from nerf_lightning.viewer.progressive import OUTPUTS, ChunkSizer, ImageRender, composite
 from nerf_lightning.viewer.scene import SceneInfo, SceneWidgets
+from nerf_lightning.viewer.status import TrainingStatus
 from nerf_lightning.volume.renderer import Renderer
 
 __all__ = ["RenderSource", "ViewerServer"]
