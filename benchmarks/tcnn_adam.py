@@ -50,7 +50,8 @@ class TcnnAdam(torch.optim.Optimizer):
         fused: bool | None = None,
     ) -> None:
         if lr <= 0 or eps < 0 or l2_reg < 0 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"TcnnAdam: lr > 0, eps >= 0, l2_reg >= 0, betas in [0, 1); got {lr, eps, l2_reg, betas}")
+            got = f"lr={lr}, eps={eps}, l2_reg={l2_reg}, betas={betas}"
+            raise ValueError(f"TcnnAdam: expected lr > 0, eps >= 0, l2_reg >= 0, betas in [0, 1); got {got}")
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "l2_reg": l2_reg})
 
     @torch.no_grad()
