@@ -36,6 +36,7 @@ Format summary
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -331,6 +332,11 @@ def load_capture(
     """
     path = Path(path)
     if not path.exists():
+        if path.is_symlink():  # exists() is False for a link whose target is missing or loops
+            raise CaptureError(
+                f"{path}: a symbolic link that leads to no file (a loop of links, or a missing target: "
+                f"{os.readlink(path)}); expected a directory with transforms.json"
+            )
         raise CaptureError(f"{path}: capture path does not exist (expected a directory with transforms.json)")
     if not isinstance(downscale, int) or isinstance(downscale, bool) or downscale < 1:
         raise CaptureError(f"{path}: downscale must be an integer >= 1, got {downscale!r}")
