@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nerf_lightning.data.formats import CaptureError, load_capture
@@ -280,8 +281,8 @@ def test_a_camera_a_million_units_away_or_a_focal_length_of_a_million_pixels_is_
     with pytest.raises(CaptureError) as err:
         load_capture(root)
     assert str(err.value) == (
-        f"{root / 'transforms.json'}: frame 1 (images/0001.png): 'transform_matrix' is not a camera pose "
-        "(its camera centre is 1e+30 units from the origin; expected at most 1e+06)"
+        f"{root / 'transforms.json'}: frame images/0001.png: its camera centre is 3.3e+29 scene units from "
+        "the scene's centre ('transform_matrix' times scale 0.33); expected at most 1e+06"
     )
     root = make_ngp(n=3, name="focal", header={"fl_x": 1e30})
     with pytest.raises(CaptureError) as err:
@@ -295,6 +296,14 @@ def test_a_camera_a_million_units_away_or_a_focal_length_of_a_million_pixels_is_
     _edit(root, lambda d: d["frames"][1]["transform_matrix"][0].__setitem__(3, 1e5))
     cap = load_capture(root, test_every=0)
     assert cap.train[0].intrinsics.fx == 1e5 and len(cap.train) == 3
+
+
+def test_a_nerfstudio_capture_far_from_its_origin_is_normalized_not_refused(make_nerfstudio):
+    """Georeferenced poses (UTM: millions of metres) are a consistent world frame: nerfstudio's
+    normalization brings them into the unit cube, so the distance limit does not refuse them."""
+    cap = load_capture(make_nerfstudio(n=9, shift=(4.5e6, 5.2e6, 300.0)), test_every=0)
+    centres = np.stack([f.c2w[:3, 3] for f in cap.train])
+    assert len(cap.train) == 9 and np.abs(centres - 0.5).max() <= 0.5 + 1e-6
 
 
 def _png_header(width: int, height: int) -> bytes:

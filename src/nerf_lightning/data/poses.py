@@ -24,28 +24,19 @@ NGP_DEFAULT_OFFSET = (0.5, 0.5, 0.5)
 #: a rotation whose determinant is smaller than this (in magnitude) maps every ray direction to (nearly)
 #: nothing: the camera sees no scene
 MIN_ROTATION_DETERMINANT = 1e-9
-#: a camera centre farther than this from the origin (in the file's units) leaves the scene box, and the
-#: float32 rays, without a usable view
-MAX_CAMERA_DISTANCE = 1e6
 
 
 def pose_defect(c2w: np.ndarray) -> str | None:
     """Why the finite [4, 4] matrix ``c2w`` is not a camera-to-world pose, or None when it is one.
 
     The check of every pose read from a file (a capture's ``transform_matrix``, a camera path's
-    ``camera_to_world``): the last row is [0, 0, 0, 1], the rotation is invertible and the camera centre
-    lies within :data:`MAX_CAMERA_DISTANCE` of the origin."""
+    ``camera_to_world``): the last row is [0, 0, 0, 1] and the rotation is invertible (a zero rotation
+    makes a camera whose rays all point nowhere)."""
     if not np.allclose(c2w[3], [0.0, 0.0, 0.0, 1.0]):
         return f"its last row is {np.asarray(c2w[3]).tolist()}; expected [0, 0, 0, 1]"
     det = float(np.linalg.det(c2w[:3, :3]))
     if abs(det) < MIN_ROTATION_DETERMINANT:
         return f"its rotation is not invertible: determinant {det:.3g}; expected a rotation matrix"
-    distance = float(np.linalg.norm(c2w[:3, 3]))
-    if distance > MAX_CAMERA_DISTANCE:
-        return (
-            f"its camera centre is {distance:.3g} units from the origin; expected at most "
-            f"{MAX_CAMERA_DISTANCE:g}"
-        )
     return None
 
 
