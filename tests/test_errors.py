@@ -126,6 +126,29 @@ def test_a_removed_key_on_the_command_line_is_one_line_and_writes_nothing(tmp_pa
     assert not run.exists()
 
 
+def test_an_override_hydra_cannot_parse_names_its_key_and_how_to_quote(tmp_path: Path) -> None:
+    """A ``=`` in a value is a Hydra grammar error: one line naming the key, before Hydra starts."""
+    run = tmp_path / "run"
+    line = _refused_line(tmp_path, "train", "data.path=/captures/a=b", f"hydra.run.dir={run}")
+    assert line == (
+        "error: data.path: the override 'data.path=/captures/a=b' does not parse (mismatched input '=' "
+        "expecting <EOF>); quote the value (Hydra's override grammar reads '=', brackets and commas in it), "
+        """e.g. 'data.path="/captures/a=b"'"""
+    )
+    assert not run.exists()
+
+
+def test_a_data_path_that_is_a_loop_of_links_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    line = _refused_line(tmp_path, "train", f"data.path={tmp_path / 'a'}", "experiment=cpu",
+                         f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
+    assert line == (
+        f"error: data.path={tmp_path / 'a'}: a loop of symbolic links, which leads to no folder; expected a "
+        "capture folder"
+    )
+
+
 def test_hydra_full_error_re_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     from nerf_lightning.errors import UserError
 

@@ -223,6 +223,8 @@ def _keyframe(matrix: list[float] | None = None, fov: float = 50) -> dict:
         ({"camera_path": [_keyframe([0.0] * 16)]}, r"camera_path\[0\]: .*not a camera pose"),
         ({"camera_path": [_keyframe(fov=0)]}, r"camera_path\[0\]: `fov` is 0; expected"),
         ({"fps": -24}, "`fps` is -24; expected a number > 0"),
+        ({"camera_path": {"0": _keyframe()}}, "`camera_path` is a JSON object; expected a list with one"),
+        ({"camera_path": []}, "`camera_path` is empty; expected one entry per frame"),
     ],
 )
 def test_camera_path_files_that_cannot_make_a_video(tmp_path: Path, edit: dict, message: str) -> None:

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nerf_lightning.data.formats import CaptureError, load_capture
@@ -225,3 +226,120 @@ def test_non_positive_focal_length_is_refused(make_ngp, header, keys):
     line = str(err.value)
     assert line.startswith(f"{root / 'transforms.json'}: frame 0 (") and "focal length" in line
     assert keys in line and line.endswith("expected > 0")
+
+
+# ------------------------------------------------------------------- issue 66: values that made no view
+def test_a_frame_whose_rotation_is_zero_is_refused_as_the_camera_path_reader_refuses_it(make_ngp, tmp_path):
+    """A zero rotation makes a camera that sees nothing: the capture reader refuses it, naming the file
+    and the frame, for the reason (one shared check) the camera-path reader gives for the same matrix."""
+    from nerf_lightning.errors import UserError
+    from nerf_lightning.video.camera_paths import read_nerfstudio_path
+
+    zero = [[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 0.0, 3.0], [0.0, 0.0, 0.0, 1.0]]
+    root = make_ngp(n=3)
+    _edit(root, lambda d: d["frames"][1].update(transform_matrix=zero))
+    with pytest.raises(CaptureError) as err:
+        load_capture(root)
+    reason = "its rotation is not invertible: determinant 0; expected a rotation matrix"
+    assert str(err.value) == (
+        f"{root / 'transforms.json'}: frame 1 (images/0001.png): 'transform_matrix' is not a camera pose "
+        f"({reason})"
+    )
+    path = tmp_path / "camera_path.json"
+    keyframe = {"camera_to_world": sum(zero, []), "fov": 50}
+    path.write_text(json.dumps({"render_width": 4, "render_height": 3, "camera_path": [keyframe]}))
+    with pytest.raises(UserError) as from_path:
+        read_nerfstudio_path(path, None)
+    from_camera_path = f"{path}: camera_path[0]: `camera_to_world` is not a camera pose ({reason})"
+    assert str(from_path.value) == from_camera_path
+
+
+def test_a_zero_field_of_view_names_the_key_and_its_range(make_ngp):
+    root = make_ngp(n=2)
+    _edit(root, lambda d: [d.pop(k) for k in ("fl_x", "fl_y")] and d.update(camera_angle_x=0))
+    with pytest.raises(CaptureError) as err:
+        load_capture(root)  # was a ZeroDivisionError
+    assert str(err.value) == (
+        f"{root / 'transforms.json'}: frame 0 (images/0000.png): key 'camera_angle_x' is 0; expected the "
+        "field of view in radians, > 0 and < pi"
+    )
+
+
+def test_a_null_file_path_is_named_as_such(make_ngp):
+    root = make_ngp(n=3)
+    _edit(root, lambda d: d["frames"][2].update(file_path=None))
+    with pytest.raises(CaptureError) as err:
+        load_capture(root)  # was a warning about a missing image "None"
+    assert str(err.value) == (
+        f"{root / 'transforms.json'}: frame 2: 'file_path' is null; expected the image's path (a string)"
+    )
+
+
+def test_a_camera_a_million_units_away_or_a_focal_length_of_a_million_pixels_is_refused(make_ngp):
+    root = make_ngp(n=3)
+    _edit(root, lambda d: d["frames"][1]["transform_matrix"][0].__setitem__(3, 1e30))
+    with pytest.raises(CaptureError) as err:
+        load_capture(root)
+    assert str(err.value) == (
+        f"{root / 'transforms.json'}: frame images/0001.png: its camera centre is 3.3e+29 scene units from "
+        "the scene's centre ('transform_matrix' times scale 0.33); expected at most 1e+06"
+    )
+    root = make_ngp(n=3, name="focal", header={"fl_x": 1e30})
+    with pytest.raises(CaptureError) as err:
+        load_capture(root)
+    assert str(err.value) == (
+        f"{root / 'transforms.json'}: frame 0 (images/0000.png): focal length 1e+30, 21 pixels from "
+        "'fl_x'/'fl_y'; expected at most 1e+06 pixels"
+    )
+    # far but usable: a camera 1e5 units away and a 1e5-pixel telephoto still load
+    root = make_ngp(n=3, name="far", header={"fl_x": 1e5, "fl_y": 1e5})
+    _edit(root, lambda d: d["frames"][1]["transform_matrix"][0].__setitem__(3, 1e5))
+    cap = load_capture(root, test_every=0)
+    assert cap.train[0].intrinsics.fx == 1e5 and len(cap.train) == 3
+
+
+def test_a_nerfstudio_capture_far_from_its_origin_is_normalized_not_refused(make_nerfstudio):
+    """Georeferenced poses (UTM: millions of metres) are a consistent world frame: nerfstudio's
+    normalization brings them into the unit cube, so the distance limit does not refuse them."""
+    cap = load_capture(make_nerfstudio(n=9, shift=(4.5e6, 5.2e6, 300.0)), test_every=0)
+    centres = np.stack([f.c2w[:3, 3] for f in cap.train])
+    assert len(cap.train) == 9 and np.abs(centres - 0.5).max() <= 0.5 + 1e-6
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG of ``width`` x ``height`` 1-bit grey pixels whose image data is missing: enough for a header."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+
+
+def test_an_image_over_pillows_pixel_limit_names_the_file_and_the_limit(make_ngp):
+    from PIL import Image
+
+    root = make_ngp(n=2)
+    big = root / "images/0001.png"
+    big.write_bytes(_png_header(30000, 30000))
+    limit = 2 * Image.MAX_IMAGE_PIXELS
+    with pytest.raises(CaptureError) as err:
+        load_capture(root)  # was Pillow's DecompressionBombError, naming no file
+    assert str(err.value) == (
+        f"{big}: 900,000,000 pixels, over Pillow's limit of {limit:,} pixels per image (its guard against "
+        "decompression bombs, which this program does not raise); expected a smaller image: downsize the "
+        "capture's images"
+    )
+
+
+def test_a_data_path_that_is_a_loop_of_links_says_so(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(CaptureError) as err:
+        load_capture(tmp_path / "a")  # was "capture path does not exist"
+    assert str(err.value) == (
+        f"{tmp_path / 'a'}: a symbolic link that leads to no file (a loop of links, or a missing target: "
+        f"{tmp_path / 'b'}); expected a directory with transforms.json"
+    )

@@ -198,3 +198,33 @@ def test_cli_prints_cold_and_cached_times(make_ngp, capsys):
     images_mod.main([str(root), "--downscale", "2"])
     out = capsys.readouterr().out
     assert "3 images, downscale 2" in out and "cold" in out and "cached" in out
+
+
+def test_a_cache_entry_of_another_size_is_decoded_again_and_replaced(tmp_path, caplog):
+    """A valid .npy of the wrong size under an image's digest (a stale or foreign entry) is not used as
+    the image: it is decoded again, the entry is replaced by the right pixels, and a warning says so."""
+    image = tmp_path / "view.png"
+    truth = write_image(image, 120, 67, seed=3)
+    cache = tmp_path / "cache"
+    load_images(_frames([image]), cache_dir=cache)
+    (entry,) = cache.glob("*.npy")
+    np.save(entry, np.zeros((5, 7, 3), dtype=np.uint8))  # a 7x5 black image
+    with caplog.at_level("WARNING", logger="nerf_lightning.data.images"):
+        s = load_images(_frames([image]), cache_dir=cache)
+    assert (s.widths.tolist(), s.heights.tolist()) == ([120], [67])
+    np.testing.assert_array_equal(s.view(0).numpy(), truth)
+    np.testing.assert_array_equal(np.load(entry), truth)  # the stale entry was overwritten
+    assert not list(cache.glob("*.tmp"))
+    (record,) = [r for r in caplog.records if "cache entry" in r.getMessage()]
+    assert record.getMessage() == (
+        f"{image}: cache entry {entry} holds a 7x5 image, expected 120x67 (downscale 1); decoding again"
+    )
+
+
+def test_downscale_beyond_257_averages_in_wider_integers():
+    """The block sums of a factor over 257 exceed uint16 (258 * 255 > 65535): still the rounded mean."""
+    img = np.full((600, 900, 3), 255, dtype=np.uint8)
+    img[:300, :300] = 1
+    out = downscale_image(img, 300)
+    assert out.shape == (2, 3, 3)
+    np.testing.assert_array_equal(out[..., 0], [[1, 255, 255], [255, 255, 255]])

@@ -22,12 +22,19 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from nerf_lightning.errors import EXIT_DIVERGED, EXIT_USER_ERROR, Cancelled, Interrupted, user_errors
+from nerf_lightning.errors import (
+    EXIT_DIVERGED,
+    EXIT_USER_ERROR,
+    Cancelled,
+    Interrupted,
+    UserError,
+    user_errors,
+)
 from nerf_lightning.run.config import CONF_DIR, alias_override
 from nerf_lightning.run.folder_guard import end_job
 from nerf_lightning.run.run_dir import register_resolvers
 
-__all__ = ["device_of", "hydra_app", "nested_overrides", "normalize_argv"]
+__all__ = ["check_overrides_parse", "device_of", "hydra_app", "nested_overrides", "normalize_argv"]
 
 #: Config nodes of the apps that work on a checkpoint (eval, render, export) that hold overrides of the
 #: *checkpoint's* config: empty in the app's own config, so an override must be allowed to add keys.
@@ -56,6 +63,31 @@ def normalize_argv(
         arg = _NUMERIC_GROUP_CHOICE.sub(r"\1='\2'", alias_override(arg))
         out.append(f"++{arg}" if opened and arg.startswith(opened) else arg)
     return out
+
+
+def check_overrides_parse(argv: Sequence[str]) -> None:
+    """Refuse a command-line override that Hydra's grammar cannot read, in one line that names its key and
+    how to quote the value (Hydra would print its parser's message without the key, and exit 1).
+
+    Raises:
+        UserError: ``data.path: the override 'data.path=/x/a=b' does not parse (...); ...``.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:  # Hydra's flags and their values
+            continue
+        try:
+            parser.parse_overrides([arg])
+        except OverrideParseException as err:
+            key, value = arg.split("=", 1)
+            reason = str(err).splitlines()[0]
+            raise UserError(
+                f"{key.lstrip('+~')}: the override {arg!r} does not parse ({reason}); quote the value "
+                f"(Hydra's override grammar reads '=', brackets and commas in it), e.g. '{key}=\"{value}\"'"
+            ) from None
 
 
 def hydra_app(
@@ -122,6 +154,7 @@ def hydra_app(
 
     def main() -> None:
         with user_errors():  # a removed key is one line, before Hydra makes a run folder
+            check_overrides_parse(sys.argv[1:])
             argv = normalize_argv(sys.argv[1:], positional, open_nodes)
             if prepare_argv is not None:
                 argv = prepare_argv(argv)

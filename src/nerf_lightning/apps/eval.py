@@ -36,10 +36,11 @@ from omegaconf import DictConfig
 from nerf_lightning.apps.config_checks import check_config
 from nerf_lightning.apps.entry import hydra_app, nested_overrides
 from nerf_lightning.config_schema import Note
-from nerf_lightning.data.heldout import validation_frames
+from nerf_lightning.data.capture_identity import capture_difference
+from nerf_lightning.data.heldout import NoTestSplit, validation_frames
 from nerf_lightning.errors import Interrupted, UserError
 from nerf_lightning.run.folder_commit import commit_run_folder
-from nerf_lightning.run.restore import load_run
+from nerf_lightning.run.restore import RestoredRun, load_run
 from nerf_lightning.utils.io import atomic_directory, atomic_write_json
 
 log = logging.getLogger("nerf_lightning.eval")
@@ -109,6 +110,7 @@ class EvalOptions:
     split: Literal["auto", "val", "test", "train"]
     save_images: bool
     fit_heldout: Annotated[bool | Literal["auto"] | None, Note("null: as the run was trained")] = None
+    allow_other_capture: Annotated[bool, Note("score a capture other than the checkpoint's")] = False
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
@@ -127,8 +129,15 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     datamodule.prepare_data()
     try:
         datamodule.setup("validate")
+    except NoTestSplit as err:
+        raise UserError(
+            f"split={split}: {datamodule.resolve_path()}: the capture has no test split; use split=val for "
+            "its held-out views"
+        ) from err
     except ValueError as err:
         raise (err if isinstance(err, UserError) else UserError(f"data: {err}")) from err
+    if not opts.allow_other_capture:
+        check_same_capture(run, datamodule)
     val_set = getattr(datamodule, "val_set", None)
     if val_set is None or not val_set.frames:
         raise UserError(f"split={split}: the capture has no such views; try split=val or split=train")
@@ -178,6 +187,20 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     print(f"{used}: {shown}")
     print(f"eval dir: {out_dir}")
     return doc
+
+
+def check_same_capture(run: RestoredRun, datamodule: Any) -> None:
+    """Refuse to score ``run``'s checkpoint on a capture other than the one it was trained on (its training
+    views' names and sizes: ``data/capture_identity.py``); ``allow_other_capture=true`` lets it through."""
+    state = run.checkpoint.get(type(datamodule).__qualname__)
+    stored_downscale = int(run.node("data").get("downscale", 1) or 1)
+    difference = capture_difference(state, datamodule.capture, datamodule.downscale, stored_downscale)
+    if difference is not None:
+        raise UserError(
+            f"data.path={datamodule.resolve_path()}: not the capture {run.path} was trained on "
+            f"({difference}); score the checkpoint on its own capture, or pass allow_other_capture=true to "
+            "score this one anyway"
+        )
 
 
 def _rename(key: str, split: str) -> str:

@@ -106,7 +106,13 @@ def run_config(cfg: DictConfig) -> dict[str, Any]:
     data = plain.get("data")
     if isinstance(data, dict) and data.get("path"):
         root = Path(str(OmegaConf.select(cfg, "paths.root_dir", default=".") or "."))
-        data["path"] = str((root / Path(str(data["path"])).expanduser()).resolve())
+        try:
+            data["path"] = str((root / Path(str(data["path"])).expanduser()).resolve())
+        except (RuntimeError, OSError) as err:  # a loop of links (RuntimeError before Python 3.13)
+            raise UserError(
+                f"data.path={data['path']}: a loop of symbolic links, which leads to no folder; expected a "
+                "capture folder"
+            ) from err
     return plain
 
 

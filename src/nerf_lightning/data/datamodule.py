@@ -42,8 +42,10 @@ from nerf_lightning.config_schema import Injected, Note, PowerOfTwo, Range
 from nerf_lightning.data import heldout
 from nerf_lightning.data.batch_graphs import BatchGraphs
 from nerf_lightning.data.cameras import intrinsics_tensor, poses_tensor
+from nerf_lightning.data.capture_identity import FINGERPRINT_KEY, fingerprint
 from nerf_lightning.data.capture_kind import CaptureKind
 from nerf_lightning.data.formats import CaptureError, load_capture
+from nerf_lightning.data.image_sizes import check_downscale
 from nerf_lightning.data.images import load_images
 from nerf_lightning.data.loaders import StepIndices, StepLoader, ViewIndices, rank_views
 from nerf_lightning.data.ray_batches import image_batch, resolve_recipe
@@ -195,6 +197,7 @@ class NeRFDataModule(L.LightningDataModule):
             aabb_scale=self.aabb_scale_override,
         )
         model = self.camera_model_override or heldout.capture_camera_model(capture)
+        check_downscale(capture, self.downscale, path)  # before any pixel is decoded
         self.capture = capture
         if not capture.train:
             raise CaptureError(f"{path}: no training views ({len(capture.val)} held out, none left to train)")
@@ -204,6 +207,13 @@ class NeRFDataModule(L.LightningDataModule):
         pixels.load(*rank_and_world(self.trainer))
         self._resolve_recipe(classify_shards(pixels.pixels))  # one recipe over all ranks' views
         self._train_index = {Path(f.image_path): i for i, f in enumerate(capture.train)}
+        doubled = heldout.heldout_in_training(capture) if self.val_split != "train" else []
+        if doubled:
+            shown = ", ".join(doubled[:5]) + (", ..." if len(doubled) > 5 else "")
+            log.warning(
+                "%s: %d held-out frame(s) are training views too (%s): their scores are not held out; list "
+                "each image in one split only", path, len(doubled), shown,
+            )  # fmt: skip
         val_frames = heldout.validation_frames(capture, self.val_split, path)
         if not val_frames:
             raise CaptureError(heldout.no_heldout_message(path, capture, self.test_every))
@@ -372,7 +382,12 @@ class NeRFDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state_dict()} if self.sampler is not None else {}
+        """The ray sampler's state, and which capture the run trains on (``data/capture_identity.py``:
+        eval refuses to score the checkpoint on another)."""
+        state: dict[str, Any] = {"sampler": self.sampler.state_dict()} if self.sampler is not None else {}
+        if self.capture is not None:
+            state[FINGERPRINT_KEY] = fingerprint(self.capture, self.downscale)
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if self.sampler is not None and "sampler" in state_dict:

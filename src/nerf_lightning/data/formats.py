@@ -36,6 +36,7 @@ Format summary
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,9 @@ log = logging.getLogger(__name__)
 FORMATS = ("ngp", "blender", "nerfstudio")
 NERFSTUDIO_DEFAULT_SCALE = 0.5
 NERFSTUDIO_DEFAULT_AABB_SCALE = 4
+#: a camera centre farther than this from the scene's centre (NGP units: the unit cube holds the object)
+#: sees the scene as less than a pixel, and its float32 rays lose the scene altogether
+MAX_CAMERA_DISTANCE = 1e6
 
 _NERFSTUDIO_MODELS = {
     "PINHOLE": "pinhole",
@@ -150,7 +154,8 @@ def _load_ngp(
     warn_missing(json_path, missing, total)
     scale, offset = _ngp_scale_offset(json_path, data, scale, offset)
     aabb = read_aabb_scale(json_path, data, 1, aabb_scale)
-    frames = _sharp_frames(_to_frames(usable, scale, offset), min_sharpness, json_path, total, len(missing))
+    posed = _to_frames(usable, scale, offset, json_path)
+    frames = _sharp_frames(posed, min_sharpness, json_path, total, len(missing))
     train, val = hold_out_every(frames, test_every)
     return Capture(
         root=json_path.parent, format="ngp", train=train, val=val,
@@ -169,15 +174,27 @@ def _ngp_scale_offset(
     return float(scale), offset3
 
 
-def _to_frames(usable, scale: float, offset: tuple[float, float, float]) -> list[Frame]:
-    """Frames of ``parse_frames``' usable entries, their NeRF poses moved into NGP space."""
+def _to_frames(usable, scale: float, offset: tuple[float, float, float], json_path: Path) -> list[Frame]:
+    """Frames of ``parse_frames``' usable entries, their NeRF poses moved into NGP space.
+
+    Raises:
+        CaptureError: a camera centre lies more than :data:`MAX_CAMERA_DISTANCE` from the scene's centre
+            (nerfstudio captures are normalized first: a far but consistent world frame passes)."""
     out = []
     for f, img, m, intr in usable:
         sharp = f.get("sharpness")
+        c2w = nerf_to_ngp(m, scale, offset)
+        distance = float(np.linalg.norm(c2w[:3, 3] - 0.5))
+        if distance > MAX_CAMERA_DISTANCE:
+            raise CaptureError(
+                f"{json_path}: frame {f['file_path']}: its camera centre is {distance:.3g} scene units from "
+                f"the scene's centre ('transform_matrix' times scale {scale:g}); expected at most "
+                f"{MAX_CAMERA_DISTANCE:g}"
+            )
         out.append(
             Frame(
                 image_path=img,
-                c2w=nerf_to_ngp(m, scale, offset),
+                c2w=c2w,
                 intrinsics=intr,
                 sharpness=None if sharp is None else float(sharp),
             )
@@ -224,7 +241,7 @@ def _load_blender(root: Path, downscale: int, test_every: int, scale, offset, aa
         any_alpha |= alpha
         total += len(data["frames"])
         all_missing += [f"{split}: {m}" for m in missing]
-        splits[split] = _to_frames(usable, scale, offset3)
+        splits[split] = _to_frames(usable, scale, offset3, json_path)
     warn_missing(train_json, all_missing, total)
     if not splits["train"]:
         raise no_frames_error(train_json, total, len(all_missing), 0)
@@ -277,7 +294,8 @@ def _load_nerfstudio(
     offset3 = read_offset3(NGP_DEFAULT_OFFSET if offset is None else offset, json_path)
     aabb = read_aabb_scale(json_path, data, NERFSTUDIO_DEFAULT_AABB_SCALE, aabb_scale)
     usable = [(f, img, normed[i], intr) for i, (f, img, _, intr) in enumerate(usable)]
-    frames = _sharp_frames(_to_frames(usable, scale, offset3), min_sharpness, json_path, total, len(missing))
+    posed = _to_frames(usable, scale, offset3, json_path)
+    frames = _sharp_frames(posed, min_sharpness, json_path, total, len(missing))
 
     # nerfstudio may name its split explicitly; otherwise hold out every test_every-th frame.
     if "train_filenames" in data:
@@ -331,6 +349,11 @@ def load_capture(
     """
     path = Path(path)
     if not path.exists():
+        if path.is_symlink():  # exists() is False for a link whose target is missing or loops
+            raise CaptureError(
+                f"{path}: a symbolic link that leads to no file (a loop of links, or a missing target: "
+                f"{os.readlink(path)}); expected a directory with transforms.json"
+            )
         raise CaptureError(f"{path}: capture path does not exist (expected a directory with transforms.json)")
     if not isinstance(downscale, int) or isinstance(downscale, bool) or downscale < 1:
         raise CaptureError(f"{path}: downscale must be an integer >= 1, got {downscale!r}")

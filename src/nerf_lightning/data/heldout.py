@@ -7,13 +7,25 @@ from pathlib import Path
 from nerf_lightning.data.transforms_json import CaptureError
 from nerf_lightning.data.types import Capture, Frame
 
-__all__ = ["capture_camera_model", "evenly_spaced", "no_heldout_message", "validation_frames"]
+__all__ = [
+    "NoTestSplit",
+    "capture_camera_model",
+    "evenly_spaced",
+    "heldout_in_training",
+    "no_heldout_message",
+    "validation_frames",
+]
+
+
+class NoTestSplit(CaptureError):
+    """``data.val_split=test`` on a capture without a test split (an app that sets the split from a key of
+    its own, eval's ``split``, names that key instead)."""
 
 
 def validation_frames(capture: Capture, split: str, path: Path) -> list[Frame]:
     """The frames validation renders for ``split`` (see ``NeRFDataModule``)."""
     if split == "test" and not capture.test:
-        raise CaptureError(
+        raise NoTestSplit(
             f"{path}: the capture has no test split (data.val_split=test); "
             "use data.val_split=val for the held-out views"
         )
@@ -55,3 +67,22 @@ def no_heldout_message(path: Path, capture: Capture, test_every: int) -> str:
 def capture_camera_model(capture: Capture) -> str:
     frames = capture.train or capture.val
     return frames[0].intrinsics.model if frames else "pinhole"
+
+
+def heldout_in_training(capture: Capture) -> list[str]:
+    """The held-out frames (val and test splits) whose image is also a training view's, by file: their
+    scores are not held out. Names relative to the capture's folder, in split order."""
+    trained = {Path(f.image_path).resolve() for f in capture.train}
+    seen: dict[Path, str] = {}
+    for f in [*capture.val, *capture.test]:
+        path = Path(f.image_path).resolve()
+        if path in trained and path not in seen:
+            seen[path] = _relative(Path(f.image_path), capture.root)
+    return list(seen.values())
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)

@@ -9,7 +9,9 @@ not apply it, so the image matches the ``w``/``h`` and principal point the camer
 Cache: one ``.npy`` per (image file content, downscale) under ``cache_dir`` (default
 ``$NERF_LIGHTNING_CACHE`` or ``~/.cache/nerf_lightning/images``), named by the BLAKE2b digest of
 the file bytes, so renamed or copied captures hit the cache and edited images miss it. Entries are
-written atomically (temporary file + ``os.replace``), so concurrent runs can share a cache.
+written atomically (temporary file + ``os.replace``), so concurrent runs can share a cache. An entry is
+used only when it holds a uint8 image of the size its file's header gives at that downscale; any other
+(corrupt, stale, foreign) is decoded again and replaced, with a warning.
 
 Run ``python -m nerf_lightning.data.images CAPTURE --downscale K`` to time cold vs cached loading.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
+import logging
 import os
 import tempfile
 import threading
@@ -31,10 +34,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nerf_lightning.data.transforms_json import CaptureError
+from nerf_lightning.data.transforms_json import CaptureError, too_large_message
 from nerf_lightning.data.types import Frame
 
 __all__ = ["ImageSet", "decode_image", "default_cache_dir", "downscale_image", "load_images"]
+
+log = logging.getLogger(__name__)
 
 CACHE_VERSION = 2  # 2: RGBA blocks averaged with premultiplied colour
 
@@ -91,6 +96,8 @@ def decode_image(data: bytes, name: str | Path) -> np.ndarray:
                 arr = (np.asarray(im, dtype=np.uint32) >> 8).astype(np.uint8)
                 return np.repeat(arr[:, :, None], 3, axis=2)
             arr = np.asarray(im.convert("RGBA" if alpha else "RGB"))
+    except Image.DecompressionBombError as e:
+        raise CaptureError(too_large_message(name, e)) from e
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise CaptureError(f"{name}: cannot decode image ({e}); expected a complete PNG or JPEG file") from e
     return np.ascontiguousarray(arr, dtype=np.uint8)
@@ -104,8 +111,6 @@ def downscale_image(img: np.ndarray, factor: int) -> np.ndarray:
     """
     if factor == 1:
         return img
-    if factor > 257:
-        raise ValueError(f"downscale factor {factor} too large (max 257)")
     h, w, c = img.shape
     h2, w2 = h // factor, w // factor
     if c == 4:
@@ -113,7 +118,7 @@ def downscale_image(img: np.ndarray, factor: int) -> np.ndarray:
     blocks = img[: h2 * factor, : w2 * factor].reshape(h2, factor, w2, factor, c)
     # Sum columns then rows with a loop over the block offset (not over pixels): strided numpy
     # reductions over small axes are ~4x slower. uint16 holds factor * 255 for factor <= 257.
-    cols = blocks[:, :, :, 0].astype(np.uint16)  # [h2, factor, w2, c]
+    cols = blocks[:, :, :, 0].astype(np.uint16 if factor <= 257 else np.uint32)  # [h2, factor, w2, c]
     for j in range(1, factor):
         cols += blocks[:, :, :, j]
     cols32 = cols.astype(np.uint32)
@@ -165,6 +170,42 @@ def _write_atomic(path: Path, arr: np.ndarray) -> None:
         raise
 
 
+def _decoded_size(data: bytes, downscale: int) -> tuple[int, int] | None:
+    """(height, width) that decoding and downscaling ``data`` gives, from its header; None when the
+    header does not say (decoding then reports the file)."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            width, height = im.size
+    except Exception:  # noqa: BLE001 - any unreadable header: decode_image names the file
+        return None
+    return height // downscale, width // downscale
+
+
+def _cache_entry(cached: Path, data: bytes, downscale: int, image: Path) -> np.ndarray | None:
+    """The pixels of the cache entry ``cached`` when they are those of ``data`` decoded at ``downscale``
+    (a uint8 [H, W, 3|4] array of the header's size), else None: the entry is decoded again and
+    overwritten (a corrupt file, or a stale one of another size)."""
+    try:
+        arr = _read_cached(cached)
+    except (OSError, ValueError):
+        log.debug("%s: unreadable cache entry %s; decoding again", image, cached)
+        return None
+    if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] not in (3, 4):
+        log.warning("%s: cache entry %s is no image (%s %s); decoding again", image, cached, arr.dtype,
+                    list(arr.shape))  # fmt: skip
+        return None
+    expected = _decoded_size(data, downscale)
+    if expected is not None and arr.shape[:2] != expected:
+        log.warning(
+            "%s: cache entry %s holds a %dx%d image, expected %dx%d (downscale %d); decoding again",
+            image, cached, arr.shape[1], arr.shape[0], expected[1], expected[0], downscale,
+        )  # fmt: skip
+        return None
+    return arr
+
+
 def _load_one(path: Path, downscale: int, cache_dir: Path | None) -> np.ndarray:
     try:
         data = path.read_bytes()
@@ -175,12 +216,9 @@ def _load_one(path: Path, downscale: int, cache_dir: Path | None) -> np.ndarray:
         digest = hashlib.blake2b(data, digest_size=20).hexdigest()
         cached = _cache_path(cache_dir, digest, downscale)
         if cached.is_file():
-            try:
-                arr = _read_cached(cached)
-                if arr.dtype == np.uint8 and arr.ndim == 3 and arr.shape[2] in (3, 4):
-                    return arr
-            except (OSError, ValueError):
-                pass  # corrupt entry: decode again and overwrite it
+            arr = _cache_entry(cached, data, downscale, path)
+            if arr is not None:
+                return arr
     arr = downscale_image(decode_image(data, path), downscale)
     if cached is not None:
         try:

@@ -14,12 +14,30 @@ __all__ = [
     "nerf_to_ngp",
     "ngp_to_nerf",
     "normalize_nerfstudio_poses",
+    "pose_defect",
     "rotation_between",
 ]
 
 #: instant-ngp's defaults of a transforms.json's ``scale`` and ``offset``
 NGP_DEFAULT_SCALE = 0.33
 NGP_DEFAULT_OFFSET = (0.5, 0.5, 0.5)
+#: a rotation whose determinant is smaller than this (in magnitude) maps every ray direction to (nearly)
+#: nothing: the camera sees no scene
+MIN_ROTATION_DETERMINANT = 1e-9
+
+
+def pose_defect(c2w: np.ndarray) -> str | None:
+    """Why the finite [4, 4] matrix ``c2w`` is not a camera-to-world pose, or None when it is one.
+
+    The check of every pose read from a file (a capture's ``transform_matrix``, a camera path's
+    ``camera_to_world``): the last row is [0, 0, 0, 1] and the rotation is invertible (a zero rotation
+    makes a camera whose rays all point nowhere)."""
+    if not np.allclose(c2w[3], [0.0, 0.0, 0.0, 1.0]):
+        return f"its last row is {np.asarray(c2w[3]).tolist()}; expected [0, 0, 0, 1]"
+    det = float(np.linalg.det(c2w[:3, :3]))
+    if abs(det) < MIN_ROTATION_DETERMINANT:
+        return f"its rotation is not invertible: determinant {det:.3g}; expected a rotation matrix"
+    return None
 
 
 def nerf_to_ngp(c2w: np.ndarray, scale: float, offset: Sequence[float] | np.ndarray) -> np.ndarray:

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from nerf_lightning.data.poses import pose_defect
 from nerf_lightning.data.types import Frame, Intrinsics
 from nerf_lightning.errors import UserError
 
@@ -35,6 +37,7 @@ __all__ = [
     "read_offset3",
     "read_transforms_json",
     "resolve_image_path",
+    "too_large_message",
     "warn_missing",
 ]
 
@@ -44,6 +47,8 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG")
 #: instant-ngp's largest aabb_scale
 MAX_AABB_SCALE = 128
 FOCAL_KEYS = ("fl_x", "fl_y", "camera_angle_x", "camera_angle_y")
+#: a focal length beyond this many pixels is a field of view under a millionth of a radian per pixel
+MAX_FOCAL_PIXELS = 1e6
 DISTORTION_KEYS = ("k1", "k2", "k3", "k4", "p1", "p2")
 
 
@@ -88,8 +93,22 @@ def read_image_header(path: Path) -> tuple[int, int, bool]:
         with Image.open(path) as im:
             has_alpha = "A" in im.getbands() or "transparency" in im.info
             return int(im.size[0]), int(im.size[1]), has_alpha
+    except Image.DecompressionBombError as e:
+        raise CaptureError(too_large_message(path, e)) from e
     except (UnidentifiedImageError, OSError, ValueError) as e:
         raise CaptureError(f"{path}: cannot read image header ({e}); expected a PNG or JPEG image") from e
+
+
+def too_large_message(path: Path | str, err: Exception) -> str:
+    """The line of an image Pillow refuses to open as a decompression bomb (``err``: its error, which
+    says "Image size (N pixels) exceeds limit of M pixels")."""
+    sizes = [f"{int(n):,}" for n in re.findall(r"(\d+) pixels", str(err))]
+    pixels, limit = sizes if len(sizes) == 2 else ("more", "its")
+    return (
+        f"{path}: {pixels} pixels, over Pillow's limit of {limit} pixels per image (its guard against "
+        "decompression bombs, which this program does not raise); expected a smaller image: downsize the "
+        "capture's images"
+    )
 
 
 def read_matrix(json_path: Path, index: int, frame: dict[str, Any]) -> np.ndarray:
@@ -104,6 +123,9 @@ def read_matrix(json_path: Path, index: int, frame: dict[str, Any]) -> np.ndarra
         raise CaptureError(f"{where}: 'transform_matrix' has shape {list(m.shape)}, expected [4, 4]")
     if not np.isfinite(m).all():
         raise CaptureError(f"{where}: 'transform_matrix' contains NaN or inf")
+    defect = pose_defect(m)
+    if defect is not None:
+        raise CaptureError(f"{where}: 'transform_matrix' is not a camera pose ({defect})")
     return m
 
 
@@ -173,6 +195,14 @@ def read_intrinsics(
     fx, fy = get("fl_x", focal_src), get("fl_y", focal_src)
     ax, ay = get("camera_angle_x", focal_src), get("camera_angle_y", focal_src)
     from_focal = fx is not None or fy is not None
+    for key, angle in (("camera_angle_x", ax), ("camera_angle_y", ay)):
+        # 0 has no focal length (tan 0 = 0), pi and more a focal length <= 0 or ~0; a negative angle is
+        # reported below as the negative focal length it gives
+        if angle is not None and (angle == 0 or angle >= math.pi):
+            raise CaptureError(
+                f"{json_path}: {where}: key '{key}' is {angle:g}; expected the field of view in radians, "
+                "> 0 and < pi"
+            )
     if fx is None and ax is not None:
         fx = 0.5 * w / math.tan(0.5 * ax)
     if fy is None and ay is not None:
@@ -188,6 +218,12 @@ def read_intrinsics(
         keys = "'fl_x'/'fl_y'" if from_focal else "'camera_angle_x'/'camera_angle_y' (radians in (0, pi))"
         raise CaptureError(
             f"{json_path}: {where}: focal length {fx:g}, {fy:g} pixels from {keys}; expected > 0"
+        )
+    if max(fx, fy) > MAX_FOCAL_PIXELS:  # every ray of the image then goes one way: no view of the scene
+        keys = "'fl_x'/'fl_y'" if from_focal else "'camera_angle_x'/'camera_angle_y'"
+        raise CaptureError(
+            f"{json_path}: {where}: focal length {fx:g}, {fy:g} pixels from {keys}; expected at most "
+            f"{MAX_FOCAL_PIXELS:g} pixels"
         )
     cx, cy = get("cx"), get("cy")
     dist = {k: (get(k) or 0.0) for k in DISTORTION_KEYS}
@@ -236,6 +272,11 @@ def parse_frames(
             raise CaptureError(f"{json_path}: frame {i} is a {type(f).__name__}, expected an object")
         if "file_path" not in f:
             raise CaptureError(f"{json_path}: frame {i}: missing key 'file_path'")
+        if not isinstance(f["file_path"], str):
+            kind = "null" if f["file_path"] is None else f"a {type(f['file_path']).__name__}"
+            raise CaptureError(
+                f"{json_path}: frame {i}: 'file_path' is {kind}; expected the image's path (a string)"
+            )
         m = read_matrix(json_path, i, f)
         img = resolve_image_path(root, str(f["file_path"]))
         if img is None:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from nerf_lightning.data.poses import pose_defect
 from nerf_lightning.data.scene_space import SceneSpace, opengl_to_opencv
 from nerf_lightning.errors import UserError
 
@@ -132,7 +133,7 @@ def orbit_path(
 
 
 #: what a JSON document's top level is, by the Python type ``json`` reads it as
-_JSON_TYPES = {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
+_JSON_TYPES = {dict: "object", list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
 
 
 def read_nerfstudio_path(path: str | Path, space: SceneSpace | None) -> tuple[list[PathCamera], float | None]:
@@ -170,7 +171,12 @@ def read_nerfstudio_path(path: str | Path, space: SceneSpace | None) -> tuple[li
         ) from err
     if width < 1 or height < 1:
         raise UserError(f"{path}: render_width x render_height is {width}x{height}; expected >= 1 pixel each")
-    if not isinstance(keyframes, list) or not keyframes:
+    if not isinstance(keyframes, list):
+        raise UserError(
+            f"{path}: `camera_path` is a JSON {_JSON_TYPES.get(type(keyframes), 'null')}; expected a list "
+            "with one entry per frame"
+        )
+    if not keyframes:
         raise UserError(f"{path}: `camera_path` is empty; expected one entry per frame")
     cams = []
     for i, cam in enumerate(keyframes):
@@ -183,11 +189,9 @@ def read_nerfstudio_path(path: str | Path, space: SceneSpace | None) -> tuple[li
             ) from err
         if not np.isfinite(m).all():
             raise UserError(f"{path}: camera_path[{i}]: `camera_to_world` contains NaN or inf")
-        if not np.allclose(m[3], [0, 0, 0, 1]) or abs(np.linalg.det(m[:3, :3])) < 1e-9:
-            raise UserError(
-                f"{path}: camera_path[{i}]: `camera_to_world` is not a camera pose (last row [0, 0, 0, 1] "
-                "and an invertible rotation expected)"
-            )
+        defect = pose_defect(m)
+        if defect is not None:
+            raise UserError(f"{path}: camera_path[{i}]: `camera_to_world` is not a camera pose ({defect})")
         if not 0 < fov < 180:
             raise UserError(f"{path}: camera_path[{i}]: `fov` is {fov:g}; expected degrees in (0, 180)")
         c2w = space.pose_to_ngp(m) if space is not None else opengl_to_opencv(m)
