@@ -31,6 +31,10 @@ Format summary
     camera centre inside the unit cube [0, 1]^3. ``aabb_scale`` defaults to 4 so that background
     beyond the cameras stays inside the outer box. ``applied_transform`` is already baked into the
     frame matrices by nerfstudio and is therefore not applied again.
+
+Masks, in every format: a frame's ``mask_path`` (nerfstudio: 0 = ignore, nonzero = keep) or an
+instant-ngp ``dynamic_mask_<image stem>.png`` beside its image (nonzero = ignore); masked pixels are
+never training rays and are left out of the held-out PSNR (``data/masks.py``).
 """
 
 from __future__ import annotations
@@ -172,7 +176,7 @@ def _ngp_scale_offset(
 def _to_frames(usable, scale: float, offset: tuple[float, float, float]) -> list[Frame]:
     """Frames of ``parse_frames``' usable entries, their NeRF poses moved into NGP space."""
     out = []
-    for f, img, m, intr in usable:
+    for f, img, m, intr, mask in usable:
         sharp = f.get("sharpness")
         out.append(
             Frame(
@@ -180,6 +184,8 @@ def _to_frames(usable, scale: float, offset: tuple[float, float, float]) -> list
                 c2w=nerf_to_ngp(m, scale, offset),
                 intrinsics=intr,
                 sharpness=None if sharp is None else float(sharp),
+                mask_path=None if mask is None else mask[0],
+                mask_kind="keep" if mask is None else mask[1],
             )
         )
     return out
@@ -265,7 +271,7 @@ def _load_nerfstudio(
     warn_missing(json_path, missing, total)
     if not usable:
         raise no_frames_error(json_path, total, len(missing), 0)
-    raw = np.stack([m for _, _, m, _ in usable])
+    raw = np.stack([entry[2] for entry in usable])
     normed, info = normalize_nerfstudio_poses(raw)
     log.info(
         "%s: nerfstudio poses normalized (centre by %s, scale %.4g)",
@@ -276,7 +282,7 @@ def _load_nerfstudio(
     scale = NERFSTUDIO_DEFAULT_SCALE if scale is None else float(scale)
     offset3 = read_offset3(NGP_DEFAULT_OFFSET if offset is None else offset, json_path)
     aabb = read_aabb_scale(json_path, data, NERFSTUDIO_DEFAULT_AABB_SCALE, aabb_scale)
-    usable = [(f, img, normed[i], intr) for i, (f, img, _, intr) in enumerate(usable)]
+    usable = [(f, img, normed[i], intr, mask) for i, (f, img, _, intr, mask) in enumerate(usable)]
     frames = _sharp_frames(_to_frames(usable, scale, offset3), min_sharpness, json_path, total, len(missing))
 
     # nerfstudio may name its split explicitly; otherwise hold out every test_every-th frame.
