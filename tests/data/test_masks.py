@@ -20,7 +20,6 @@ from nerf_lightning.data.formats import load_capture
 from nerf_lightning.data.masks import KeptPixels, decode_mask, downscale_keep, load_masks
 from nerf_lightning.data.sampler import LossWeightedRaySampler, UniformRaySampler
 from nerf_lightning.data.shards import ShardDraw
-from nerf_lightning.data.transforms_json import CaptureError
 from nerf_lightning.errors import EXIT_USER_ERROR, user_errors
 from nerf_lightning.models.metrics import ViewMetrics
 
@@ -115,7 +114,8 @@ def test_a_mask_of_another_size_or_a_listed_mask_that_is_missing_is_one_line(mak
     _png(root / "images" / "dynamic_mask_0001.png", np.zeros((6, 8)))
     line = _user_error_line(capsys, lambda: load_capture(root))
     assert line.endswith(
-        "dynamic_mask_0001.png: mask is 8x6 but its image 0001.png is 16x12; a mask must have its image's size"
+        "dynamic_mask_0001.png: mask is 8x6 but its image 0001.png is 16x12; a mask must have its "
+        "image's size"
     )
 
     root = make_ngp(n=4, name="listed", frame_extra={2: {"mask_path": "masks/0002.png"}})
@@ -175,9 +175,9 @@ def test_the_samplers_never_draw_a_masked_pixel_and_draw_the_kept_ones_uniformly
         scale_by_pixel_count=False,
         kept=kept,
     )
-    for step in range(3):  # the masked view reports the largest loss (it is never drawn, so unseen)
-        weighted.update(torch.tensor([0, 1]), torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long),
-                        torch.tensor([1.0, 1.0]))  # fmt: skip
+    for step in range(3):  # view 2 is never drawn (unseen: its EMA is the mean), yet has no pixel to give
+        zeros = torch.zeros(2, dtype=torch.long)
+        weighted.update(torch.tensor([0, 1]), zeros, zeros, torch.tensor([1.0, 1.0]))
         weighted.step(step)
     assert float(weighted.view_probs[2]) == 0.0
     v, px, py = weighted.sample(50_000)
