@@ -19,6 +19,7 @@ from PIL import Image
 from runs import fork_app
 
 import nerf_lightning.apps.process as app
+from nerf_lightning.capture.photos import list_photos
 from nerf_lightning.capture.sfm import Camera, SfmResult
 from nerf_lightning.data.formats import load_capture
 from nerf_lightning.data.types import Intrinsics
@@ -327,3 +328,17 @@ def test_a_mask_of_another_size_or_without_an_image_is_one_line(tmp_path: Path, 
         "image's size"
     )
     assert not (tmp_path / "c").exists()
+
+
+def test_instant_ngp_masks_beside_the_photos_are_found_and_are_not_photos(tmp_path: Path, run) -> None:
+    names = _photos(tmp_path / "photos", 6)
+    _write_model(tmp_path / "model", names, {1: ("OPENCV", OPENCV)}, [1] * 6, _points())
+    moved = np.zeros((H, W), dtype=np.uint8)
+    moved[:3, :5] = 255  # 15 pixels to ignore
+    Image.fromarray(moved).save(tmp_path / "photos" / "dynamic_mask_002.png")
+    summary = run(f"colmap={tmp_path / 'model'}", f"images={tmp_path / 'photos'}", f"out={tmp_path / 'c'}")
+    assert summary["masks"] == 1 and summary["registered"] == 6
+    assert sorted(p.name for p in (tmp_path / "c" / "images").iterdir()) == names
+    assert [p.name for p in list_photos(tmp_path / "photos")] == names  # what a solve would be given
+    written = np.asarray(Image.open(tmp_path / "c" / "masks" / "002.png"))
+    assert int((written == 0).sum()) == 15 and int((written == 255).sum()) == H * W - 15
