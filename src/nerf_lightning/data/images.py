@@ -34,7 +34,16 @@ import torch
 from nerf_lightning.data.transforms_json import CaptureError
 from nerf_lightning.data.types import Frame
 
-__all__ = ["ImageSet", "decode_image", "default_cache_dir", "downscale_image", "load_images"]
+__all__ = [
+    "ImageSet",
+    "cache_path",
+    "decode_image",
+    "default_cache_dir",
+    "downscale_image",
+    "load_images",
+    "read_cached",
+    "write_cached",
+]
 
 CACHE_VERSION = 2  # 2: RGBA blocks averaged with premultiplied colour
 
@@ -137,7 +146,7 @@ def _downscale_rgba(img: np.ndarray, factor: int) -> np.ndarray:
     return np.floor(out + 0.5).clip(0, 255).astype(np.uint8)
 
 
-def _cache_path(cache_dir: Path, digest: str, downscale: int) -> Path:
+def cache_path(cache_dir: Path, digest: str, downscale: int) -> Path:
     return cache_dir / f"{digest}_x{downscale}_v{CACHE_VERSION}.npy"
 
 
@@ -147,13 +156,13 @@ def _cache_path(cache_dir: Path, digest: str, downscale: int) -> Path:
 _NPY_HEADER_LOCK = threading.Lock()
 
 
-def _read_cached(path: Path) -> np.ndarray:
+def read_cached(path: Path) -> np.ndarray:
     with _NPY_HEADER_LOCK:
         mapped = np.load(path, mmap_mode="r", allow_pickle=False)
     return np.array(mapped)
 
 
-def _write_atomic(path: Path, arr: np.ndarray) -> None:
+def write_cached(path: Path, arr: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
     try:
@@ -173,10 +182,10 @@ def _load_one(path: Path, downscale: int, cache_dir: Path | None) -> np.ndarray:
     cached = None
     if cache_dir is not None:
         digest = hashlib.blake2b(data, digest_size=20).hexdigest()
-        cached = _cache_path(cache_dir, digest, downscale)
+        cached = cache_path(cache_dir, digest, downscale)
         if cached.is_file():
             try:
-                arr = _read_cached(cached)
+                arr = read_cached(cached)
                 if arr.dtype == np.uint8 and arr.ndim == 3 and arr.shape[2] in (3, 4):
                     return arr
             except (OSError, ValueError):
@@ -184,7 +193,7 @@ def _load_one(path: Path, downscale: int, cache_dir: Path | None) -> np.ndarray:
     arr = downscale_image(decode_image(data, path), downscale)
     if cached is not None:
         try:
-            _write_atomic(cached, arr)
+            write_cached(cached, arr)
         except OSError:
             pass  # a read-only or full cache must not stop training
     return arr

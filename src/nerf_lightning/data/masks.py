@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nerf_lightning.data.images import _cache_path, _read_cached, _write_atomic, default_cache_dir
+from nerf_lightning.data.images import cache_path, default_cache_dir, read_cached, write_cached
 from nerf_lightning.data.transforms_json import CaptureError
 from nerf_lightning.data.types import Frame
 
@@ -74,10 +74,10 @@ def _load_one(path: Path, kind: str, downscale: int, cache_dir: Path | None) -> 
     cached = None
     if cache_dir is not None:
         digest = hashlib.blake2b(data + kind.encode(), digest_size=20).hexdigest()
-        cached = _cache_path(cache_dir, f"mask-{digest}", downscale)
+        cached = cache_path(cache_dir, f"mask-{digest}", downscale)
         if cached.is_file():
             try:
-                arr = _read_cached(cached)
+                arr = read_cached(cached)
                 if arr.dtype == np.bool_ and arr.ndim == 2:
                     return arr
             except (OSError, ValueError):
@@ -85,7 +85,7 @@ def _load_one(path: Path, kind: str, downscale: int, cache_dir: Path | None) -> 
     keep = np.ascontiguousarray(downscale_keep(decode_mask(data, kind, path), downscale))
     if cached is not None:
         try:
-            _write_atomic(cached, keep)
+            write_cached(cached, keep)
         except OSError:
             pass  # a read-only or full cache must not stop training
     return keep
