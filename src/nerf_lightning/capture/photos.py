@@ -60,9 +60,7 @@ def list_photos(folder: str | Path) -> list[Path]:
         what = "is a file, expected a folder of photos" if folder.exists() else "no such folder"
         raise UserError(f"images={folder}: {what}")
     # instant-ngp's masks live beside the photos (``dynamic_mask_<stem>.png``): not photos
-    files = [
-        p for p in folder.iterdir() if p.is_file() and not p.name.startswith((".", "dynamic_mask_"))
-    ]
+    files = [p for p in folder.iterdir() if p.is_file() and not p.name.startswith((".", "dynamic_mask_"))]
     photos = sorted((p for p in files if p.suffix.lower() in PHOTO_EXTENSIONS), key=_natural_key)
     if not photos:
         others = Counter(p.suffix.lower() for p in files if p.suffix.lower() in _CONVERT_FIRST)
