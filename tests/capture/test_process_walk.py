@@ -147,6 +147,31 @@ def test_the_loader_reads_the_capture_as_it_reads_fox(photo_capture) -> None:
     assert not list(out.parent.glob(".capture.tmp-*"))
 
 
+def test_the_model_process_kept_read_back_with_colmap_is_the_same_capture(walk, photo_capture) -> None:
+    """``colmap=`` on the model the solve left in ``colmap/sparse/0``: the same transforms.json (within
+    float precision) and summary, without a solve."""
+    root, _ = walk
+    out, summary = photo_capture
+    again = root / "from_model"
+    read = run_process(
+        root / "run_model", f"colmap={out / 'colmap/sparse/0'}", f"images={root / 'photos'}", f"out={again}"
+    )
+    first, second = (json.loads((c / "transforms.json").read_text()) for c in (out, again))
+    assert [f["file_path"] for f in second["frames"]] == [f["file_path"] for f in first["frames"]]
+    for a, b in zip(first["frames"], second["frames"], strict=True):
+        np.testing.assert_allclose(b["transform_matrix"], a["transform_matrix"], rtol=0, atol=1e-9)
+        assert b["sharpness"] == a["sharpness"]
+    assert {k: v for k, v in second.items() if k != "frames"} == {
+        k: v for k, v in first.items() if k != "frames"
+    }
+    for key in ("registered", "aabb_scale", "points", "camera"):
+        assert read[key] == summary[key], key
+    assert read["mean_reprojection_error_px"] == pytest.approx(
+        summary["mean_reprojection_error_px"], rel=1e-9
+    )
+    assert "seconds" in read and not any(k in read["seconds"] for k in ("features", "matching", "mapping"))
+
+
 @pytest.fixture(scope="module")
 def video_capture(walk) -> tuple[Path, dict]:
     """The walk as a clip: each view followed by a smeared copy of it (a frame of motion blur)."""

@@ -2,13 +2,17 @@
 
     python -m nerf_lightning.process images=/path/to/photos out=/path/to/capture
     python -m nerf_lightning.process video=/path/to/clip.mp4 out=/path/to/capture num_frames=150
+    python -m nerf_lightning.process colmap=/path/to/sparse/0 images=/path/to/photos out=/path/to/capture
+    python -m nerf_lightning.process images=/path/to/photos masks=/path/to/masks out=/path/to/capture
     python -m nerf_lightning.train data.path=/path/to/capture
 
 Stages, each with a progress bar: the images (photos copied, or about ``num_frames`` of the sharpest
 video frames extracted), then structure from motion with pycolmap (features, matching, mapping,
 bundle adjustment; ``capture/sfm.py``), then the poses oriented, centred and scaled as instant-ngp's
 ``colmap2nerf.py`` does it (``capture/normalize.py``) and written as an instant-ngp
-``transforms.json`` (``capture/transforms.py``).
+``transforms.json`` (``capture/transforms.py``). With ``colmap=MODEL`` the poses come from a COLMAP
+model someone already solved (``capture/colmap_model.py``) instead of a solve, and go through the same
+normalization and writer; ``masks=FOLDER`` adds masks of what moved (``capture/mask_import.py``).
 
 ``out`` receives ``images/``, ``transforms.json``, ``process.json`` (the summary below, the options
 and the time of each stage) and ``colmap/sparse/0/`` (COLMAP's model; ``colmap/database.db`` too with
@@ -27,6 +31,7 @@ centre and the box they span, and the ``aabb_scale`` chosen.
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 import tempfile
 import time
@@ -39,6 +44,8 @@ from omegaconf import DictConfig, OmegaConf
 from nerf_lightning.apps.entry import hydra_app
 from nerf_lightning.capture.baseline import distinct_views
 from nerf_lightning.capture.build_folder import building, remove_stale_builds
+from nerf_lightning.capture.colmap_model import model_folder, read_colmap_model, scaled_result
+from nerf_lightning.capture.mask_import import find_masks, write_masks
 from nerf_lightning.capture.normalize import AABB_COVERAGE, MAX_AABB_SCALE, normalization, suggest_aabb_scale
 from nerf_lightning.capture.photos import import_photos, list_photos
 from nerf_lightning.capture.sfm import STAGES, SfmOptions, SfmResult, import_pycolmap
@@ -86,6 +93,40 @@ def _source(cfg: DictConfig) -> tuple[str, Path]:
         )
     kind = "images" if images is not None else "video"
     return kind, Path(str(images if images is not None else video)).expanduser()
+
+
+def _colmap(cfg: DictConfig, kind: str) -> Path | None:
+    colmap = cfg.get("colmap")
+    if colmap is None:
+        return None
+    if kind != "images":
+        raise UserError("colmap= goes with images= (the folder of the model's images), not with video=")
+    return Path(str(colmap)).expanduser()
+
+
+def _masks(cfg: DictConfig, kind: str, source: Path) -> dict[str, tuple[Path, str]]:
+    """The masks of the photos of ``source``: from ``masks=``, else instant-ngp's beside the photos."""
+    folder = cfg.get("masks")
+    if folder is not None and kind != "images":
+        raise UserError("masks= goes with images= (masks named after the photos), not with video=")
+    if kind != "images":
+        return {}
+    if folder is None:
+        if not any(source.glob("dynamic_mask_*.png")):
+            return {}
+        folder = source  # instant-ngp's layout: dynamic_mask_<stem>.png beside each photo
+    return find_masks(Path(str(folder)).expanduser(), list_photos(source))
+
+
+def _check_camera_sizes(result: SfmResult, photos: list[Any]) -> None:
+    for photo in photos:
+        cam = (result.cameras or {}).get(photo.name, result.camera).intrinsics
+        if (cam.width, cam.height) != (photo.width, photo.height):
+            raise UserError(
+                f"images={photo.source.parent}: {photo.name} is {photo.width}x{photo.height} but its camera "
+                f"in the COLMAP model is for {cam.width}x{cam.height} images; pass the images the model was "
+                "solved from"
+            )
 
 
 def _check_out(out: Path, overwrite: bool, source: Path) -> None:
@@ -189,23 +230,32 @@ def _too_few_registered(result: SfmResult, n: int, options: SfmOptions, min_shar
 def process(cfg: DictConfig) -> dict[str, Any]:
     """Run the app described by ``cfg`` (``conf/process.yaml``); returns what ``process.json`` holds."""
     kind, source = _source(cfg)
+    colmap = _colmap(cfg, kind)
     _check_values(cfg)
     aabb_choice = _aabb_choice(cfg.aabb_scale)
     out = Path(str(cfg.out)).expanduser()
     overwrite = bool(cfg.overwrite)
     _check_out(out, overwrite, source)
-    photos = list_photos(source) if kind == "images" else []
-    if kind == "images" and len(photos) < MIN_IMAGES:
-        raise UserError(
-            f"images={source}: {len(photos)} photo(s); structure from motion needs at least {MIN_IMAGES} "
-            "(a few dozen around the object work best)"
-        )
-    options = _options(cfg, kind, len(photos))
+    model: SfmResult | None = None
+    options: SfmOptions | None = None
+    if colmap is not None:  # its poses: no structure from motion
+        model, photos = read_colmap_model(colmap, source)
+    else:
+        photos = list_photos(source) if kind == "images" else []
+        if kind == "images" and len(photos) < MIN_IMAGES:
+            raise UserError(
+                f"images={source}: {len(photos)} photo(s); structure from motion needs at least {MIN_IMAGES} "
+                "(a few dozen around the object work best)"
+            )
+        options = _options(cfg, kind, len(photos))
+    masks = _masks(cfg, kind, source)
     import_pycolmap()  # before anything is copied: the install hint is the first thing to fix
     commit_run_folder()  # every check has passed
     started = time.perf_counter()
     seconds: dict[str, float] = {}
     source_info: dict[str, Any] = {kind: str(source)}
+    if colmap is not None:
+        source_info["colmap"] = str(colmap)
     build: Path | None = None
     try:
         remove_stale_builds(out)  # leftovers of an earlier run of this command that was killed
@@ -216,7 +266,7 @@ def process(cfg: DictConfig) -> dict[str, Any]:
             if kind == "images":
                 imported = import_photos(
                     photos, tmp / "images", int(cfg.downscale), bool(cfg.link_images),
-                    lambda done, total: bars("images", done, total),
+                    lambda done, total: bars("images", done, total), one_size=model is None,
                 )  # fmt: skip
                 names = [p.name for p in imported]
                 sharp = {p.name: p.sharpness for p in imported}
@@ -235,15 +285,20 @@ def process(cfg: DictConfig) -> dict[str, Any]:
                 source_info.update(fps=info.fps, duration_s=info.duration, frames_in_clip=info.n_frames)
                 source_info["kept_frame_indices"] = [f.index for f in frames]
             seconds["images"] = time.perf_counter() - t0
-            _check_baseline(kind, source, tmp / "images", names)
-
-            result = run_sfm(tmp / "images", names, tmp / "colmap", options, bars)
-            seconds.update(result.seconds)
-            failure = _too_few_registered(result, len(names), options, float(cfg.min_registered))
-            if failure is not None:
-                raise failure
-
-            summary = _write_capture(tmp, result, sharp, aabb_choice, options, source_info)
+            if model is not None:
+                result = scaled_result(model, int(cfg.downscale))
+                _check_camera_sizes(result, imported)
+                shutil.copytree(model_folder(colmap), tmp / "colmap" / "sparse" / "0")  # type: ignore[arg-type]
+            else:
+                assert options is not None
+                _check_baseline(kind, source, tmp / "images", names)
+                result = run_sfm(tmp / "images", names, tmp / "colmap", options, bars)
+                seconds.update(result.seconds)
+                failure = _too_few_registered(result, len(names), options, float(cfg.min_registered))
+                if failure is not None:
+                    raise failure
+            mask_paths = write_masks(masks, result.registered, tmp, int(cfg.downscale))
+            summary = _write_capture(tmp, result, sharp, aabb_choice, options, source_info, mask_paths)
             if not cfg.keep_database:
                 (tmp / "colmap" / "database.db").unlink(missing_ok=True)
             seconds["total"] = time.perf_counter() - started
@@ -266,17 +321,23 @@ def _write_capture(
     result: SfmResult,
     sharp: dict[str, float],
     aabb_choice: int | None,
-    options: SfmOptions,
+    options: SfmOptions | None,
     source_info: dict[str, Any],
+    mask_paths: dict[str, str],
 ) -> dict[str, Any]:
-    """transforms.json of the registered images; returns the summary."""
+    """transforms.json of the registered images (with their masks' ``mask_path``); returns the summary.
+    ``options``: the solve's, None for a COLMAP model read as it is."""
     names = result.registered
     norm = normalization(np.stack([result.cam_to_world[n] for n in names]))
     poses = norm.poses(np.stack([result.cam_to_world[n] for n in names]))
     points = norm.points(result.points)
     suggested = suggest_aabb_scale(points)
     aabb = suggested if aabb_choice is None else aabb_choice
-    frames = [TransformFrame(f"images/{n}", sharp[n], pose) for n, pose in zip(names, poses, strict=True)]
+    cameras = result.cameras or {}
+    frames = [
+        TransformFrame(f"images/{n}", sharp[n], pose, cameras.get(n), mask_paths.get(n))
+        for n, pose in zip(names, poses, strict=True)
+    ]
     write_transforms(tmp / "transforms.json", transforms_doc(result.camera, frames, aabb))
 
     centres = poses[:, :3, 3]
@@ -297,7 +358,8 @@ def _write_capture(
         "camera_distance": {"min": float(dist.min()), "mean": float(dist.mean()), "max": float(dist.max())},
         "camera_extent": (centres.max(axis=0) - centres.min(axis=0)).tolist(),
         "colmap_to_capture": norm.matrix.tolist(),
-        "options": dict(vars(options)),
+        "masks": len(mask_paths),
+        "options": dict(vars(options)) if options is not None else None,
         "pycolmap": getattr(import_pycolmap(), "__version__", "?"),
     }
 
@@ -319,8 +381,11 @@ def _print_summary(out: Path, s: dict[str, Any]) -> None:
         f"spanning {ext[0]:.2f} x {ext[1]:.2f} x {ext[2]:.2f} (z up)",
         f"aabb_scale {s['aabb_scale']} (its box holds {100 * s['points_inside_aabb']:.0f} % of the sparse "
         f"points; suggested {s['aabb_scale_suggested']}, for {100 * AABB_COVERAGE:.0f} %)",
-        f"structure from motion {sum(sec.get(k, 0.0) for k in STAGES):.1f} s ({steps})",
-        f"wrote {out / 'transforms.json'} ({s['registered']} frames) and {out / 'images'}/",
+        f"structure from motion {sum(sec.get(k, 0.0) for k in STAGES):.1f} s ({steps})"
+        if "colmap" not in s["source"]
+        else f"poses read from the COLMAP model {s['source']['colmap']} (no structure from motion)",
+        f"wrote {out / 'transforms.json'} ({s['registered']} frames) and {out / 'images'}/"
+        + (f" ({s['masks']} masks in {out / 'masks'}/)" if s["masks"] else ""),
         f"next: python -m nerf_lightning.train data.path={out}",
     ]
     for line in lines:

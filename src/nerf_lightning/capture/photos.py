@@ -59,7 +59,8 @@ def list_photos(folder: str | Path) -> list[Path]:
     if not folder.is_dir():
         what = "is a file, expected a folder of photos" if folder.exists() else "no such folder"
         raise UserError(f"images={folder}: {what}")
-    files = [p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")]
+    # instant-ngp's masks live beside the photos (``dynamic_mask_<stem>.png``): not photos
+    files = [p for p in folder.iterdir() if p.is_file() and not p.name.startswith((".", "dynamic_mask_"))]
     photos = sorted((p for p in files if p.suffix.lower() in PHOTO_EXTENSIONS), key=_natural_key)
     if not photos:
         others = Counter(p.suffix.lower() for p in files if p.suffix.lower() in _CONVERT_FIRST)
@@ -118,20 +119,23 @@ def import_photos(
     downscale: int = 1,
     link: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
+    one_size: bool = True,
 ) -> list[Photo]:
     """Put the photos into ``dest`` (created): copied, linked (``link``) or rewritten when they must change.
 
     A photo is rewritten (JPEG quality 95, or PNG for a PNG) when ``downscale > 1`` or when its EXIF
     orientation is not upright; otherwise it is copied byte for byte, or symlinked with ``link``.
+    ``one_size=False``: photos of several sizes are fine (a COLMAP model of several cameras).
 
     Raises:
-        UserError: a photo cannot be decoded, or the photos do not all have the same size.
+        UserError: a photo cannot be decoded, or (``one_size``) the photos do not all have the same size.
     """
     import imageio.v3 as iio
 
     from nerf_lightning.data.images import downscale_image
 
-    _check_one_size(paths, [_upright_size(p) for p in paths])  # before any pixel is decoded
+    if one_size:
+        _check_one_size(paths, [_upright_size(p) for p in paths])  # before any pixel is decoded
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     photos: list[Photo] = []

@@ -63,6 +63,7 @@ __all__ = [
     "SfmResult",
     "import_pycolmap",
     "num_pairs",
+    "result_of",
     "run_sfm",
 ]
 
@@ -133,7 +134,7 @@ class SfmResult:
     """The kept reconstruction.
 
     Attributes:
-        camera: the shared camera.
+        camera: the shared camera (a model of several cameras: the first image's).
         cam_to_world: image name -> float64 [4, 4] camera-to-world of COLMAP (OpenCV camera: x right,
             y down, z forward) in COLMAP's world frame, for every registered image.
         points: float64 [P, 3] sparse points in the same frame.
@@ -142,6 +143,8 @@ class SfmResult:
         model_sizes: registered images of each separate model the mapper made, largest first (one
             model when every image connects; an image may belong to several).
         seconds: time per step.
+        cameras: image name -> its camera, for a model of several cameras (None: every image has
+            ``camera``).
     """
 
     camera: Camera
@@ -152,6 +155,7 @@ class SfmResult:
     unregistered: list[str]
     model_sizes: list[int]
     seconds: dict[str, float] = field(default_factory=dict)
+    cameras: dict[str, Camera] | None = None
 
 
 def import_pycolmap() -> Any:
@@ -455,16 +459,31 @@ def run_sfm(
     sparse = work_dir / "sparse" / "0"
     sparse.mkdir(parents=True, exist_ok=True)
     rec.write(sparse)
+    sizes = sorted((int(r.num_reg_images()) for r in models.values()), reverse=True)
+    return result_of(rec, names, sizes, seconds)
+
+
+def result_of(rec: Any, names: list[str], model_sizes: list[int], seconds: dict[str, float]) -> SfmResult:
+    """The :class:`SfmResult` of a pycolmap ``Reconstruction`` of the images ``names`` (in this order):
+    the poses of those it registered, its sparse points and their mean reprojection error.
+
+    Raises:
+        ValueError: a camera of a model :data:`CAMERA_MODELS` lacks.
+    """
     poses = {img.name: _cam_to_world(img) for img in rec.images.values() if img.has_pose}
     points = np.array([p.xyz for p in rec.points3D.values()], dtype=np.float64).reshape(-1, 3)
-    cameras = list(rec.cameras.values())
+    cameras = {cam_id: _camera(cam) for cam_id, cam in rec.cameras.items()}
+    registered = [name for name in names if name in poses]
+    of_image = {img.name: cameras[img.camera_id] for img in rec.images.values()}
+    first = of_image[registered[0]] if registered else next(iter(cameras.values()))
     return SfmResult(
-        camera=_camera(cameras[0]),
+        camera=first,
         cam_to_world=poses,
         points=points,
         mean_reprojection_error=float(rec.compute_mean_reprojection_error()),
-        registered=[name for name in names if name in poses],
+        registered=registered,
         unregistered=[name for name in names if name not in poses],
-        model_sizes=sorted((int(r.num_reg_images()) for r in models.values()), reverse=True),
+        model_sizes=model_sizes,
         seconds=seconds,
+        cameras={n: of_image[n] for n in registered} if len(cameras) > 1 else None,
     )

@@ -1,6 +1,8 @@
 """The capture's ``transforms.json``, in instant-ngp's format (what ``colmap2nerf.py`` writes).
 
-One shared camera at the top level, in pixels::
+One shared camera at the top level (a frame whose camera differs, from a COLMAP model of several
+cameras, carries its own ``fl_x ... h`` keys, which the loader reads over the top-level ones), in
+pixels::
 
     camera_angle_x, camera_angle_y     horizontal / vertical field of view (radians)
     fl_x, fl_y, cx, cy, w, h           pinhole intrinsics of the w x h images
@@ -35,11 +37,14 @@ __all__ = ["TransformFrame", "transforms_doc", "write_transforms"]
 
 @dataclass(frozen=True)
 class TransformFrame:
-    """One frame: image path relative to ``transforms.json``, its sharpness, NeRF c2w float64 [4, 4]."""
+    """One frame: image path relative to ``transforms.json``, its sharpness, NeRF c2w float64 [4, 4];
+    ``camera``: its own camera when it is not the top-level one; ``mask_path``: its mask (0 = ignore)."""
 
     file_path: str
     sharpness: float
     transform_matrix: np.ndarray
+    camera: Camera | None = None
+    mask_path: str | None = None
 
 
 def transforms_doc(camera: Camera, frames: list[TransformFrame], aabb_scale: int) -> dict[str, Any]:
@@ -50,15 +55,19 @@ def transforms_doc(camera: Camera, frames: list[TransformFrame], aabb_scale: int
         "camera_angle_y": 2.0 * math.atan(intr.height / (2.0 * intr.fy)),
         **camera.ngp_keys(),
         "aabb_scale": int(aabb_scale),
-        "frames": [
-            {
-                "file_path": f.file_path,
-                "sharpness": float(f.sharpness),
-                "transform_matrix": np.asarray(f.transform_matrix, dtype=np.float64).tolist(),
-            }
-            for f in frames
-        ],
+        "frames": [_frame_doc(f, camera) for f in frames],
     }
+
+
+def _frame_doc(frame: TransformFrame, shared: Camera) -> dict[str, Any]:
+    doc: dict[str, Any] = {"file_path": frame.file_path}
+    if frame.mask_path is not None:
+        doc["mask_path"] = frame.mask_path
+    doc["sharpness"] = float(frame.sharpness)
+    if frame.camera is not None and frame.camera != shared:
+        doc.update(frame.camera.ngp_keys())
+    doc["transform_matrix"] = np.asarray(frame.transform_matrix, dtype=np.float64).tolist()
+    return doc
 
 
 def write_transforms(path: str | Path, doc: dict[str, Any]) -> None:

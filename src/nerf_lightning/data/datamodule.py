@@ -48,6 +48,7 @@ from nerf_lightning.data.formats import CaptureError, load_capture
 from nerf_lightning.data.image_sizes import check_downscale
 from nerf_lightning.data.images import load_images
 from nerf_lightning.data.loaders import StepIndices, StepLoader, ViewIndices, rank_views
+from nerf_lightning.data.masks import load_masks, packed_keep
 from nerf_lightning.data.ray_batches import image_batch, resolve_recipe
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
 from nerf_lightning.data.shards import classify_shards, rank_and_world
@@ -218,14 +219,15 @@ class NeRFDataModule(L.LightningDataModule):
         if not val_frames:
             raise CaptureError(heldout.no_heldout_message(path, capture, self.test_every))
         val_frames = heldout.evenly_spaced(val_frames, self.max_val_views)
-        self.val_set = ViewSet(val_frames, load_images(val_frames, **decode), model)
+        self.val_set = _heldout_views(val_frames, decode, model)
         test_frames = heldout.evenly_spaced(capture.test or capture.val, self.max_test_views)
         if [f.image_path for f in test_frames] == [f.image_path for f in val_frames]:
             self.test_set = self.val_set  # the same views: keep one copy of their pixels
         else:
-            self.test_set = ViewSet(test_frames, load_images(test_frames, **decode), model)
+            self.test_set = _heldout_views(test_frames, decode, model)
         widths, heights = pixels.sizes  # the sampler, the cameras and the per-view parameters: all views
-        self.sampler = self.sampler_factory(widths=widths.clone(), heights=heights.clone())
+        masks = {} if pixels.kept is None else {"kept": pixels.kept}  # only captures with masks pay for them
+        self.sampler = self.sampler_factory(widths=widths.clone(), heights=heights.clone(), **masks)
         cameras = TrainCameras(poses_tensor(capture.train), intrinsics_tensor(capture.train), widths, heights)
         self.feedback.attach(capture, cameras, self.sampler)
         log.info(
@@ -392,3 +394,11 @@ class NeRFDataModule(L.LightningDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if self.sampler is not None and "sampler" in state_dict:
             self.sampler.load_state_dict(state_dict["sampler"])
+
+
+def _heldout_views(frames: list, decode: dict[str, Any], model: str) -> ViewSet:
+    """Held-out views with their pixels and, when they have masks, which pixels score."""
+    images = load_images(frames, **decode)
+    views = ViewSet(frames, images, model)
+    views.keep = packed_keep(load_masks(frames, **decode), (images.widths * images.heights).tolist())
+    return views

@@ -31,6 +31,10 @@ Format summary
     camera centre inside the unit cube [0, 1]^3. ``aabb_scale`` defaults to 4 so that background
     beyond the cameras stays inside the outer box. ``applied_transform`` is already baked into the
     frame matrices by nerfstudio and is therefore not applied again.
+
+Masks, in every format: a frame's ``mask_path`` (nerfstudio: 0 = ignore, nonzero = keep) or an
+instant-ngp ``dynamic_mask_<image stem>.png`` beside its image (nonzero = ignore); masked pixels are
+never training rays and are left out of the held-out PSNR (``data/masks.py``).
 """
 
 from __future__ import annotations
@@ -181,7 +185,7 @@ def _to_frames(usable, scale: float, offset: tuple[float, float, float], json_pa
         CaptureError: a camera centre lies more than :data:`MAX_CAMERA_DISTANCE` from the scene's centre
             (nerfstudio captures are normalized first: a far but consistent world frame passes)."""
     out = []
-    for f, img, m, intr in usable:
+    for f, img, m, intr, mask in usable:
         sharp = f.get("sharpness")
         c2w = nerf_to_ngp(m, scale, offset)
         distance = float(np.linalg.norm(c2w[:3, 3] - 0.5))
@@ -197,6 +201,8 @@ def _to_frames(usable, scale: float, offset: tuple[float, float, float], json_pa
                 c2w=c2w,
                 intrinsics=intr,
                 sharpness=None if sharp is None else float(sharp),
+                mask_path=None if mask is None else mask[0],
+                mask_kind="keep" if mask is None else mask[1],
             )
         )
     return out
@@ -282,7 +288,7 @@ def _load_nerfstudio(
     warn_missing(json_path, missing, total)
     if not usable:
         raise no_frames_error(json_path, total, len(missing), 0)
-    raw = np.stack([m for _, _, m, _ in usable])
+    raw = np.stack([entry[2] for entry in usable])
     normed, info = normalize_nerfstudio_poses(raw)
     log.info(
         "%s: nerfstudio poses normalized (centre by %s, scale %.4g)",
@@ -293,7 +299,7 @@ def _load_nerfstudio(
     scale = NERFSTUDIO_DEFAULT_SCALE if scale is None else float(scale)
     offset3 = read_offset3(NGP_DEFAULT_OFFSET if offset is None else offset, json_path)
     aabb = read_aabb_scale(json_path, data, NERFSTUDIO_DEFAULT_AABB_SCALE, aabb_scale)
-    usable = [(f, img, normed[i], intr) for i, (f, img, _, intr) in enumerate(usable)]
+    usable = [(f, img, normed[i], intr, mask) for i, (f, img, _, intr, mask) in enumerate(usable)]
     posed = _to_frames(usable, scale, offset3, json_path)
     frames = _sharp_frames(posed, min_sharpness, json_path, total, len(missing))
 

@@ -66,6 +66,11 @@ def no_heldout_message(path: Path, capture: Capture, test_every: int) -> str:
 
 def capture_camera_model(capture: Capture) -> str:
     frames = capture.train or capture.val
+    models = {f.intrinsics.model for f in frames}
+    # frames of several cameras (per-frame intrinsics): the most general model holds them all
+    for model in ("opencv_fisheye", "opencv"):
+        if model in models:
+            return model
     return frames[0].intrinsics.model if frames else "pinhole"
 
 

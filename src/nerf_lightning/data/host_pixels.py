@@ -21,6 +21,7 @@ import logging
 import torch
 from torch import Tensor
 
+from nerf_lightning.data.masks import KeptPixels
 from nerf_lightning.data.view_set import ViewSet
 
 __all__ = ["HostPixels", "place_views", "resolve_storage"]
@@ -81,10 +82,17 @@ class HostPixels:
         self._turn = 0
         self._probs: Tensor | None = None
         self._probs_ready: torch.cuda.Event | None = None
+        self._kept: KeptPixels | None = None
 
     @property
     def nbytes(self) -> int:
         return self.pixels.numel() * self.pixels.element_size()
+
+    def kept_of(self, kept: KeptPixels) -> KeptPixels:
+        """The sampler's kept-pixel table (masks) on the host, copied once."""
+        if self._kept is None:
+            self._kept = kept.to("cpu")
+        return self._kept
 
     def host_probs(self, view_probs: Tensor) -> Tensor:
         """The sampler's view probabilities on the host: on a GPU the copy started at the previous call

@@ -37,7 +37,16 @@ import torch
 from nerf_lightning.data.transforms_json import CaptureError, too_large_message
 from nerf_lightning.data.types import Frame
 
-__all__ = ["ImageSet", "decode_image", "default_cache_dir", "downscale_image", "load_images"]
+__all__ = [
+    "ImageSet",
+    "cache_path",
+    "decode_image",
+    "default_cache_dir",
+    "downscale_image",
+    "load_images",
+    "read_cached",
+    "write_cached",
+]
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +151,7 @@ def _downscale_rgba(img: np.ndarray, factor: int) -> np.ndarray:
     return np.floor(out + 0.5).clip(0, 255).astype(np.uint8)
 
 
-def _cache_path(cache_dir: Path, digest: str, downscale: int) -> Path:
+def cache_path(cache_dir: Path, digest: str, downscale: int) -> Path:
     return cache_dir / f"{digest}_x{downscale}_v{CACHE_VERSION}.npy"
 
 
@@ -152,13 +161,13 @@ def _cache_path(cache_dir: Path, digest: str, downscale: int) -> Path:
 _NPY_HEADER_LOCK = threading.Lock()
 
 
-def _read_cached(path: Path) -> np.ndarray:
+def read_cached(path: Path) -> np.ndarray:
     with _NPY_HEADER_LOCK:
         mapped = np.load(path, mmap_mode="r", allow_pickle=False)
     return np.array(mapped)
 
 
-def _write_atomic(path: Path, arr: np.ndarray) -> None:
+def write_cached(path: Path, arr: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
     try:
@@ -188,7 +197,7 @@ def _cache_entry(cached: Path, data: bytes, downscale: int, image: Path) -> np.n
     (a uint8 [H, W, 3|4] array of the header's size), else None: the entry is decoded again and
     overwritten (a corrupt file, or a stale one of another size)."""
     try:
-        arr = _read_cached(cached)
+        arr = read_cached(cached)
     except (OSError, ValueError):
         log.debug("%s: unreadable cache entry %s; decoding again", image, cached)
         return None
@@ -214,7 +223,7 @@ def _load_one(path: Path, downscale: int, cache_dir: Path | None) -> np.ndarray:
     cached = None
     if cache_dir is not None:
         digest = hashlib.blake2b(data, digest_size=20).hexdigest()
-        cached = _cache_path(cache_dir, digest, downscale)
+        cached = cache_path(cache_dir, digest, downscale)
         if cached.is_file():
             arr = _cache_entry(cached, data, downscale, path)
             if arr is not None:
@@ -222,7 +231,7 @@ def _load_one(path: Path, downscale: int, cache_dir: Path | None) -> np.ndarray:
     arr = downscale_image(decode_image(data, path), downscale)
     if cached is not None:
         try:
-            _write_atomic(cached, arr)
+            write_cached(cached, arr)
         except OSError:
             pass  # a read-only or full cache must not stop training
     return arr

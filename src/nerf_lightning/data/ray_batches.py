@@ -79,8 +79,9 @@ def training_rays(
 
 def image_batch(views: ViewSet, view: int, eval_background: Tensor, train_view: int) -> dict[str, Any]:
     """All pixels of ``views``' view ``view`` (row-major, through the pixel centres), composited over
-    ``eval_background``; ``alpha`` is 1 on RGB images. ``train_view``: the frame's index among the
-    training views, or -1."""
+    ``eval_background``; ``alpha`` is 1 on RGB images; ``keep`` (bool, only for views of a capture with
+    masks) marks the pixels that score. ``train_view``: the frame's index among the training views, or
+    -1."""
     device = views.pixels.device
     h, w = int(views.heights[view]), int(views.widths[view])
     iy, ix = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
@@ -90,4 +91,8 @@ def image_batch(views: ViewSet, view: int, eval_background: Tensor, train_view: 
     batch = views.batch(view_ids, ix, iy, ix.float() + 0.5, iy.float() + 0.5, background, with_alpha=True)
     alpha = batch.pop("alpha", None)
     alpha = torch.ones_like(ix, dtype=torch.float32) if alpha is None else alpha
-    return {**batch, "alpha": alpha, "height": h, "width": w, "view": view, "train_view": train_view}
+    out = {**batch, "alpha": alpha, "height": h, "width": w, "view": view, "train_view": train_view}
+    if views.keep is not None:
+        start = int(views.offsets[view])
+        out["keep"] = views.keep[start : start + h * w]
+    return out

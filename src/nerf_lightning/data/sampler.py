@@ -41,6 +41,7 @@ from torch import Tensor
 
 from nerf_lightning.config_keys import check_arguments
 from nerf_lightning.config_schema import Injected, Range
+from nerf_lightning.data.masks import KeptPixels
 from nerf_lightning.ops import data_kernel
 from nerf_lightning.training.clock import Tick
 
@@ -49,6 +50,8 @@ __all__ = ["RaySampler", "UniformRaySampler", "LossWeightedRaySampler", "build_s
 SizeLike = Tensor | Sequence[int]
 #: the training views' widths / heights, which the DataModule passes to the factory of ``data.samplers``
 Sizes = Annotated[SizeLike, Injected("the DataModule: the training views' sizes")]
+#: the training views' kept pixels (captures with masks; ``data/masks.py``), which the DataModule passes
+Kept = Annotated[KeptPixels | None, Injected("the DataModule: the training views' masks")]
 
 
 def _as_sizes(values: SizeLike, name: str) -> Tensor:
@@ -71,10 +74,15 @@ def _distributed_world() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def pixels_of(cdf: Tensor, widths: Tensor, heights: Tensor, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def pixels_of(
+    cdf: Tensor, widths: Tensor, heights: Tensor, u: Tensor, kept: KeptPixels | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
     """(view_ids, px, py) of uniforms ``u`` float64 [3, n]: the view whose interval of ``cdf`` float64 [V]
-    holds ``u[0]``, then the pixel at fractions ``u[1]``, ``u[2]`` of its width and height (int64 [V])."""
+    holds ``u[0]``, then the pixel at fractions ``u[1]``, ``u[2]`` of its width and height (int64 [V]);
+    with ``kept`` (masks), the kept pixel at fraction ``u[1]`` of the view's kept pixels."""
     view_ids = torch.searchsorted(cdf, u[0], right=True).clamp_(max=cdf.numel() - 1)
+    if kept is not None:
+        return view_ids, *kept.pixels(view_ids, u[1], widths)
     w, h = widths[view_ids], heights[view_ids]
     px = torch.minimum((u[1] * w).long(), w - 1)
     py = torch.minimum((u[2] * h).long(), h - 1)
@@ -87,6 +95,8 @@ class RaySampler(torch.nn.Module):
     Args:
         widths: image width in pixels of each training view, int [V] (tensor or sequence).
         heights: image height in pixels of each training view, int [V].
+        kept: the views' kept pixels when the capture has masks (``data/masks.py``): a view's pixel count
+            is then its kept pixels, and a draw picks only kept pixels (a masked pixel has probability 0).
 
     Buffers (persistent; moved by ``.to()``, saved by ``state_dict()``):
         widths, heights: int64 [V].
@@ -104,7 +114,7 @@ class RaySampler(torch.nn.Module):
     #: names of plain tensor attributes (not buffers) that must follow the module's device.
     _plain_tensors: tuple[str, ...] = ()
 
-    def __init__(self, widths: Sizes, heights: Sizes) -> None:
+    def __init__(self, widths: Sizes, heights: Sizes, kept: Kept = None) -> None:
         super().__init__()
         w = _as_sizes(widths, "widths")
         h = _as_sizes(heights, "heights").to(w.device)
@@ -115,6 +125,12 @@ class RaySampler(torch.nn.Module):
             )
         self.register_buffer("widths", w)
         self.register_buffer("heights", h)
+        if kept is not None and kept.counts.numel() != w.numel():
+            raise ValueError(f"RaySampler: `kept` has {kept.counts.numel()} views, the sizes {w.numel()}")
+        if kept is not None and not bool((kept.counts > 0).any()):
+            raise ValueError("RaySampler: every pixel of every training view is masked")
+        #: not buffers: they come from the capture's masks, not from a checkpoint
+        self.kept = kept.to(w.device) if kept is not None else None
         v = w.numel()
         self.register_buffer("view_probs", torch.zeros(v, dtype=torch.float64, device=w.device))
         self.register_buffer("cdf", torch.zeros(v, dtype=torch.float64, device=w.device))
@@ -126,7 +142,9 @@ class RaySampler(torch.nn.Module):
         return self.widths.numel()
 
     def _pixel_counts(self) -> Tensor:
-        """Pixels per view, float64 [V]."""
+        """Pixels per view that may train (all, or the kept ones under masks), float64 [V]."""
+        if self.kept is not None:
+            return self.kept.counts.to(torch.float64)
         return (self.widths * self.heights).to(torch.float64)
 
     def _uniform_view_probs(self) -> Tensor:
@@ -172,7 +190,7 @@ class RaySampler(torch.nn.Module):
             )
         # float64: the view CDF resolves small probabilities and floor(u * w) stays inside the image
         u = torch.rand(3, n_rays, generator=generator, device=dev, dtype=torch.float64)
-        kernel = data_kernel("sample_pixels", u, self.cdf)
+        kernel = data_kernel("sample_pixels", u, self.cdf) if self.kept is None else None
         if kernel is not None:  # _pixels_of in one kernel (about 20 fewer launches per batch)
             return kernel(u, self.cdf, self.widths, self.heights, 1)  # one cell per view
         return self._pixels_of(u)
@@ -180,7 +198,7 @@ class RaySampler(torch.nn.Module):
     def _pixels_of(self, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(view_ids, px, py) of uniforms ``u`` float64 [3, n]: the view whose CDF interval holds ``u[0]``,
         then the pixel at fractions ``u[1]``, ``u[2]`` of its width and height."""
-        return pixels_of(self.cdf, self.widths, self.heights, u)
+        return pixels_of(self.cdf, self.widths, self.heights, u, self.kept)
 
     def update(
         self, view_ids: Tensor, px: Tensor, py: Tensor, losses: Tensor, valid: Tensor | None = None
@@ -211,6 +229,8 @@ class RaySampler(torch.nn.Module):
                 self._buffers[name] = buf.to(device)
         for name in self._plain_tensors:
             setattr(self, name, getattr(self, name).to(device))
+        if self.kept is not None:
+            self.kept = self.kept.to(device)
         return self
 
     def _load_from_state_dict(
@@ -258,10 +278,11 @@ class UniformRaySampler(RaySampler):
     Args:
         widths: image width of each training view, int [V].
         heights: image height of each training view, int [V].
+        kept: the views' kept pixels under masks (:class:`RaySampler`).
     """
 
-    def __init__(self, widths: Sizes, heights: Sizes) -> None:
-        super().__init__(widths=widths, heights=heights)
+    def __init__(self, widths: Sizes, heights: Sizes, kept: Kept = None) -> None:
+        super().__init__(widths=widths, heights=heights, kept=kept)
 
 
 class LossWeightedRaySampler(RaySampler):
@@ -294,6 +315,8 @@ class LossWeightedRaySampler(RaySampler):
         update_every: statistics window in optimizer steps (one all-reduce per window).
         scale_by_pixel_count: multiply view weights by pixel count (see above); False gives
             ``p_w ∝ (ema + eps) ** alpha`` per view regardless of image size.
+        kept: the views' kept pixels under masks (:class:`RaySampler`): the pixel counts are the kept
+            ones, and a wholly masked view has weight 0 either way.
     """
 
     ema: Tensor
@@ -311,9 +334,10 @@ class LossWeightedRaySampler(RaySampler):
         warmup_steps: Annotated[int, Range(low=0)] = 256,
         update_every: Annotated[int, Range(low=1)] = 16,
         scale_by_pixel_count: bool = True,
+        kept: Kept = None,
     ) -> None:
         check_arguments(LossWeightedRaySampler, locals())
-        super().__init__(widths=widths, heights=heights)
+        super().__init__(widths=widths, heights=heights, kept=kept)
         self.alpha = float(alpha)
         self.eps = float(eps)
         self.uniform_floor = float(uniform_floor)
@@ -404,6 +428,8 @@ class LossWeightedRaySampler(RaySampler):
         w = (ema + self.eps * mean).clamp_min(0) ** self.alpha
         if self.scale_by_pixel_count:
             w = w * self._pixel_counts()
+        elif self.kept is not None:
+            w = w * (self.kept.counts > 0)  # a wholly masked view has no pixel to draw
         total = w.sum()
         p_w = torch.where(torch.isfinite(total) & (total > 0), w / total, p_uni)  # all-zero losses → uniform
         self._set_distribution((1 - f) * p_w + f * p_uni)

@@ -29,6 +29,7 @@ from nerf_lightning.data.capture_kind import (
     transparent_fraction,
 )
 from nerf_lightning.data.host_pixels import HostPixels
+from nerf_lightning.data.masks import KeptPixels
 from nerf_lightning.data.sampler import RaySampler, pixels_of
 from nerf_lightning.ops import data_kernel
 
@@ -96,10 +97,14 @@ class ShardDraw:
         views: int64 [V_r], the shard's global view ids; its local view ``i`` is global ``views[i]``.
         widths, heights: int64 [V_r], the shard's image sizes.
         world: the number of ranks (the gradient weight is ``world * P_r``).
+        kept: all training views' kept pixels under masks (``data/masks.py``); the shard draws only those.
     """
 
-    def __init__(self, views: Tensor, widths: Tensor, heights: Tensor, world: int) -> None:
+    def __init__(
+        self, views: Tensor, widths: Tensor, heights: Tensor, world: int, kept: KeptPixels | None = None
+    ) -> None:
         self.views, self.widths, self.heights, self.world = views, widths, heights, int(world)
+        self.kept = kept.subset(views) if kept is not None else None
         #: this rank's gradient weight ``world * P_r``, float32 [] on the draw's device, rewritten in
         #: place by every :meth:`sample` (the gradient hook and a batch graph keep reading one tensor)
         self.weight = torch.ones((), dtype=torch.float32, device=views.device)
@@ -109,6 +114,8 @@ class ShardDraw:
             t.to(device) for t in (self.views, self.widths, self.heights)
         )
         self.weight = self.weight.to(device)
+        if self.kept is not None:
+            self.kept = self.kept.to(device)
         return self
 
     @torch.no_grad()
@@ -123,11 +130,11 @@ class ShardDraw:
         cdf[-1:].fill_(1.0)
         self.weight.copy_(mass * self.world)
         u = torch.rand(3, n_rays, device=cdf.device, dtype=torch.float64)
-        kernel = data_kernel("sample_pixels", u, cdf)
+        kernel = data_kernel("sample_pixels", u, cdf) if self.kept is None else None
         if kernel is not None:
             local, px, py = kernel(u, cdf, self.widths, self.heights, 1)
         else:
-            local, px, py = pixels_of(cdf, self.widths, self.heights, u)
+            local, px, py = pixels_of(cdf, self.widths, self.heights, u, self.kept)
         return self.views[local], local, px, py
 
 
@@ -160,7 +167,8 @@ def draw_pixels(
         _, local, px, py = shard.sample(probs, n_rays)
     else:  # the sampler's own draw, on the host
         u = torch.rand(3, n_rays, dtype=torch.float64)
-        local, px, py = pixels_of(probs, host.widths, host.heights, u)
+        kept = None if sampler.kept is None else host.kept_of(sampler.kept)
+        local, px, py = pixels_of(probs, host.widths, host.heights, u, kept)
     local, px, py, pixels = host.gather(local, px, py)
     view_ids = local if shard is None else shard.views.to(local.device)[local]
     return view_ids, local, px, py, pixels

@@ -19,6 +19,7 @@ from torch import Tensor
 from nerf_lightning.data.formats import CaptureError
 from nerf_lightning.data.host_pixels import HostPixels, place_views
 from nerf_lightning.data.images import load_images
+from nerf_lightning.data.masks import KeptPixels, load_masks
 from nerf_lightning.data.ray_batches import training_rays
 from nerf_lightning.data.sampler import RaySampler
 from nerf_lightning.data.shards import ShardDraw, balanced_shards
@@ -67,6 +68,8 @@ class TrainingPixels:
         #: this rank's shard (None: it holds every view) and its pixels on the host (None: on the device)
         self.shard: ShardDraw | None = None
         self.host: HostPixels | None = None
+        #: all training views' kept pixels when the capture has masks (``data/masks.py``), else None
+        self.kept: KeptPixels | None = None
         self._key: tuple[int, int] | None = None
 
     def load(self, rank: int, world: int) -> bool:
@@ -86,8 +89,12 @@ class TrainingPixels:
             self.sizes = widths, heights = images.widths.clone(), images.heights.clone()
         if not (torch.equal(images.widths, widths[index]) and torch.equal(images.heights, heights[index])):
             raise CaptureError(f"{self.origin}: the images' sizes differ from those of their cameras")
+        if self._key is None:  # the masks of every view: the sampler's distribution covers them all
+            masks = load_masks(self.frames, **self.decode)
+            if masks is not None:
+                self.kept = KeptPixels.of_masks(masks, widths.tolist(), heights.tolist())
         self.views = ViewSet([self.frames[v] for v in held], images, self.camera_model)
-        self.shard = ShardDraw(index, images.widths, images.heights, world) if sharded else None
+        self.shard = ShardDraw(index, images.widths, images.heights, world, self.kept) if sharded else None
         self.feedback.shard_weight = self.shard.weight if self.shard is not None else None
         self._key = key
         return True

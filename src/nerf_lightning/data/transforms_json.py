@@ -29,6 +29,7 @@ __all__ = [
     "is_nonzero",
     "no_frames_error",
     "parse_frames",
+    "frame_mask",
     "read_aabb_scale",
     "read_image_header",
     "read_intrinsics",
@@ -243,17 +244,47 @@ def read_intrinsics(
     )
 
 
+#: instant-ngp's mask beside an image ``x.jpg``: ``dynamic_mask_x.png`` (nonzero pixels are left out)
+DYNAMIC_MASK_PREFIX = "dynamic_mask_"
+
+
+def frame_mask(
+    json_path: Path, index: int, frame: dict[str, Any], image: Path, size: tuple[int, int]
+) -> tuple[Path, str] | None:
+    """The mask of one frame and its convention (``data/masks.py``): the frame's ``mask_path``
+    (nerfstudio, 0 = ignore), else ``dynamic_mask_<stem>.png`` beside its image (instant-ngp, nonzero =
+    ignore), else None. A listed mask that is missing, or one of another size than ``size`` (the image's
+    (w, h)), is a CaptureError."""
+    where = f"{json_path}: frame {index} ({frame.get('file_path', '?')})"
+    if "mask_path" in frame:
+        path, kind = json_path.parent / str(frame["mask_path"]), "keep"
+        if not path.is_file():
+            missing = frame["mask_path"]
+            raise CaptureError(f"{where}: 'mask_path' {missing} does not exist (expected a PNG mask)")
+    else:
+        path, kind = image.parent / f"{DYNAMIC_MASK_PREFIX}{image.stem}.png", "dynamic"
+        if not path.is_file():
+            return None
+    w, h, _ = read_image_header(path)
+    if (w, h) != size:
+        raise CaptureError(
+            f"{path}: mask is {w}x{h} but its image {image.name} is {size[0]}x{size[1]}; a mask must have "
+            "its image's size"
+        )
+    return path, kind
+
+
 def parse_frames(
     json_path: Path,
     data: dict[str, Any],
     model_of: Any,
     downscale: int,
-) -> tuple[list[tuple[dict[str, Any], Path, np.ndarray, Intrinsics]], list[str], bool]:
+) -> tuple[list[tuple[dict[str, Any], Path, np.ndarray, Intrinsics, Any]], list[str], bool]:
     """Validate all frames.
 
     Returns:
-        (usable frames as (frame json, image path, NeRF c2w [4, 4], intrinsics), missing file_paths,
-        whether any image header has alpha).
+        (usable frames as (frame json, image path, NeRF c2w [4, 4], intrinsics, its mask (path,
+        convention) or None: :func:`frame_mask`), missing file_paths, whether any image header has alpha).
     """
     root = json_path.parent
     frames = data["frames"]
@@ -285,7 +316,7 @@ def parse_frames(
         w, h, alpha = read_image_header(img)
         any_alpha |= alpha
         intr = read_intrinsics(json_path, i, glob, f, (w, h), model_of(f))
-        usable.append((f, img, m, intr.downscaled(downscale)))
+        usable.append((f, img, m, intr.downscaled(downscale), frame_mask(json_path, i, f, img, (w, h))))
     return usable, missing, any_alpha
 
 

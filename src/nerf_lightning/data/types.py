@@ -78,12 +78,16 @@ class Intrinsics:
 
 @dataclass(frozen=True)
 class Frame:
-    """One view: its image file, camera-to-world matrix in NGP space (float64 [4, 4]) and intrinsics."""
+    """One view: its image file, camera-to-world matrix in NGP space (float64 [4, 4]) and intrinsics;
+    ``mask_path``: its mask of what moved, read in the convention ``mask_kind`` (``data/masks.py``:
+    ``keep``, nonzero pixels train; ``dynamic``, nonzero pixels are left out)."""
 
     image_path: Path
     c2w: np.ndarray
     intrinsics: Intrinsics
     sharpness: float | None = None
+    mask_path: Path | None = None
+    mask_kind: str = "keep"
 
 
 @dataclass

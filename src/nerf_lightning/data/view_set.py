@@ -31,11 +31,15 @@ class ViewSet:
         self.intrinsics = intrinsics_tensor(frames)  # [V, 10]
         self.undistortion = UndistortionTable(self.intrinsics, self.widths, self.heights, camera_model)
         self._has_distortion = bool((self.intrinsics[:, 4:] != 0).any())
+        #: bool [P], packed as ``pixels``: the pixels that score (held-out views with masks), else None
+        self.keep: Tensor | None = None
 
     def to(self, device: torch.device, pixels: bool = True) -> ViewSet:
         """Everything onto ``device``; ``pixels=False``: the pixels stay where they are (the host)."""
         for name in ("pixels", "offsets", "widths", "heights", "poses", "intrinsics")[0 if pixels else 1 :]:
             setattr(self, name, getattr(self, name).to(device, non_blocking=True))
+        if self.keep is not None:
+            self.keep = self.keep.to(device)
         self.undistortion.to(device)
         return self
 

@@ -35,7 +35,8 @@ def render_view(
         [H, W, 3], ``depth`` [H, W] (weighted sample distance, not normalized by opacity), ``opacity``
         [H, W] and ``ngp``: (prediction, ground truth) as instant-ngp scores them
         (``metrics.ngp_composite``) and ``black``: the pair over black in sRGB
-        (``metrics.srgb_over_black``), when the batch carries the image's ``alpha``.
+        (``metrics.srgb_over_black``), when the batch carries the image's ``alpha``; ``keep`` [H, W]
+        bool, the pixels that score, when the view has a mask.
     """
     h, w = batch["height"], batch["width"]
     rays_o, rays_d, background = batch["rays_o"], batch["rays_d"], batch["background"]
@@ -52,6 +53,8 @@ def render_view(
         "depth": out["depth"].reshape(h, w),
         "opacity": out["opacity"].reshape(h, w),
     }
+    if "keep" in batch:
+        view["keep"] = batch["keep"].reshape(h, w)
     if "alpha" in batch:
         background, alpha = batch["background"][0], batch["alpha"].reshape(h, w)
         for key, composite in (("ngp", ngp_composite), ("black", srgb_over_black)):

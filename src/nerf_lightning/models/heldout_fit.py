@@ -118,7 +118,7 @@ class HeldoutScores(nn.Module):
         if int(batch.get("train_view", -1)) >= 0 or not self.fit.active(corrections):
             return
         fitted = fit_view(renderer, field, batch, chunk, self.fit)
-        self.metrics[stage].update(fitted.rgb, fitted.gt, batch["view"])
+        self.metrics[stage].update(fitted.rgb, fitted.gt, batch["view"], keep=fitted.keep)
 
 
 class _SingleViewExposure(PerViewExposure):
@@ -132,13 +132,15 @@ class _SingleViewExposure(PerViewExposure):
 class FittedView:
     """A held-out view scored under the fair protocol: ``rgb`` and ``gt`` [H, W', 3] of the scored
     region (the right half with ``exposure``, else the whole image), and the fitted correction's sizes
-    (``rotation_deg``, ``translation`` in NGP units, ``gain`` [3])."""
+    (``rotation_deg``, ``translation`` in NGP units, ``gain`` [3]); ``keep`` [H, W'] the region's pixels
+    that score, when the view has a mask (masked pixels are neither fitted nor scored)."""
 
     rgb: Tensor
     gt: Tensor
     rotation_deg: float
     translation: float
     gain: list[float]
+    keep: Tensor | None = None
 
 
 def fit_view(
@@ -172,6 +174,8 @@ def fit_view(
         optimizer = torch.optim.Adam(groups, betas=(0.9, 0.99))
         columns = w // 2 if fit.exposure else w
         fitted = torch.arange(h * w).reshape(h, w)[:, :columns].reshape(-1)
+        if "keep" in batch:
+            fitted = fitted[batch["keep"].cpu()[fitted]]
         generator = torch.Generator().manual_seed(fit.seed)
         for step in range(fit.steps):
             decay = fit.final_factor ** (step / max(fit.steps - 1, 1))
@@ -194,7 +198,8 @@ def fit_view(
             translation = float(x[3:].norm())
         gain = exposure.gains()[0].tolist() if exposure is not None else [1.0, 1.0, 1.0]
     scored = slice(w // 2, w) if fit.exposure else slice(0, w)
-    return FittedView(view["rgb"][:, scored], view["gt"][:, scored], rotation_deg, translation, gain)
+    keep = view["keep"][:, scored] if "keep" in view else None
+    return FittedView(view["rgb"][:, scored], view["gt"][:, scored], rotation_deg, translation, gain, keep)
 
 
 @contextmanager

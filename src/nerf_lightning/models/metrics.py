@@ -13,6 +13,11 @@ shows through instead of the evaluation background); on RGBA renders it scores t
 The headline ``psnr`` stays the nerfacc convention: the prediction composited over the evaluation
 background in sRGB against the image composited the same way.
 
+Masks (``data/masks.py``): on a view with a mask, every PSNR (``psnr``, ``psnr_ngp``, ``psnr_black``)
+is the MSE over its kept pixels only, and SSIM and LPIPS see the masked pixels of the prediction
+replaced by the ground truth's (they score windows, not pixels), so what moved in front of the
+camera neither lowers nor raises the view's number beyond its border.
+
 ``psnr_black`` is the same over black: the straight sRGB colour times the opacity, against the image's
 sRGB colour times its alpha (:func:`srgb_over_black`). Its ground truth is the one instant-ngp's
 ``run.py --test_transforms --nerf_compatibility`` scores against, the mode of instant-ngp's published
@@ -189,25 +194,28 @@ class ViewMetrics(Metric):
     def has_lpips(self) -> bool:
         return self._lpips[0] is not None
 
-    def score(self, pred: Tensor, target: Tensor) -> dict[str, Tensor]:
+    def score(self, pred: Tensor, target: Tensor, keep: Tensor | None = None) -> dict[str, Tensor]:
         """The metrics of one image, 0-dim tensors (``psnr``, ``ssim``[, ``lpips``]); stores nothing.
 
         Args:
             pred: float [H, W, 3] in [0, 1] (clamped).
             target: float [H, W, 3] in [0, 1].
+            keep: bool [H, W], the pixels that score (a mask); None: all.
         """
         if pred.shape != target.shape or pred.dim() != 3 or pred.shape[-1] != 3:
             raise ValueError(
                 f"ViewMetrics: pred and target must both be [H, W, 3], got "
                 f"{tuple(pred.shape)} and {tuple(target.shape)}"
             )
+        if keep is not None:
+            pred = torch.where(keep[..., None], pred.detach().float(), target.detach().float())
         p = pred.detach().float().clamp(0, 1).permute(2, 0, 1)[None]
         t = target.detach().float().permute(2, 0, 1)[None]
         # In float32 whatever the run's precision: under bf16/16-mixed autocast, SSIM's Gaussian
         # convolutions would run in half precision (lego: 0.920 instead of 0.954 for the same image).
         with torch.autocast(p.device.type, enabled=False):
             values = {
-                "psnr": peak_signal_noise_ratio(p, t, data_range=1.0),
+                "psnr": _psnr(p[0].permute(1, 2, 0), t[0].permute(1, 2, 0), keep),
                 "ssim": structural_similarity_index_measure(p, t, data_range=1.0),
             }
             scorer = self._lpips[0]
@@ -224,15 +232,17 @@ class ViewMetrics(Metric):
         view: int,
         ngp: tuple[Tensor, Tensor] | None = None,
         black: tuple[Tensor, Tensor] | None = None,
+        keep: Tensor | None = None,
     ) -> None:
         """Score one whole image (see :meth:`score`) as view ``view`` of the evaluated split; ``ngp``:
         also ``psnr_ngp`` of the (prediction, ground truth) pair, both [H, W, 3] from
-        :func:`ngp_composite`; ``black``: ``psnr_black`` of the pair from :func:`srgb_over_black`."""
-        values = self.score(pred, target)
+        :func:`ngp_composite`; ``black``: ``psnr_black`` of the pair from :func:`srgb_over_black`;
+        ``keep``: bool [H, W], the pixels that score (a mask), None: all."""
+        values = self.score(pred, target, keep)
         with torch.autocast(pred.device.type, enabled=False):
             for name, pair in (("psnr_ngp", ngp), ("psnr_black", black)):
                 if pair is not None:
-                    values[name] = peak_signal_noise_ratio(pair[0].float(), pair[1].float(), data_range=1.0)
+                    values[name] = _psnr(pair[0].float(), pair[1].float(), keep)
         self.views.append(torch.tensor([int(view)], device=pred.device))
         for name, value in values.items():
             getattr(self, name).append(value.reshape(1).float())
@@ -255,6 +265,14 @@ class ViewMetrics(Metric):
             out["per_view"][name] = values
             out[name] = values.mean()
         return out
+
+
+def _psnr(pred: Tensor, target: Tensor, keep: Tensor | None) -> Tensor:
+    """PSNR (data range 1) of [H, W, 3] images over all pixels, or over the ``keep`` [H, W] ones."""
+    if keep is None:
+        return peak_signal_noise_ratio(pred, target, data_range=1.0)
+    err = ((pred - target) ** 2)[keep]
+    return -10.0 * torch.log10(err.mean())
 
 
 def _cat(state: Tensor | list[Tensor]) -> Tensor | None:

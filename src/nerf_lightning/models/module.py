@@ -323,8 +323,9 @@ class NeRFModule(FastHookNames, L.LightningModule):
         view = render_view(self.renderer, field, batch, chunk, self.camera_opt, self.appearance)
         if stage is not None:
             self.metrics[stage].update(
-                view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"), black=view.get("black")
-            )
+                view["rgb"], view["gt"], batch["view"], ngp=view.get("ngp"), black=view.get("black"),
+                keep=view.get("keep"),
+            )  # fmt: skip
             trainer = self._trainer
             if trainer is None or trainer.state.fn != TrainerFn.FITTING:  # never while training
                 corrections = bool(self.view_components)
