@@ -1,4 +1,4 @@
-"""The three prepared GPU calls of issue 61: what each carries, its command, and the carried size.
+"""The prepared GPU calls of issue 61: what each carries, its command, and the carried size.
 
     python -m benchmarks.gpu_calls show [NAME ...]               # command, carry list, timeouts
     python -m benchmarks.gpu_calls prepare NAME [--data ../shared/data] [--wheels ../shared/device-wheels]
@@ -14,7 +14,6 @@ then measures what would travel and fails when it is over the limit:
   the other test images are not needed), fox with its photographs re-encoded at JPEG quality
   ``FOX_QUALITY`` at full size (``.devdata/fox_q85``: the original 18.4 MB would put the call over 64 MiB
   beside lego and embree), and the export's wheels (``.devdata/mesh-wheels``, downloaded with pip).
-- ``views`` (issue 47, ``benchmarks/learned_views_gpu.sh``): fox and fruit as they are.
 - ``storage`` (issue 49, ``benchmarks/big_captures_gpu.sh``): lego_official as it is (50 test views).
 """
 
@@ -65,8 +64,6 @@ CALLS = {
         Call("mesh", 48, "benchmarks/mesh_gpu.sh", ".devdata/lego_official_t4 .devdata/fox_q85",
              'WHEELS=".whl .devdata/mesh-wheels"',
              (".whl", ".devdata/mesh-wheels", ".devdata/lego_official_t4", ".devdata/fox_q85"), 6.5),
-        Call("views", 47, "benchmarks/learned_views_gpu.sh", ".devdata", "",
-             (".whl", ".devdata/fox", ".devdata/fruit"), 6.0),
         Call("storage", 49, "benchmarks/big_captures_gpu.sh", ".devdata/lego_official", "",
              (".whl", ".devdata/lego_official"), 8.5),
     )
@@ -154,9 +151,6 @@ def prepare(
         download_mesh_wheels(dev / "mesh-wheels")
         lego_subset(data / "lego_official", dev / "lego_official_t4")
         reencode_jpegs(data / "fox", dev / "fox_q85", fox_quality)
-    elif call.name == "views":
-        _copy(data / "fox", dev / "fox")
-        _copy(data / "fruit", dev / "fruit")
     else:
         _copy(data / "lego_official", dev / "lego_official")
     return carried_bytes(repo, call)

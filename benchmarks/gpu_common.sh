@@ -1,4 +1,4 @@
-# Sourced by benchmarks/mesh_gpu.sh, learned_views_gpu.sh and big_captures_gpu.sh: the offline GPU machine's
+# Sourced by benchmarks/mesh_gpu.sh and big_captures_gpu.sh: the offline GPU machine's
 # set-up (carried wheels, this checkout's sources first on the path, the CUDA extension built once as a
 # step of its own) and time-boxed steps that all end by one deadline, so a whole call fits its slot.
 #

@@ -1,7 +1,7 @@
 """The benchmark tools that train or draw on a CPU, each run end to end on the tiny scene with a few steps:
-the data path (``benchmarks.data``), captures bigger than one GPU (``benchmarks.big_captures``), the
-sampler A/B (``benchmarks.sampler_ab``) and the learned-pose recovery (``benchmarks.pose_recovery_cpu``).
-What they measure is for BENCHMARKS.md; here: that they run on today's package and report what they say."""
+the data path (``benchmarks.data``), captures bigger than one GPU (``benchmarks.big_captures``) and the
+sampler A/B (``benchmarks.sampler_ab``). What they measure is for BENCHMARKS.md; here: that they run on
+today's package and report what they say."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from runs import TINY
 
-from benchmarks import big_captures, data, pose_recovery_cpu, sampler_ab
+from benchmarks import big_captures, data, sampler_ab
 
 #: the tiny runs' own overrides: TINY without its logger, and a short final evaluation
 QUICK = [o for o in TINY if not o.startswith("logger=")] + ["logger=none", "data.max_test_views=2"]
@@ -63,11 +63,3 @@ def test_the_sampler_a_b_trains_both_samplers_and_tables_them(tiny_scene: Path, 
     assert runs == [("uniform", 0, 2), ("loss_weighted", 0, 2)]
     assert all(r["val/psnr"] > 5 for r in results)
     assert "loss_weighted" in capsys.readouterr().out
-
-
-def test_pose_recovery_reports_the_damage_and_what_training_made_of_it(tmp_path: Path) -> None:
-    result = pose_recovery_cpu.main(["--steps", "3", "--rays", "64", "--work", str(tmp_path)])
-    # data/synthetic/damage.py's pose damage: a few degrees and a few hundredths of a unit per view
-    assert 0.5 < result["rot_before"] < 5 and result["trans_before"] > 0
-    assert result["camera_updates"] == 3 and result["heldout_psnr_fitted"] is None  # no --fit
-    assert result["train_psnr"] > 5 and result["heldout_psnr"] > 5

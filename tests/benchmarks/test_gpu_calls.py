@@ -104,20 +104,20 @@ def git_repo(path: Path) -> Path:
 def test_prepare_copies_the_data_and_measures_what_travels(tmp_path: Path) -> None:
     repo = git_repo(tmp_path / "repo")
     data, wheels = tmp_path / "data", tmp_path / "wheels"
-    for scene in ("fox", "fruit"):
-        (data / scene).mkdir(parents=True)
-        (data / scene / "transforms.json").write_bytes(b"z" * 1000)
+    (data / "lego_official" / "train").mkdir(parents=True)
+    (data / "lego_official" / "transforms_train.json").write_bytes(b"z" * 1000)
+    (data / "lego_official" / "train" / "r_0.png").write_bytes(b"p" * 700)
     wheels.mkdir()
     (wheels / "hydra_core-1.3.8-py3-none-any.whl").write_bytes(b"w" * 500)
     (repo / ".devdata").mkdir()
-    (repo / ".devdata" / "lego_official").mkdir()  # another call's data: not carried by this one
-    (repo / ".devdata" / "lego_official" / "big.bin").write_bytes(b"b" * 10_000)
-    sizes = prepare(repo, CALLS["views"], data, wheels)
+    (repo / ".devdata" / "fox_q85").mkdir()  # another call's data: not carried by this one
+    (repo / ".devdata" / "fox_q85" / "big.bin").write_bytes(b"b" * 10_000)
+    sizes = prepare(repo, CALLS["storage"], data, wheels)
     gitignore = len(".whl/\n.devdata/\n")
-    assert sizes == {"tree": 100 + 10 + gitignore, ".whl": 500, ".devdata/fox": 1000, ".devdata/fruit": 1000,
-                     "total": 100 + 10 + gitignore + 2500}  # fmt: skip
-    assert carried_bytes(repo, CALLS["views"]) == sizes
-    assert (repo / ".devdata" / "fruit" / "transforms.json").read_bytes() == b"z" * 1000
+    assert sizes == {"tree": 100 + 10 + gitignore, ".whl": 500, ".devdata/lego_official": 1700,
+                     "total": 100 + 10 + gitignore + 2200}  # fmt: skip
+    assert carried_bytes(repo, CALLS["storage"]) == sizes
+    assert (repo / ".devdata" / "lego_official" / "train" / "r_0.png").read_bytes() == b"p" * 700
 
 
 def test_show_prints_each_calls_command(capsys: pytest.CaptureFixture[str]) -> None:
