@@ -50,3 +50,27 @@ class PoisonWeights(L.Callback):
             with torch.no_grad():
                 next(pl_module.parameters()).fill_(float("nan"))
 
+
+class SlowValidation(L.Callback):
+    """Sleeps ``seconds`` after each validation batch (an eval that takes long enough to overlap another,
+    or to be killed in the middle of its views)."""
+
+    def __init__(self, seconds: float = 1.0) -> None:
+        self.seconds = seconds
+
+    def on_validation_batch_end(self, *args: Any, **kwargs: Any) -> None:
+        time.sleep(self.seconds)
+
+
+class RemoveFolderAt(L.Callback):
+    """Deletes the folder ``folder`` (the run's own, as a user's ``rm -rf`` would) when optimizer step
+    ``step`` starts."""
+
+    def __init__(self, folder: str, step: int = 2) -> None:
+        self.folder, self.step = folder, step
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        import shutil
+
+        if trainer.global_step == self.step:
+            shutil.rmtree(self.folder)

@@ -2,8 +2,8 @@
 
 Every app (``train``, ``eval``, ``render``, ``export``) exits with 0 when it did what was asked, 1 on a
 bug (a traceback), and otherwise with the status of the :class:`StopRun` that ended it:
-:data:`EXIT_USER_ERROR` (2), :data:`EXIT_DIVERGED` (3), :data:`EXIT_INTERRUPTED` (143) or
-:data:`EXIT_CTRL_C` (130);
+:data:`EXIT_USER_ERROR` (2), :data:`EXIT_DIVERGED` (3), :data:`EXIT_INTERRUPTED` (143),
+:data:`EXIT_HANGUP` (129) or :data:`EXIT_CTRL_C` (130);
 ``docs/exit_codes.md`` says what each leaves on disk.
 
 A :class:`StopRun` ends a run with one line ``error: <message>`` on stderr (also in the job's log file)
@@ -30,10 +30,12 @@ from contextlib import contextmanager
 __all__ = [
     "EXIT_CTRL_C",
     "EXIT_DIVERGED",
+    "EXIT_HANGUP",
     "EXIT_INTERRUPTED",
     "EXIT_USER_ERROR",
     "Cancelled",
     "Diverged",
+    "HungUp",
     "Interrupted",
     "StopRun",
     "UserError",
@@ -53,6 +55,9 @@ EXIT_USER_ERROR = 2
 EXIT_DIVERGED = 3
 #: exit status of a run stopped by SIGTERM (:class:`Interrupted`): 128 + 15, as a shell reports it
 EXIT_INTERRUPTED = 128 + 15
+
+#: exit status of a run stopped by SIGHUP (:class:`HungUp`: the SSH session closed): 128 + 1
+EXIT_HANGUP = 128 + 1
 
 #: exit status of an app stopped by Ctrl-C (:class:`Cancelled`): 128 + 2 (SIGINT), as a shell reports it
 EXIT_CTRL_C = 128 + 2
@@ -83,6 +88,12 @@ class Interrupted(StopRun):
     """The run was stopped by SIGTERM (preemption, ``timeout``, eviction) before it finished."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+class HungUp(Interrupted):
+    """The run was stopped by SIGHUP (its terminal or SSH session closed), handled as SIGTERM."""
+
+    exit_code = EXIT_HANGUP
 
 
 class Cancelled(StopRun):

@@ -5,13 +5,15 @@
 ``main()`` rewrites ``sys.argv`` (:func:`normalize_argv`, then the app's own ``prepare_argv``), composes
 ``conf/<config_name>.yaml`` with it (``@hydra.main``) and runs the task inside
 :func:`~nerf_lightning.errors.user_errors`: bad input ends as one ``error: ...`` line and exit status 2
-(a diverged training 3, SIGTERM 143, Ctrl-C 130; ``errors.py`` lists them).
+(a diverged training 3, SIGTERM 143, SIGHUP 129, Ctrl-C 130; ``errors.py`` lists them). A SIGHUP (the
+SSH session closed) is handled as a SIGTERM (``run/hangup.py``).
 The task's return value is the job's return value (what a Hydra sweeper optimizes).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
 import signal
 import sys
@@ -26,12 +28,13 @@ from nerf_lightning.errors import (
     EXIT_DIVERGED,
     EXIT_USER_ERROR,
     Cancelled,
-    Interrupted,
     UserError,
     user_errors,
+    written_file,
 )
 from nerf_lightning.run.config import CONF_DIR, alias_override
 from nerf_lightning.run.folder_guard import end_job
+from nerf_lightning.run.hangup import hang_up_as_sigterm, interruption, stop_signal
 from nerf_lightning.run.run_dir import register_resolvers
 
 __all__ = ["check_overrides_parse", "device_of", "hydra_app", "nested_overrides", "normalize_argv"]
@@ -132,8 +135,15 @@ def hydra_app(
             with user_errors():
                 if stop_on_sigterm:
                     signal.signal(signal.SIGTERM, _raise_interrupted(config_name))
+                hang_up_as_sigterm()
+                folder = _folder_identity(cfg)
                 try:
                     return task(cfg)
+                except FileNotFoundError as err:
+                    gone = _folder_gone(cfg, folder, config_name, err)
+                    if gone is None:
+                        raise
+                    raise gone from err
                 except KeyboardInterrupt:
                     if not stop_on_sigterm:
                         raise
@@ -181,9 +191,34 @@ def _in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def _folder_identity(cfg: DictConfig) -> tuple[int, int] | None:
+    """(device, inode) of the app's run folder as its task starts (None when there is none yet)."""
+    folder = OmegaConf.select(cfg, "paths.output_dir", default=None)
+    try:
+        info = os.stat(str(folder))
+    except (OSError, TypeError):
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _folder_gone(
+    cfg: DictConfig, started: tuple[int, int] | None, app: str, err: FileNotFoundError
+) -> UserError | None:
+    """The line for ``err`` when the app's run folder was deleted while it ran (``rm -rf`` of the run; a
+    checkpoint write may have made a new, empty one since), else None (a file missing for another reason
+    stays a traceback)."""
+    if started is None or _folder_identity(cfg) == started:
+        return None
+    missing = written_file(err) or "a file"
+    return UserError(
+        f"{cfg.paths.output_dir}: the run folder was deleted while {app} was writing into it ({missing}: no "
+        "such file or directory); what the run had written there is gone: run the command again"
+    )
+
+
 def _raise_interrupted(app: str) -> Callable[[int, Any], None]:
     def handler(signum: int, frame: Any) -> None:
-        raise Interrupted(f"{app} stopped by SIGTERM before it finished; no partial output is left")
+        raise interruption(f"{app} stopped by {stop_signal()} before it finished; no partial output is left")
 
     return handler
 

@@ -12,7 +12,9 @@ Writes into its run folder (``outputs/runs/eval/<date>_<time>/`` unless ``hydra.
 ``<split>/psnr_fitted`` ... when the fair held-out protocol runs (``fit_heldout``, see
 ``models/heldout_fit.py``), plus ``views``: one entry per view with its image and PSNR; ``n_views`` of
 the split's ``n_split_views``), ``views/<frame>.png`` (prediction) and ``views/<frame>_depth.png``
-(expected depth, 16-bit, normalized per view). ``split=auto`` and ``split=test`` score at most
+(expected depth, 16-bit, normalized per view; built in a hidden ``.views.tmp-*`` that goes into place
+once every view is scored: one that an eval killed with SIGKILL left is removed by the next eval into the
+folder, as ``process`` does, ``capture/build_folder.py``). ``split=auto`` and ``split=test`` score at most
 ``data.max_test_views`` views (evenly spaced), as the final evaluation of training does; ``val`` and
 ``train`` at most ``data.max_val_views``.
 """
@@ -35,11 +37,13 @@ from omegaconf import DictConfig
 
 from nerf_lightning.apps.config_checks import check_config
 from nerf_lightning.apps.entry import hydra_app, nested_overrides
+from nerf_lightning.capture.build_folder import building, remove_stale_builds
 from nerf_lightning.config_schema import Note
 from nerf_lightning.data.capture_identity import capture_difference
 from nerf_lightning.data.heldout import NoTestSplit, validation_frames
-from nerf_lightning.errors import Interrupted, UserError
+from nerf_lightning.errors import UserError
 from nerf_lightning.run.folder_commit import commit_run_folder
+from nerf_lightning.run.hangup import interruption, stop_signal
 from nerf_lightning.run.restore import RestoredRun, load_run
 from nerf_lightning.utils.io import atomic_directory, atomic_write_json
 
@@ -159,16 +163,18 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         # the views are written aside and go into place once every view is scored
         views = None
         if opts.save_images:
+            remove_stale_builds(out_dir / "views")  # what an eval killed here (kill -9) left
             views = stack.enter_context(atomic_directory(out_dir / "views", overwrite=True))
+            stack.enter_context(building(views))
         writer = ViewWriter(views, names)
         callbacks = [hydra.utils.instantiate(c) for c in cfg.trainer.get("callbacks") or []]
         trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=[*callbacks, writer])
         try:
             results = trainer.validate(model, datamodule=datamodule, verbose=False)
         except SIGTERMException:  # Lightning's own handler stopped the loop
-            raise Interrupted(
-                f"eval stopped by SIGTERM before it finished; no metrics.json and no views/ were written "
-                f"into {out_dir}: run the same command again"
+            raise interruption(
+                f"eval stopped by {stop_signal()} before it finished; no metrics.json and no views/ were "
+                f"written into {out_dir}: run the same command again"
             ) from None
 
     metrics = {_rename(k, used): float(v) for k, v in (results[0] if results else {}).items()}

@@ -5,8 +5,10 @@
 Writes into
 its run folder (``outputs/runs/render/<date>_<time>/`` unless ``hydra.run.dir=...``): ``rgb.mp4``,
 ``depth.mp4`` (expected depth through the Turbo colour map, one depth range for the whole video so
-that it does not flicker), optionally ``frames/rgb_NNNN.png``, and ``render.json`` (frames, size,
-render time and frames/s — rendering only, excluding the video encoding). Each frame is rendered
+that it does not flicker), optionally ``frames/rgb_NNNN.png`` (built in a hidden ``.frames.tmp-*``; one
+that a render killed with SIGKILL left is removed by the next render into the folder), and
+``render.json`` (frames, size, render time and frames/s — rendering only, excluding the video
+encoding). Each frame is rendered
 ``chunk`` rays at a time (``Renderer.render_image``), so memory stays bounded at any resolution;
 a rich progress bar shows the frames. See ``video/camera_paths.py`` for the paths and
 ``conf/render.yaml`` for every option.
@@ -28,6 +30,7 @@ from omegaconf import DictConfig
 
 from nerf_lightning.apps.config_checks import check_background, check_config
 from nerf_lightning.apps.entry import device_of, hydra_app, nested_overrides
+from nerf_lightning.capture.build_folder import building, remove_stale_builds
 from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.data.types import Capture
@@ -124,7 +127,9 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
             # leaves none)
             frames = None
             if opts.save_frames:
+                remove_stale_builds(out_dir / "frames")  # what a render killed here (kill -9) left
                 frames = stack.enter_context(atomic_directory(out_dir / "frames", overwrite=True))
+                stack.enter_context(building(frames))
             progress = stack.enter_context(Progress(*columns, transient=False))
             stack.enter_context(torch.inference_mode())
             task = progress.add_task("frames", total=len(cams))

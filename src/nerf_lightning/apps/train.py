@@ -31,7 +31,7 @@ from nerf_lightning.apps.entry import hydra_app
 from nerf_lightning.callbacks.grad_exchange import Exchange, GradientExchange
 from nerf_lightning.config_schema import Range
 from nerf_lightning.data.refined import write_refined_capture
-from nerf_lightning.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, Diverged, Interrupted, UserError
+from nerf_lightning.errors import EXIT_DIVERGED, Diverged, UserError
 from nerf_lightning.lightning_compat import last_saved_step, slurm_detection_off
 from nerf_lightning.models.metrics import final_evaluation
 from nerf_lightning.run.checkpoint_callbacks import LastCheckpoint, RunState
@@ -40,6 +40,7 @@ from nerf_lightning.run.divergence import DivergenceGuard
 from nerf_lightning.run.elastic import restart_hazard
 from nerf_lightning.run.folder_commit import commit_run_folder
 from nerf_lightning.run.folder_guard import delete_old_run
+from nerf_lightning.run.hangup import interruption, stop_signal
 from nerf_lightning.run.loop import QuietProfiler, drop_inert_callbacks, progress_bar
 from nerf_lightning.run.resume import resolve_ckpt_path, select_run_dir
 from nerf_lightning.run.resume_check import check_resumable, finished_note
@@ -192,7 +193,8 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         UserError: a bad config value (checked before the data loads), capture or checkpoint (checked
             before the run folder is written: ``run/folder_commit.py``).
         Diverged: the loss or the weights became NaN/inf (no checkpoint of that state is written).
-        Interrupted: SIGTERM stopped training (``last.ckpt`` was written at that step first).
+        Interrupted: SIGTERM (or SIGHUP: :class:`~nerf_lightning.errors.HungUp`) stopped training
+            (``last.ckpt`` was written at that step first).
     """
     output_dir = Path(cfg.paths.output_dir)
     plain_config = run_config(cfg)  # resolves every value first: an unset one names its key here
@@ -265,12 +267,13 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         try:
             trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
         except SIGTERMException:
-            exit_code = EXIT_INTERRUPTED
-            raise Interrupted(
-                f"training stopped by SIGTERM at step {trainer.global_step}{_of_max(trainer)}; "
+            stop = interruption(
+                f"training stopped by {stop_signal()} at step {trainer.global_step}{_of_max(trainer)}; "
                 f"{_last_checkpoint_note(trainer)}: the same command plus ckpt_path=last (or resume=auto) "
                 "continues it"
-            ) from None
+            )
+            exit_code = stop.exit_code
+            raise stop from None
         except Diverged as err:
             exit_code = EXIT_DIVERGED
             raise Diverged(f"{err}; {_last_checkpoint_note(trainer)}") from None
@@ -280,12 +283,13 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
             # per-view numbers, and the final evaluation on the test split when the capture has one
             evaluation = final_evaluation(trainer, model, datamodule)
         except SIGTERMException:
-            exit_code = EXIT_INTERRUPTED
-            raise Interrupted(
-                f"stopped by SIGTERM during the final validation, after {trainer.global_step} steps of "
-                f"training; {_last_checkpoint_note(trainer)}: `python -m nerf_lightning.eval ckpt=...` "
+            stop = interruption(
+                f"stopped by {stop_signal()} during the final validation, after {trainer.global_step} steps "
+                f"of training; {_last_checkpoint_note(trainer)}: `python -m nerf_lightning.eval ckpt=...` "
                 "scores it"
-            ) from None
+            )
+            exit_code = stop.exit_code
+            raise stop from None
 
         metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
         metrics.update(evaluation)

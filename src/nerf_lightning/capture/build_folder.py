@@ -1,7 +1,9 @@
-"""The hidden build folders next to a capture: claimed while in use, removed once their builder is gone.
+"""Hidden build folders (a capture, eval's views, render's frames): claimed while in use, removed once
+their builder is gone.
 
 The process app builds ``out`` in ``.<name>.tmp-<random>`` beside it
-(:func:`~nerf_lightning.utils.io.atomic_directory`) and renames it into place when complete. A builder
+(:func:`~nerf_lightning.utils.io.atomic_directory`) and renames it into place when complete; eval builds
+its ``views/`` and render its ``frames/`` the same way, inside their run folder. A builder
 killed with SIGKILL (or a machine that went down) cannot remove its folder. Each build therefore holds
 the folder's lock (``run/folder_lock.py``: released by the kernel when its process ends) while it
 works, and the next build of the same ``out`` removes every such folder whose lock is free: the

@@ -8,12 +8,18 @@ Hydra has composed the config and *before* it creates the run folder or writes a
   into it. A read-only file system, a folder without write permission or a path through a file ends
   the command with one line, ``error: <folder>: <cause>``, and exit status 2, instead of the traceback
   Hydra would print when it fails to write its own files.
-- **one run at a time** (the train app): the job's rank-0 process claims the folder with an exclusive
-  lock held for the run's life (``run/folder_lock.py``) *before* it looks for an earlier run there, so
-  two commands started at the same moment cannot both find it empty: the second ends with
+- **one command at a time** (every app: train, eval, render, export, view, process): the job's rank-0
+  process claims the folder with an exclusive lock held for the command's life (``run/folder_lock.py``)
+  *before* it looks for an earlier run there, so two commands started at the same moment cannot both
+  find it empty: the second ends with
   ``error: <folder>: another run is writing into this folder (pid ..., started ...)`` and exit
   status 2, and leaves the folder as it was. A folder whose run died (lock released by the kernel) is
   claimed again; the log says it was left by a run that did not finish.
+- **a training run's folder is training's** (every app but train): a folder that holds a training run
+  (:func:`training_run_files`) is refused with one line that suggests a folder of the app's own (e.g.
+  ``hydra.run.dir=<run>/eval``): the app would replace the run's ``.hydra/`` (what ``resume=auto``
+  recognises the run by) and, for eval, its ``metrics.json``. An earlier eval's or render's folder is
+  written again as before.
 - **no silent overwrite** (the train app: its config has ``overwrite``): a folder that already holds a
   training run — ``checkpoints/*.ckpt``, ``hpc_ckpt_*.ckpt`` or ``metrics.json`` — is continued with
   ``ckpt_path=last`` / ``resume=auto`` (or from a given ``ckpt_path``), replaced with
@@ -32,6 +38,7 @@ Hydra has composed the config and *before* it creates the run folder or writes a
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,7 +52,16 @@ from nerf_lightning.run.folder_commit import end_run_folder, hold_run_folder
 from nerf_lightning.run.folder_lock import LOCK_NAME, abandon_folder, claim_folder, describe, release_folder
 from nerf_lightning.run.run_dir import rank_tag
 
-__all__ = ["RunFolderGuard", "check_writable", "delete_old_run", "end_job", "refuse_overwrite", "run_files"]
+__all__ = [
+    "RunFolderGuard",
+    "check_writable",
+    "delete_old_run",
+    "end_job",
+    "refuse_overwrite",
+    "refuse_training_run",
+    "run_files",
+    "training_run_files",
+]
 
 #: what a training run leaves in its folder that a new run into it would replace
 RUN_FILES = ("checkpoints/*.ckpt", "hpc_ckpt_*.ckpt", "metrics.json")
@@ -93,6 +109,33 @@ def refuse_overwrite(folder: Path, cfg: DictConfig, left_by: dict | None = None)
     )
 
 
+def training_run_files(folder: Path) -> list[Path]:
+    """The files of a training run in ``folder``: :data:`RUN_FILES`, where a ``metrics.json`` that the
+    eval app wrote (it records the ``checkpoint`` and ``split`` it scored) does not count."""
+    return [p for p in run_files(folder) if not (p.name == "metrics.json" and _written_by_eval(p))]
+
+
+def _written_by_eval(metrics: Path) -> bool:
+    try:
+        doc = json.loads(metrics.read_text())
+    except (OSError, ValueError):  # unreadable: it may be a training's, so it counts as one
+        return False
+    return isinstance(doc, dict) and "checkpoint" in doc and "split" in doc
+
+
+def refuse_training_run(folder: Path, app: str) -> None:
+    """:class:`UserError` when ``folder`` holds a training run: no app but train writes into one."""
+    found = training_run_files(folder)
+    if not found:
+        return
+    shown = ", ".join(str(p.relative_to(folder)) for p in found[:3]) + (", ..." if len(found) > 3 else "")
+    raise UserError(
+        f"{folder}: holds a training run ({shown}); {app} writes only into a folder of its own, never "
+        f"over a run's record (.hydra/, metrics.json): choose a fresh hydra.run.dir, e.g. "
+        f"hydra.run.dir={folder / app}"
+    )
+
+
 def _slurm_resumes(folder: Path) -> bool:
     """Whether Lightning resumes this folder's ``hpc_ckpt_<n>.ckpt`` by itself (a requeued SLURM job)."""
     if not list(folder.glob("hpc_ckpt_*.ckpt")):
@@ -123,9 +166,13 @@ def _is_train(config: DictConfig) -> bool:
     return "overwrite" in config
 
 
-def _claims(config: DictConfig) -> bool:
-    """Whether this process claims the run folder: the train app's rank-0 (or launching) process."""
-    return _is_train(config) and rank_tag() is None
+def _app(config: DictConfig) -> str:
+    return str(OmegaConf.select(config, "hydra.job.config_name") or "this app")
+
+
+def _claims() -> bool:
+    """Whether this process claims the run folder: the job's rank-0 (or launching) process, of any app."""
+    return rank_tag() is None
 
 
 class RunFolderGuard(Callback):
@@ -134,15 +181,22 @@ class RunFolderGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         with user_errors():
             folder = Path(str(OmegaConf.select(config, "hydra.run.dir")))
-            if _is_train(config) and not (folder / LOCK_NAME).exists():
-                refuse_overwrite(folder, config)  # a plain refusal leaves the folder exactly as it was
+            train = _is_train(config)
+            # a plain refusal leaves the folder exactly as it was
+            if not train:
+                refuse_training_run(folder, _app(config))
+            elif not (folder / LOCK_NAME).exists():
+                refuse_overwrite(folder, config)
             check_writable(folder)
-            if _claims(config):
+            if _claims():
                 # claimed, then checked: a run that started at the same moment is either refused by the
                 # claim or has not written yet; a folder whose run died names it
                 lock = claim_folder(folder)
                 try:
-                    refuse_overwrite(folder, config, lock.previous if lock else None)
+                    if train:
+                        refuse_overwrite(folder, config, lock.previous if lock else None)
+                    else:
+                        refuse_training_run(folder, _app(config))
                 except UserError:
                     abandon_folder(folder)
                     raise
@@ -155,7 +209,7 @@ class RunFolderGuard(Callback):
             sweep = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
             existed = sweep.is_dir()
             check_writable(sweep)
-            if _claims(config):
+            if _claims():
                 claim_folder(sweep)  # one sweep at a time in a sweep folder
             if _is_train(config) and existed:
                 for job in sorted(p for p in sweep.iterdir() if p.is_dir()):

@@ -13,7 +13,12 @@ newest *matching* earlier run, in its own folder:
   Instead, :func:`select_run_dir` looks at the folders next to it (same parent,
   ``outputs/runs/<task_name>/``) and picks the newest one whose recorded command-line overrides
   (``.hydra/overrides.yaml``) equal this command's, ignoring ``resume`` and ``ckpt_path``; the run
-  continues in that folder (``hydra.run.dir`` is set to it). No match: a new run starts as usual.
+  continues in that folder (``hydra.run.dir`` is set to it). A folder with a checkpoint wins over a newer
+  one without (a run that died before its first checkpoint would otherwise restart from step 0 what an
+  older folder had trained). No match: a new run starts as usual.
+
+A ``checkpoints/last.ckpt`` that is there but no file (a folder, say) is refused before training
+(:func:`resolve_ckpt_path`): the run would start from scratch and fail at its first checkpoint write.
 
 "The same output folder" is therefore: same launch directory (relative ``outputs/``), same
 ``task_name``, same overrides. Two identical commands running *at the same time* would pick the
@@ -46,13 +51,14 @@ def comparable(overrides: Sequence[str]) -> list[str]:
 
 
 def find_matching_run(parent: Path, overrides: Sequence[str]) -> Path | None:
-    """The newest folder under ``parent`` whose ``.hydra/overrides.yaml`` matches ``overrides``.
+    """The folder under ``parent`` whose ``.hydra/overrides.yaml`` matches ``overrides``: the newest that
+    holds ``checkpoints/last.ckpt``, else the newest.
 
-    "Newest" is by the modification time of that file (Hydra rewrites it when a run is resumed in
+    "Newest" is by the modification time of that file (the run rewrites it when it is resumed in
     place, so a resumed run stays the newest).
     """
     want = comparable(overrides)
-    best: tuple[float, Path] | None = None
+    best: tuple[bool, float, Path] | None = None
     for ov_file in Path(parent).glob("*/.hydra/overrides.yaml"):
         try:
             recorded = [str(o) for o in (OmegaConf.load(ov_file) or [])]
@@ -60,10 +66,11 @@ def find_matching_run(parent: Path, overrides: Sequence[str]) -> Path | None:
             continue
         if comparable(recorded) != want:
             continue
-        mtime = ov_file.stat().st_mtime
-        if best is None or mtime > best[0]:
-            best = (mtime, ov_file.parent.parent)
-    return best[1] if best else None
+        folder = ov_file.parent.parent
+        rank = ((folder / LAST).is_file(), ov_file.stat().st_mtime, folder)
+        if best is None or rank[:2] > best[:2]:
+            best = rank
+    return best[2] if best else None
 
 
 def select_run_dir(argv: Sequence[str], config_name: str = "train") -> tuple[Path | None, str]:
@@ -107,6 +114,12 @@ def resolve_ckpt_path(ckpt_path: str | None, resume: str, output_dir: Path) -> s
     """
     if resume not in ("never", "auto"):
         raise UserError(f"resume={resume!r}: expected `never` or `auto`")
+    own = output_dir / LAST
+    if own.exists() and not own.is_file():  # the first checkpoint write would fail, after training
+        raise UserError(
+            f"{own}: is a {'folder' if own.is_dir() else 'special file'}, not a checkpoint file; this run "
+            "writes its checkpoint there: move it away, or choose another hydra.run.dir"
+        )
     if ckpt_path in (None, "", "null"):
         if resume == "auto" and (output_dir / LAST).is_file():
             return str(output_dir / LAST)
