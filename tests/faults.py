@@ -9,8 +9,9 @@ import lightning as L
 
 
 class RankFault(L.Callback):
-    """On global rank ``rank``, when optimizer step ``step`` starts: ``raise`` a RuntimeError, or ``hang``
-    (stop taking part in collectives while staying alive, as a rank stuck in I/O or a dead GPU does)."""
+    """On global rank ``rank``, when optimizer step ``step`` starts: ``raise`` a RuntimeError, ``hang``
+    (stop taking part in collectives while staying alive, as a rank stuck in I/O or a dead GPU does) or
+    ``kill`` (SIGKILL: the OOM killer, a lost node)."""
 
     def __init__(self, rank: int = 1, step: int = 2, mode: str = "raise") -> None:
         self.rank, self.step, self.mode = rank, step, mode
@@ -19,6 +20,11 @@ class RankFault(L.Callback):
         if trainer.global_rank == self.rank and trainer.global_step >= self.step:
             if self.mode == "hang":
                 time.sleep(3600)
+            if self.mode == "kill":
+                import os
+                import signal
+
+                os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"injected fault on rank {self.rank} at step {trainer.global_step}")
 
 

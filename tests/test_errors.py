@@ -13,7 +13,7 @@ import hydra
 import pytest
 import torch
 import torch.multiprocessing as mp
-from runs import TINY_TRAIN, fork_app
+from runs import TINY_TRAIN, child_env, fork_app
 
 from nerf_lightning.apps.train import train
 from nerf_lightning.errors import EXIT_USER_ERROR, user_errors
@@ -259,3 +259,38 @@ def test_every_stop_has_its_exit_status(capsys, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # a traceback instead of the line, still not status 0
     with pytest.raises(Interrupted), user_errors():
         raise SIGTERMException()
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_survivor_with_one_line(tiny_scene: Path, tmp_path: Path) -> None:
+    """``kill -9`` of DDP rank 1 at step 2 (the OOM killer, a lost node): rank 0, in a gloo collective,
+    ends with one line naming the rank that died and a non-zero status, not gloo's traceback."""
+    overrides = [*TINY_TRAIN, f"data.path={tiny_scene}", "strategy=ddp", "devices=2", "dist_timeout_s=30",
+                 "trainer.max_steps=50", f"hydra.run.dir={tmp_path / 'run'}",
+                 "+callbacks.fault._target_=faults.RankFault", "+callbacks.fault.rank=1",
+                 "+callbacks.fault.step=2", "+callbacks.fault.mode=kill"]  # fmt: skip
+    port = str(_free_port())
+    ranks = []
+    for r in range(2):
+        env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE="2", NODE_RANK="0",
+                        LOCAL_RANK=str(r))  # fmt: skip
+        log = tmp_path / f"rank{r}.log"
+        ranks.append(fork_app("train", *overrides, cwd=tmp_path, log=log, err_log=tmp_path / f"rank{r}.err",
+                              env=env))  # fmt: skip
+    try:
+        ranks[0].join(timeout=240)
+        ranks[1].join(timeout=30)
+    finally:
+        for p in ranks:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=30)
+    assert ranks[1].exitcode == -9  # the kill
+    stderr = (tmp_path / "rank0.err").read_text()
+    assert ranks[0].exitcode not in (0, None), stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    line = stderr.strip().splitlines()[-1]
+    assert line.startswith("error: DDP rank 1 of 2 is gone (its process died or its node was lost; "
+                           "Connection closed by peer [127.0.0.1]:"), line  # fmt: skip
+    assert "at step 2 of " in line and "this rank (0) stopped too" in line, line
+    assert not (tmp_path / "run" / "metrics.json").exists()

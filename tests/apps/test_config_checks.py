@@ -47,6 +47,12 @@ NO_DATA = "data.path=/no/such/capture"
         ("model.alpha_weight=-1", "model.alpha_weight=-1: expected a number >= 0 or auto"),
         ("devices=4", "devices=4: strategy=single trains on one device; for 4 processes use strategy=ddp"),
         ("devices=two", "devices=two: expected auto, a number of devices >= 1"),
+        # numpy's global generator (seeded by Lightning) takes 32 bits
+        ("seed=99999999999", "seed=99999999999: expected an integer >= 0 and <= 4294967295"),
+        ("seed=4294967296", "seed=4294967296: expected an integer >= 0 and <= 4294967295"),
+        # Lightning's CPU accelerator takes a number of processes: the line of devices=0 offers -1 for GPUs
+        ("devices=0", "devices=0: expected auto, a number of devices >= 1, -1 (every GPU) or a list of GPU"),
+        ("devices=-1", "devices=-1: means every GPU, and this run trains on the CPU (accelerator=cpu); give"),
     ],
 )
 def test_bad_training_values_fail_before_the_data_loads(compose_cfg, override: str, line: str) -> None:
@@ -54,6 +60,15 @@ def test_bad_training_values_fail_before_the_data_loads(compose_cfg, override: s
     with pytest.raises(UserError) as err:
         train(cfg)
     assert str(err.value).startswith(line), str(err.value)
+
+
+def test_gpu_only_device_specs_are_refused_on_the_cpu(compose_cfg) -> None:
+    """Lightning's CPU accelerator takes a number of processes (auto: one); -1 and ids are for GPUs."""
+    with pytest.raises(UserError, match=r"^devices=\[0, 1\]: lists GPU ids, and this run trains on the CPU"):
+        check_devices(compose_cfg("strategy=ddp", "devices=[0,1]", "accelerator=cpu"))
+    with pytest.raises(UserError, match=r"^devices=-1: means every GPU, and this run trains on the CPU"):
+        check_devices(compose_cfg("strategy=ddp", "devices=-1", "accelerator=cpu"))
+    check_devices(compose_cfg("strategy=ddp", "devices='2'", "accelerator=cpu"))  # two CPU processes
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA GPU")

@@ -99,6 +99,26 @@ def test_a_taken_port_is_an_error_that_names_a_free_one() -> None:
         suggested = int(msg.rsplit("port=", 1)[1].split()[0])
         assert suggested > port and suggested == next_free_port("127.0.0.1", port + 1)
     check_port("127.0.0.1", port)  # free again
+    with pytest.raises(UserError, match=r"^host=192.0.2.1: not an address of this machine \(cannot assign "):
+        check_port("192.0.2.1", port)  # TEST-NET-1 (RFC 5737): on no machine; EADDRNOTAVAIL, not "in use"
+
+
+def test_the_train_app_s_viewer_names_its_own_keys() -> None:
+    """``train viewer=on``: a taken port and a foreign host are named as the train app's keys."""
+    from types import SimpleNamespace
+
+    trainer = SimpleNamespace(is_global_zero=True, strategy=None)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(UserError) as err:
+            ViewerCallback(port=port).setup(trainer, None, "fit")
+    taken = f"viewer.port={port}: 127.0.0.1:{port} is already in use (another viewer?); pass viewer.port="
+    assert str(err.value).startswith(taken), str(err.value)
+    foreign = r"^viewer.host=192.0.2.1: not an address of this machine .* use viewer.host=127.0.0.1 \(this"
+    with pytest.raises(UserError, match=foreign):
+        ViewerCallback(host="192.0.2.1", port=port).setup(trainer, None, "fit")
     # the range is the key's (viewer/options.Port), checked where it is read: here viewer.port
     with pytest.raises(ValueError, match=r"^viewer.port=70000: expected an integer >= 0 and <= 65535"):
         ViewerCallback(port=70000)

@@ -108,7 +108,8 @@ def check_devices(cfg: DictConfig) -> None:
     count = _device_count(devices)
     if count is None:
         raise UserError(
-            f"devices={_show(devices)}: expected auto, a number of devices >= 1, -1 (all) or a list of ids"
+            f"devices={_show(devices)}: expected auto, a number of devices >= 1, -1 (every GPU) or a list "
+            "of GPU ids"
         )
     target = str(OmegaConf.select(cfg, "trainer.strategy._target_", default="") or "")
     if target.endswith("single_device_strategy") and count not in (0, 1):
@@ -120,6 +121,13 @@ def check_devices(cfg: DictConfig) -> None:
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise UserError(f"accelerator={accelerator}: no CUDA GPU is visible; use accelerator=auto or cpu")
     on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if not on_gpu and not (devices == "auto" or str(devices).strip().isdigit()):
+        # Lightning's CPU accelerator takes a number of processes >= 1 (auto: one), no -1 or ids
+        what = "means every GPU" if devices in (-1, "-1") else "lists GPU ids"
+        raise UserError(
+            f"devices={_show(devices)}: {what}, and this run trains on the CPU (accelerator={accelerator}); "
+            "give a number of processes instead (devices=2 with strategy=ddp), or devices=auto (one)"
+        )
     if on_gpu and count > torch.cuda.device_count():
         raise UserError(
             f"devices={_show(devices)}: {torch.cuda.device_count()} CUDA GPU(s) visible on this machine"

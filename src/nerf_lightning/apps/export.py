@@ -36,12 +36,19 @@ from nerf_lightning.data.cameras import intrinsics_tensor, pixel_rays, poses_ten
 from nerf_lightning.data.scene_space import SceneSpace
 from nerf_lightning.errors import UserError, writing_to
 from nerf_lightning.mesh.clean import clean_mesh
-from nerf_lightning.mesh.extract import extract_mesh, render_point_cloud
+from nerf_lightning.mesh.extract import (
+    corner_grid,
+    extract_mesh,
+    extraction_bytes,
+    occupied_bounds,
+    render_point_cloud,
+)
 from nerf_lightning.mesh.formats import encode, to_up, write_files
 from nerf_lightning.mesh.texture import bake_texture, surface_colors, unwrap
 from nerf_lightning.run.folder_commit import commit_run_folder
 from nerf_lightning.run.restore import load_run
 from nerf_lightning.utils.io import atomic_write_bytes, atomic_write_json
+from nerf_lightning.utils.memory import check_fits
 
 log = logging.getLogger("nerf_lightning.export")
 
@@ -189,6 +196,24 @@ def export_mesh(
     }
 
 
+def check_mesh_fits(opts: ExportOptions, model: Any, device: torch.device) -> None:
+    """The marching-cubes grid of ``resolution`` over the mesh's bounds fits in the memory available,
+    before it is allocated (``mesh/extract.extraction_bytes``)."""
+    bounds = opts.bounds if opts.bounds is not None else occupied_bounds(model.occupancy)
+    if bounds is None:
+        return  # nothing occupied: extract_mesh says so
+    _lo, _step, dims = corner_grid(bounds, opts.resolution)
+    device_bytes, host_bytes = extraction_bytes(dims, opts.chunk)
+    shape = "x".join(str(int(d)) for d in dims)
+    check_fits(
+        f"export mesh resolution={opts.resolution}: a grid of {shape} corners",
+        device,
+        device_bytes,
+        host_bytes,
+        "lower resolution",
+    )
+
+
 def _bake_colors(points: np.ndarray, normals: np.ndarray, **kwargs: Any) -> np.ndarray:
     """``surface_colors`` of the points with a progress bar (one ray per point)."""
     from rich.progress import Progress
@@ -200,14 +225,27 @@ def _bake_colors(points: np.ndarray, normals: np.ndarray, **kwargs: Any) -> np.n
         )
 
 
-def check_out_folder(folder: Path) -> None:
-    """``out=``: a folder this process can create and write files in, checked before any work."""
+def check_out_folder(folder: Path) -> list[Path]:
+    """``out=``: a folder this process can create and write files in, checked before any work; returns
+    the folders it created (deepest first), for :func:`remove_empty` when the export fails."""
+    created = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check."):
             pass
     except OSError as err:
+        remove_empty(created)
         raise UserError(f"out={folder}: cannot write there ({(err.strerror or str(err)).lower()})") from err
+    return created
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first) that are still empty: a failed export leaves no folder behind."""
+    for path in folders:
+        try:
+            path.rmdir()
+        except OSError:
+            return  # not empty (or gone): neither it nor its parents are ours to remove
 
 
 def export_pointcloud(
@@ -264,12 +302,24 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     """Run the export described by ``cfg`` (see ``conf/export.yaml``); returns export.json's content."""
     opts = check_config(cfg, ExportOptions, (check_bounds,))
     folder = Path(opts.out) if opts.out is not None else Path(cfg.paths.output_dir)
-    check_out_folder(folder)
+    created = check_out_folder(folder)
+    try:
+        info = _export_into(cfg, opts, folder)
+    except BaseException:
+        remove_empty(created)
+        raise
+    atomic_write_json(Path(cfg.paths.output_dir) / "export.json", info)
+    return info
+
+
+def _export_into(cfg: DictConfig, opts: ExportOptions, folder: Path) -> dict[str, Any]:
     run = load_run(cfg.ckpt)
     device = device_of(str(cfg.accelerator))
     capture = run.load_capture(nested_overrides(cfg.get("data")))
     space = SceneSpace.of(capture) if opts.space == "capture" else None
     model = run.build_model(nested_overrides(cfg.get("model"))).to(device)
+    if opts.what == "mesh":
+        check_mesh_fits(opts, model, device)
     commit_run_folder()  # every check has passed
     info: dict[str, Any] = {"checkpoint": str(run.path), "step": run.global_step, "space": opts.space}
     with torch.inference_mode(), writing_to("out"):  # a full disk: `out=` says where the files go
@@ -278,7 +328,6 @@ def export(cfg: DictConfig) -> dict[str, Any]:
             info.update(export_mesh(opts, folder, model, space, device, cameras))
         if opts.what == "pointcloud" or opts.pointcloud:
             info.update(export_pointcloud(opts, folder, model, capture, space, device))
-    atomic_write_json(Path(cfg.paths.output_dir) / "export.json", info)
     return info
 
 

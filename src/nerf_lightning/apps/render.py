@@ -38,11 +38,22 @@ from nerf_lightning.errors import UserError
 from nerf_lightning.run.folder_commit import commit_run_folder
 from nerf_lightning.run.restore import load_run
 from nerf_lightning.utils.io import atomic_directory, atomic_write_json
+from nerf_lightning.utils.memory import check_fits
 from nerf_lightning.video import writer
 from nerf_lightning.video.camera_paths import PathCamera, camera_rays, orbit_path, read_nerfstudio_path
 from nerf_lightning.video.writer import VideoWriter, turbo
 
 log = logging.getLogger("nerf_lightning.render")
+
+#: bytes per pixel that a frame holds at once on the render device (``render_video``'s loop): the rays'
+#: directions (12; their origins are the camera centre, broadcast), the rendered colour, opacity and
+#: depth (20), the colour clamped, scaled and rounded (12 + 12 + 12), as 8 bits (3), the depth (4)
+DEVICE_BYTES_PER_PIXEL = 75
+#: bytes per pixel on the host beside them: the 8-bit frame (3), the depth and opacity read back (8)
+HOST_BYTES_PER_PIXEL = 11
+#: and for ``depth.mp4`` the depth's Turbo colours (``video/writer.turbo``): the depth scaled (4), at
+#: float64 (8), its six powers (48) and those stacked (48)
+DEPTH_BYTES_PER_PIXEL = 108
 
 #: orbit/spiral image size
 _Side = Annotated[int | None, Range(low=1), Note("null: the first training view's")]
@@ -87,6 +98,26 @@ def path_cameras(opts: RenderOptions, capture: Capture) -> tuple[list[PathCamera
     return read_nerfstudio_path(kind, space)
 
 
+def check_frame_fits(opts: RenderOptions, cams: list[PathCamera], device: torch.device) -> None:
+    """The largest frame's buffers (``*_BYTES_PER_PIXEL``) fit in the memory available, before any is
+    allocated; rendering itself goes ``chunk`` rays at a time (its working memory is not counted)."""
+    cam = max(cams, key=lambda c: c.width * c.height)
+    pixels = cam.width * cam.height
+    host = pixels * (HOST_BYTES_PER_PIXEL + (DEPTH_BYTES_PER_PIXEL if opts.depth else 0))
+    keys = (
+        f"width={opts.width} height={opts.height}"
+        if opts.camera_path in ("orbit", "spiral")
+        else (f"camera_path={opts.camera_path} (render_width={cam.width}, render_height={cam.height})")
+    )
+    check_fits(
+        f"render {keys}: a {cam.width}x{cam.height} frame",
+        device,
+        pixels * DEVICE_BYTES_PER_PIXEL,
+        host,
+        "render a smaller frame",
+    )
+
+
 def render_video(cfg: DictConfig) -> dict[str, Any]:
     """Render the video described by ``cfg`` (see ``conf/render.yaml``); returns render.json's content."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -97,6 +128,7 @@ def render_video(cfg: DictConfig) -> dict[str, Any]:
     device = device_of(str(cfg.accelerator))
     capture = run.load_capture(nested_overrides(cfg.get("data")))
     cams, file_fps = path_cameras(opts, capture)
+    check_frame_fits(opts, cams, device)
     fps = float(opts.fps or file_fps or 30)
     model = run.build_model(nested_overrides(cfg.get("model"))).to(device)
     bg = torch.tensor(

@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from nerf_lightning.apps.config_checks import check_config, check_devices
 from nerf_lightning.apps.entry import hydra_app
 from nerf_lightning.callbacks.grad_exchange import Exchange, GradientExchange
-from nerf_lightning.config_schema import Range
+from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.data.refined import write_refined_capture
 from nerf_lightning.errors import EXIT_DIVERGED, Diverged, UserError
 from nerf_lightning.lightning_compat import last_saved_step, slurm_detection_off
@@ -42,6 +42,7 @@ from nerf_lightning.run.folder_commit import commit_run_folder
 from nerf_lightning.run.folder_guard import delete_old_run
 from nerf_lightning.run.hangup import interruption, stop_signal
 from nerf_lightning.run.loop import QuietProfiler, drop_inert_callbacks, progress_bar
+from nerf_lightning.run.peer_loss import rank_lost
 from nerf_lightning.run.resume import resolve_ckpt_path, select_run_dir
 from nerf_lightning.run.resume_check import check_resumable, finished_note
 from nerf_lightning.run.run_dir import rank_tag
@@ -53,6 +54,9 @@ from nerf_lightning.utils.io import atomic_write_json
 
 log = logging.getLogger("nerf_lightning.train")
 
+#: the largest ``seed``: ``L.seed_everything`` seeds numpy's global generator, which takes 32 bits
+MAX_SEED = 2**32 - 1
+
 
 @dataclass(frozen=True)
 class TrainOptions:
@@ -60,7 +64,7 @@ class TrainOptions:
     nodes are checked against their ``_target_``. ``accumulate_grad_batches``, ``num_nodes`` and
     ``dist_timeout_s`` reach the Trainer and the strategy through interpolations."""
 
-    seed: Annotated[int, Range(low=0)]
+    seed: Annotated[int, Range(low=0, high=MAX_SEED), Note("numpy's seeds are 32-bit")]
     ckpt_path: str | None
     resume: Literal["never", "auto"]
     overwrite: bool
@@ -277,6 +281,11 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         except Diverged as err:
             exit_code = EXIT_DIVERGED
             raise Diverged(f"{err}; {_last_checkpoint_note(trainer)}") from None
+        except RuntimeError as err:
+            where = f"at step {trainer.global_step}{_of_max(trainer)}; {_last_checkpoint_note(trainer)}"
+            if (lost := rank_lost(err, trainer.global_rank, trainer.world_size, where)) is None:
+                raise
+            raise lost from None
         wall_s = time.perf_counter() - start
         try:
             results = validate_trained(trainer, model, datamodule)

@@ -25,7 +25,16 @@ from torch import Tensor
 from nerf_lightning.ops import reference as ref
 from nerf_lightning.volume.occupancy import OccupancyGrid
 
-__all__ = ["Mesh", "extract_mesh", "occupied_bounds", "occupied_cells", "occupied_mask", "render_point_cloud"]
+__all__ = [
+    "Mesh",
+    "corner_grid",
+    "extract_mesh",
+    "extraction_bytes",
+    "occupied_bounds",
+    "occupied_cells",
+    "occupied_mask",
+    "render_point_cloud",
+]
 
 
 @dataclass
@@ -78,6 +87,37 @@ def occupied_bounds(grid: OccupancyGrid) -> tuple[float, ...] | None:
     return (*lo, *hi)
 
 
+#: bytes per grid corner that :func:`extract_mesh` holds on the host at its peak: the density at
+#: float32 (4) and float64 (8), its gradient along each axis (3 x 8) and those stacked (3 x 8)
+HOST_BYTES_PER_CORNER = 60
+#: bytes per point of one block of corners queried on the device: the points as built (the x column,
+#: the yz pairs, both concatenated: 4 + 8 + 12), the occupancy lookup (cell coordinates at float32 and
+#: int64: 12 + 24 + 24, flags) and the densities (4); the field's own working memory is not counted
+BLOCK_BYTES_PER_POINT = 112
+
+
+def corner_grid(bounds: Sequence[float], resolution: int) -> tuple[np.ndarray, float, np.ndarray]:
+    """The marching-cubes grid over ``bounds``: its low corner, its cell size and its corners per axis
+    (``resolution`` cells along the longest side)."""
+    lo = np.asarray(bounds[:3], dtype=np.float64)
+    hi = np.asarray(bounds[3:], dtype=np.float64)
+    if len(bounds) != 6 or np.any(hi <= lo):
+        raise ValueError(
+            f"bounds={list(bounds)}: expected [xmin, ymin, zmin, xmax, ymax, zmax] with max > min"
+        )
+    step = float((hi - lo).max()) / int(resolution)
+    dims = np.maximum(np.ceil((hi - lo) / step).astype(int), 1) + 1  # grid corners per axis
+    return lo, step, dims
+
+
+def extraction_bytes(dims: np.ndarray, chunk: int) -> tuple[int, int]:
+    """(device, host) bytes that :func:`extract_mesh` holds at once for a grid of ``dims`` corners:
+    a block of at least one yz-plane of corners on the device, the whole grid on the host."""
+    corners = int(np.prod(dims.astype(object)))  # Python ints: no overflow at any resolution
+    block = max(int(chunk), int(dims[1]) * int(dims[2]))
+    return block * BLOCK_BYTES_PER_POINT, corners * HOST_BYTES_PER_CORNER
+
+
 @torch.no_grad()
 def extract_mesh(
     field: Callable[..., tuple[Tensor, Tensor]],
@@ -113,28 +153,30 @@ def extract_mesh(
             raise ValueError(
                 "the occupancy grid has no occupied cell: nothing to mesh (was the model trained?)"
             )
-    lo = np.asarray(bounds[:3], dtype=np.float64)
-    hi = np.asarray(bounds[3:], dtype=np.float64)
-    if len(bounds) != 6 or np.any(hi <= lo):
-        raise ValueError(
-            f"bounds={list(bounds)}: expected [xmin, ymin, zmin, xmax, ymax, zmax] with max > min"
-        )
-    step = float((hi - lo).max()) / int(resolution)
-    dims = np.maximum(np.ceil((hi - lo) / step).astype(int), 1) + 1  # grid corners per axis
+    lo, step, dims = corner_grid(bounds, resolution)
     axes = [torch.linspace(float(lo[i]), float(lo[i] + step * (dims[i] - 1)), int(dims[i])) for i in range(3)]
 
     sigma = torch.zeros(int(np.prod(dims)), dtype=torch.float32)
     plane = int(dims[1] * dims[2])
     yz = torch.stack(torch.meshgrid(axes[1], axes[2], indexing="ij"), dim=-1).reshape(-1, 2)
     per_block = max(1, chunk // plane)
+    occupied = False
     for x0 in range(0, int(dims[0]), per_block):  # a few x-planes at a time: memory stays bounded
         xs = axes[0][x0 : x0 + per_block]
         pts = torch.cat([xs.repeat_interleave(plane)[:, None], yz.repeat(len(xs), 1)], dim=1).to(device)
         keep = occupied_mask(grid, pts)
         values = torch.zeros(len(pts), device=device)
         if keep.any():
+            occupied = True
             values[keep] = density_fn(pts[keep]).reshape(-1).float()
         sigma[x0 * plane : x0 * plane + len(pts)] = values.cpu()
+    if not occupied:  # only given bounds can miss: the default ones are the occupied cells' box
+        scene = occupied_bounds(grid)
+        box = "[" + ", ".join(f"{v:.3g}" for v in scene) + "]" if scene else "none"
+        raise ValueError(
+            f"the box holds no occupied cell of the scene: the scene's occupied cells lie in {box} "
+            "(NGP space); give bounds that overlap that box, or bounds=null (that box)"
+        )
     volume = sigma.reshape(*[int(d) for d in dims]).numpy().astype(np.float64)
     verts, faces = mcubes.marching_cubes(volume, float(threshold))
     if len(faces) == 0:

@@ -50,6 +50,7 @@ from omegaconf import DictConfig, OmegaConf
 from nerf_lightning.errors import UserError, user_errors
 from nerf_lightning.run.folder_commit import end_run_folder, hold_run_folder
 from nerf_lightning.run.folder_lock import LOCK_NAME, abandon_folder, claim_folder, describe, release_folder
+from nerf_lightning.run.path_limits import check_path_length
 from nerf_lightning.run.run_dir import rank_tag
 
 __all__ = [
@@ -181,6 +182,7 @@ class RunFolderGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         with user_errors():
             folder = Path(str(OmegaConf.select(config, "hydra.run.dir")))
+            check_path_length(folder, "hydra.run.dir")
             train = _is_train(config)
             # a plain refusal leaves the folder exactly as it was
             if not train:
@@ -207,6 +209,7 @@ class RunFolderGuard(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         with user_errors():
             sweep = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
+            check_path_length(sweep, "hydra.sweep.dir")
             existed = sweep.is_dir()
             check_writable(sweep)
             if _claims():

@@ -24,7 +24,7 @@ from typing import Any
 
 import hydra
 import lightning as L
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nerf_lightning.data.types import Capture
 from nerf_lightning.errors import UserError
@@ -138,6 +138,11 @@ class RestoredRun:
         base = self.config.get(name)
         if base is None:
             raise UserError(f"{self.path}: the stored run config has no `{name}` section")
+        if not isinstance(base, DictConfig):
+            raise UserError(
+                f"{self.path}: the stored run config's `{name}` section is {_shown(base)}; expected a "
+                f"mapping of the run's {name}.* keys (the checkpoint is damaged: use another one of the run)"
+            )
         node = OmegaConf.merge(base, OmegaConf.create(dict(overrides or {})))
         assert isinstance(node, DictConfig)
         return node
@@ -150,9 +155,14 @@ class RestoredRun:
             model.load_state_dict(self.checkpoint["state_dict"], strict=True)
         except RuntimeError as err:
             first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
+            if overrides:
+                raise UserError(
+                    f"{self.path}: its weights do not fit the model built from its config with the "
+                    f"overrides {dict(overrides)} ({first}); drop model overrides that change shapes"
+                ) from err
             raise UserError(
-                f"{self.path}: its weights do not fit the model built from its config with the "
-                f"overrides {dict(overrides or {})} ({first}); drop model overrides that change shapes"
+                f"{self.path}: its weights do not fit the model built from its own stored config ({first}); "
+                "the checkpoint is damaged or incomplete: use another one of the run"
             ) from err
         return model.eval()
 
@@ -188,9 +198,22 @@ def load_run(ckpt: str | Path | None) -> RestoredRun:
             f"{path}: no stored run config (checkpoint[{CHECKPOINT_KEY!r}]); it was not written by "
             "nerf_lightning.train (or by a version before checkpoints carried their config)"
         )
+    if not isinstance(section["config"], Mapping):
+        raise UserError(
+            f"{path}: its stored run config (checkpoint[{CHECKPOINT_KEY!r}]['config']) is "
+            f"{_shown(section['config'])}; expected a mapping of the run's keys (the checkpoint is damaged: "
+            "use another one of the run)"
+        )
     return RestoredRun(
         path=path,
         checkpoint=checkpoint,
         config=OmegaConf.create(drop_removed_keys(upgrade_model_keys(upgrade_targets(section["config"])))),
         instantiate_kwargs=dict(section.get("instantiate_kwargs") or {}),
     )
+
+
+def _shown(value: Any) -> str:
+    """``5 (an int)``: a stored value that should have been a mapping, as a message shows it."""
+    text = repr(value if not isinstance(value, DictConfig | ListConfig) else OmegaConf.to_container(value))
+    kind = type(value).__name__
+    return f"{text[:40]}{'...' if len(text) > 40 else ''} ({'an' if kind[0] in 'aeiou' else 'a'} {kind})"

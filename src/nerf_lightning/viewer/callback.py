@@ -116,7 +116,7 @@ class ViewerCallback(L.Callback):
 
         if isinstance(trainer.strategy, FSDPStrategy):
             raise UserError("viewer=on: not with strategy=fsdp (the field is sharded); use ddp or one device")
-        check_port(self.host, self.port)  # before the data is loaded: a taken port fails at once
+        check_port(self.host, self.port, "viewer.")  # before the data is loaded: a taken port fails at once
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero or self.server is not None:
@@ -143,6 +143,7 @@ class ViewerCallback(L.Callback):
             port=self.port,
             token=self.token,
             token_key="viewer.token",
+            key_prefix="viewer.",
             max_size=self.max_size or (1024 if gpu else 256),
             preview_size=self.preview_size or (256 if gpu else 64),
             chunk_s=self.chunk_s or (0.01 if gpu else 0.1),

@@ -102,6 +102,7 @@ class ViewerServer:
         host, port: where to listen (``127.0.0.1``: this machine only; over SSH tunnel the port).
         token: the token a browser must bring (None: one generated per launch beyond the loopback,
             none on it); ``token_key`` names the setting in its error.
+        key_prefix: where the host and port keys live, for their errors (``viewer.`` in the train app).
         max_size: longest side of a full-resolution frame (px); the canvas's own size when smaller.
         preview_size: longest side of the frame shown while the camera moves (px).
         export_dir: where camera paths are written.
@@ -119,6 +120,7 @@ class ViewerServer:
         port: int = 7007,
         token: str | None = None,
         token_key: str = "token",
+        key_prefix: str = "",
         max_size: int = 1024,
         preview_size: int = 256,
         export_dir: str | Path = ".",
@@ -131,7 +133,9 @@ class ViewerServer:
         jpeg_quality: int = 90,
         label: str = "nerf_lightning",
     ) -> None:
-        check_port(host, port)  # sizes and the port's range: checked by the view app's or viewer.* keys
+        check_port(
+            host, port, key_prefix
+        )  # sizes and the port's range: checked by the view app's or viewer.* keys
         self.token = viewer_token(host, token, token_key)
         self.info = info
         self.source = source
@@ -158,7 +162,10 @@ class ViewerServer:
         self.port = self.viser.get_port()
         if port and self.port != port:  # taken between the check and the bind: viser moved on
             self.viser.stop()
-            raise UserError(f"port={port}: {host}:{port} was taken just now; pass port={self.port}")
+            raise UserError(
+                f"{key_prefix}port={port}: {host}:{port} was taken just now; "
+                f"pass {key_prefix}port={self.port}"
+            )
         if not self.gate.installed:  # fail closed: never serve beyond the loopback without the check
             self.viser.stop()
             raise RuntimeError(
