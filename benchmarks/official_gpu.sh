@@ -18,7 +18,7 @@
 # Environment: SCENE (default .devdata/lego_official); screen: CANDIDATES (`name=override,override;...`,
 # default below), STEPS (20400, the 60 s point), LANES (3), RUN_TIMEOUT (280 s a run), DEADLINE (540 s
 # from the start), NGP_STEPS (35000), NO_NGP=1 (no instant-ngp); curve/seeds: CURVE_POINTS (15,60,300),
-# SEED_POINT (60), WINNER (overrides added to every run, comma-separated; default none), RATE (first guess
+# SEED_POINT (60), SEEDS (seeds of `seeds`, "1 2 3"), WINNER (overrides added to every run, comma-separated; default none), RATE (first guess
 # of steps/s, 365); every mode: TRAIN_ARGS (extra overrides of every run, e.g. tiny CPU settings), EVAL_ARGS
 # (extra overrides of the eval of the last curve checkpoint on training views).
 set -uo pipefail
@@ -131,7 +131,7 @@ curve)
     ;;
 seeds)
     build_extension
-    for seed in 1 2 3; do timed "seeds_60_s$seed" "${SEED_POINT:-60}" "$seed" "${SEED_TIMEOUT:-150}"; done
+    for seed in ${SEEDS:-1 2 3}; do timed "seeds_60_s$seed" "${SEED_POINT:-60}" "$seed" "${SEED_TIMEOUT:-150}"; done
     ;;
 esac
 "$PY" -m benchmarks.official_table "$WORK" | tee -a "$OUT/table.txt"
