@@ -26,7 +26,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +45,8 @@ __all__ = [
     "downscale_image",
     "load_images",
     "read_cached",
+    "read_capture_file",
+    "through_cache",
     "write_cached",
 ]
 
@@ -192,49 +194,66 @@ def _decoded_size(data: bytes, downscale: int) -> tuple[int, int] | None:
     return height // downscale, width // downscale
 
 
-def _cache_entry(cached: Path, data: bytes, downscale: int, image: Path) -> np.ndarray | None:
-    """The pixels of the cache entry ``cached`` when they are those of ``data`` decoded at ``downscale``
-    (a uint8 [H, W, 3|4] array of the header's size), else None: the entry is decoded again and
-    overwritten (a corrupt file, or a stale one of another size)."""
-    try:
-        arr = read_cached(cached)
-    except (OSError, ValueError):
-        log.debug("%s: unreadable cache entry %s; decoding again", image, cached)
-        return None
+def through_cache(
+    entry: Path | None, decode: Callable[[], np.ndarray], usable: Callable[[np.ndarray], bool], source: Path
+) -> np.ndarray:
+    """The array of the cache file ``entry`` when ``usable`` accepts it, else ``decode()``, then written to
+    ``entry`` atomically (a corrupt or stale entry is overwritten; a read-only or full cache is skipped: it
+    must not stop training). ``entry`` None: no cache. ``source``: the decoded file, for the log."""
+    if entry is not None and entry.is_file():
+        try:
+            arr = read_cached(entry)
+        except (OSError, ValueError):
+            log.debug("%s: unreadable cache entry %s; decoding again", source, entry)
+        else:
+            if usable(arr):
+                return arr
+    arr = decode()
+    if entry is not None:
+        try:
+            write_cached(entry, arr)
+        except OSError:
+            pass
+    return arr
+
+
+def _usable_image(arr: np.ndarray, entry: Path, data: bytes, downscale: int, image: Path) -> bool:
+    """Whether the cache entry ``arr`` holds ``data`` decoded at ``downscale``: a uint8 [H, W, 3|4] array of
+    the header's size (a stale entry of another size is decoded again, with a warning)."""
     if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] not in (3, 4):
-        log.warning("%s: cache entry %s is no image (%s %s); decoding again", image, cached, arr.dtype,
+        log.warning("%s: cache entry %s is no image (%s %s); decoding again", image, entry, arr.dtype,
                     list(arr.shape))  # fmt: skip
-        return None
+        return False
     expected = _decoded_size(data, downscale)
     if expected is not None and arr.shape[:2] != expected:
         log.warning(
             "%s: cache entry %s holds a %dx%d image, expected %dx%d (downscale %d); decoding again",
-            image, cached, arr.shape[1], arr.shape[0], expected[1], expected[0], downscale,
+            image, entry, arr.shape[1], arr.shape[0], expected[1], expected[0], downscale,
         )  # fmt: skip
-        return None
-    return arr
+        return False
+    return True
+
+
+def read_capture_file(path: Path, what: str) -> bytes:
+    """The bytes of a capture's ``what`` file (``image``, ``mask``); an unreadable one is a CaptureError
+    naming it."""
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise CaptureError(f"{path}: cannot read {what} file ({e.strerror or e})") from e
 
 
 def _load_one(path: Path, downscale: int, cache_dir: Path | None) -> np.ndarray:
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise CaptureError(f"{path}: cannot read image file ({e.strerror or e})") from e
-    cached = None
+    data = read_capture_file(path, "image")
+    entry = None
     if cache_dir is not None:
-        digest = hashlib.blake2b(data, digest_size=20).hexdigest()
-        cached = cache_path(cache_dir, digest, downscale)
-        if cached.is_file():
-            arr = _cache_entry(cached, data, downscale, path)
-            if arr is not None:
-                return arr
-    arr = downscale_image(decode_image(data, path), downscale)
-    if cached is not None:
-        try:
-            write_cached(cached, arr)
-        except OSError:
-            pass  # a read-only or full cache must not stop training
-    return arr
+        entry = cache_path(cache_dir, hashlib.blake2b(data, digest_size=20).hexdigest(), downscale)
+    return through_cache(
+        entry,
+        lambda: downscale_image(decode_image(data, path), downscale),
+        lambda arr: _usable_image(arr, entry, data, downscale, path),
+        path,
+    )
 
 
 def load_images(

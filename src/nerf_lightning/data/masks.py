@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nerf_lightning.data.images import cache_path, default_cache_dir, read_cached, write_cached
+from nerf_lightning.data.images import cache_path, default_cache_dir, read_capture_file, through_cache
 from nerf_lightning.data.transforms_json import CaptureError
 from nerf_lightning.data.types import Frame
 
@@ -67,28 +67,17 @@ def downscale_keep(keep: np.ndarray, factor: int) -> np.ndarray:
 
 
 def _load_one(path: Path, kind: str, downscale: int, cache_dir: Path | None) -> np.ndarray:
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise CaptureError(f"{path}: cannot read mask file ({e.strerror or e})") from e
-    cached = None
+    data = read_capture_file(path, "mask")
+    entry = None
     if cache_dir is not None:
         digest = hashlib.blake2b(data + kind.encode(), digest_size=20).hexdigest()
-        cached = cache_path(cache_dir, f"mask-{digest}", downscale)
-        if cached.is_file():
-            try:
-                arr = read_cached(cached)
-                if arr.dtype == np.bool_ and arr.ndim == 2:
-                    return arr
-            except (OSError, ValueError):
-                pass  # a corrupt entry: decode again
-    keep = np.ascontiguousarray(downscale_keep(decode_mask(data, kind, path), downscale))
-    if cached is not None:
-        try:
-            write_cached(cached, keep)
-        except OSError:
-            pass  # a read-only or full cache must not stop training
-    return keep
+        entry = cache_path(cache_dir, f"mask-{digest}", downscale)
+    return through_cache(
+        entry,
+        lambda: np.ascontiguousarray(downscale_keep(decode_mask(data, kind, path), downscale)),
+        lambda arr: arr.dtype == np.bool_ and arr.ndim == 2,
+        path,
+    )
 
 
 def load_masks(
