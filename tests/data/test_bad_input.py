@@ -306,6 +306,24 @@ def test_a_nerfstudio_capture_far_from_its_origin_is_normalized_not_refused(make
     assert len(cap.train) == 9 and np.abs(centres - 0.5).max() <= 0.5 + 1e-6
 
 
+def test_a_nerfstudio_camera_far_out_of_its_cameras_spread_is_refused(make_nerfstudio):
+    """One translation of 1e30 among cameras 3 units from their centre: normalizing by the spread would
+    shrink the other eight cameras to a point, so the capture is refused naming the frame."""
+    root = make_nerfstudio(n=9, shift=(4.5e6, 5.2e6, 300.0))
+    doc = json.loads((root / "transforms.json").read_text())
+    doc["frames"][4]["transform_matrix"][1][3] = 1e30
+    (root / "transforms.json").write_text(json.dumps(doc))
+    with pytest.raises(CaptureError) as err:
+        load_capture(root, test_every=0)
+    # the other cameras lie about 3 units (the orbit's radius) from their median centre: ~3e29 x
+    message = str(err.value)
+    head = f"{root / 'transforms.json'}: frame images/frame_00004.png: its camera centre is 1e+30 from"
+    assert message.startswith(head)
+    ratio, typical = re.search(r", ([0-9.e+]+)x their median distance ([0-9.]+);", message).groups()
+    assert 2.5e29 < float(ratio) < 4e29 and 2.5 < float(typical) < 4
+    assert message.endswith("expected at most 1e+06x (a broken 'transform_matrix')")
+
+
 def _png_header(width: int, height: int) -> bytes:
     """A PNG of ``width`` x ``height`` 1-bit grey pixels whose image data is missing: enough for a header."""
     import struct

@@ -91,6 +91,9 @@ NERFSTUDIO_DEFAULT_AABB_SCALE = 4
 #: a camera centre farther than this from the scene's centre (NGP units: the unit cube holds the object)
 #: sees the scene as less than a pixel, and its float32 rays lose the scene altogether
 MAX_CAMERA_DISTANCE = 1e6
+#: a nerfstudio camera centre this many times farther from the cameras' median centre than their median
+#: distance to it: one outlier that the normalization's scale would shrink every other camera to a point for
+MAX_OUTLIER_RATIO = 1e6
 
 _NERFSTUDIO_MODELS = {
     "PINHOLE": "pinhole",
@@ -270,6 +273,26 @@ def _load_blender(root: Path, downscale: int, test_every: int, scale, offset, aa
     )  # fmt: skip
 
 
+def _refuse_outlier_camera(json_path: Path, c2w: np.ndarray, frames: list[dict[str, Any]]) -> None:
+    """Refuse a camera centre :data:`MAX_OUTLIER_RATIO` times farther from the cameras' median centre than
+    their median distance to it (a translation of 1e30 among cameras metres apart). A far but consistent
+    world frame (georeferenced cameras millions of metres from the origin) passes: the spread counts, not
+    the distance from the origin."""
+    centres = c2w[:, :3, 3].astype(np.float64)
+    if len(centres) < 3:
+        return
+    distance = np.linalg.norm(centres - np.median(centres, axis=0), axis=1)
+    typical = float(np.median(distance))
+    worst = int(np.argmax(distance))
+    if typical > 0 and distance[worst] > MAX_OUTLIER_RATIO * typical:
+        raise CaptureError(
+            f"{json_path}: frame {frames[worst].get('file_path')}: its camera centre is "
+            f"{distance[worst]:.3g} from the cameras' median centre, {distance[worst] / typical:.3g}x their "
+            f"median distance {typical:.3g}; expected at most {MAX_OUTLIER_RATIO:g}x (a broken "
+            "'transform_matrix')"
+        )
+
+
 def _load_nerfstudio(
     json_path: Path, downscale: int, test_every: int, min_sharpness: float | None, scale, offset, aabb_scale
 ) -> Capture:
@@ -289,6 +312,7 @@ def _load_nerfstudio(
     if not usable:
         raise no_frames_error(json_path, total, len(missing), 0)
     raw = np.stack([entry[2] for entry in usable])
+    _refuse_outlier_camera(json_path, raw, [entry[0] for entry in usable])
     normed, info = normalize_nerfstudio_poses(raw)
     log.info(
         "%s: nerfstudio poses normalized (centre by %s, scale %.4g)",
