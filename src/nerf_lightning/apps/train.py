@@ -14,7 +14,6 @@ import inspect
 import json
 import logging
 import sys
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,30 +22,25 @@ from typing import Annotated, Any, Literal
 import hydra
 import lightning as L
 import torch
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.apps.config_checks import check_config, check_devices
 from nerf_lightning.apps.entry import hydra_app
+from nerf_lightning.apps.fitting import Scores, fit_and_score
 from nerf_lightning.callbacks.grad_exchange import Exchange, GradientExchange
 from nerf_lightning.config_schema import Note, Range
 from nerf_lightning.data.refined import write_refined_capture
-from nerf_lightning.errors import EXIT_DIVERGED, Diverged, UserError
-from nerf_lightning.lightning_compat import last_saved_step, slurm_detection_off
-from nerf_lightning.models.metrics import final_evaluation
-from nerf_lightning.run.checkpoint_callbacks import LastCheckpoint, RunState
+from nerf_lightning.errors import StopRun, UserError
+from nerf_lightning.run.checkpoint_callbacks import RunState
 from nerf_lightning.run.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from nerf_lightning.run.divergence import DivergenceGuard
 from nerf_lightning.run.elastic import restart_hazard
 from nerf_lightning.run.folder_commit import commit_run_folder
 from nerf_lightning.run.folder_guard import delete_old_run
-from nerf_lightning.run.hangup import interruption, stop_signal
 from nerf_lightning.run.loop import QuietProfiler, drop_inert_callbacks, progress_bar
-from nerf_lightning.run.peer_loss import rank_lost
 from nerf_lightning.run.resume import resolve_ckpt_path, select_run_dir
 from nerf_lightning.run.resume_check import check_resumable, finished_note
 from nerf_lightning.run.run_dir import rank_tag
-from nerf_lightning.run.strategies import unshard_fsdp_root
 from nerf_lightning.tracking.wandb_logger import finish_loggers
 from nerf_lightning.training.clock import TrainingClock
 from nerf_lightning.training.feedback import TrainingFeedback
@@ -121,31 +115,6 @@ def run_config(cfg: DictConfig) -> dict[str, Any]:
     return plain
 
 
-def _of_max(trainer: L.Trainer) -> str:
-    return f" of {trainer.max_steps}" if trainer.max_steps and trainer.max_steps > 0 else ""
-
-
-def _last_checkpoint_note(trainer: L.Trainer) -> str:
-    """Which step ``last.ckpt`` holds after training stopped early (for the one-line message)."""
-    for cb in trainer.checkpoint_callbacks:
-        if isinstance(cb, LastCheckpoint):
-            path = Path(cb.dirpath or ".") / "last.ckpt"
-            if path.is_file() and last_saved_step(cb) >= 0:
-                return f"{path} holds step {last_saved_step(cb)}"
-            return f"no {path} was written yet"
-    return "no last.ckpt is written (callbacks.last_checkpoint is off)"
-
-
-def validate_trained(trainer: L.Trainer, model: L.LightningModule, datamodule: Any) -> list[dict[str, float]]:
-    """Validate the weights just trained. Under SLURM, ``validate(ckpt_path=None)`` would load the run's
-    newest ``hpc_ckpt_<n>.ckpt`` (what a requeued job resumed from) instead: Lightning picks it whenever
-    it detects SLURM, so detection is switched off for this call. Under FSDP the module first gets its
-    full parameters back (``unshard_fsdp_root``)."""
-    unshard_fsdp_root(trainer, model)
-    with slurm_detection_off():
-        return trainer.validate(model, datamodule=datamodule, verbose=False)
-
-
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     """``cfg.data`` with the run's feedback: the training clock of ``cfg.batch_rule``, which the model
     shares through the same object (:func:`build_model`)."""
@@ -188,18 +157,20 @@ def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, di
     return model, model_kwargs
 
 
-def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> dict[str, float]:
-    """Run one training job described by ``cfg``; returns the final metrics (also in metrics.json).
+@dataclass(frozen=True)
+class RunPlan:
+    """What a training job was asked to do, once its config is checked: where it writes, what every
+    checkpoint stores of its config, its own keys, and the checkpoint it resumes from (None: none)."""
 
-    ``extra_callbacks`` (benchmarks, tests) are added to the configured ones.
+    output_dir: Path
+    plain_config: dict[str, Any]
+    opts: TrainOptions
+    ckpt_path: str | None
 
-    Raises:
-        UserError: a bad config value (checked before the data loads), capture or checkpoint (checked
-            before the run folder is written: ``run/folder_commit.py``).
-        Diverged: the loss or the weights became NaN/inf (no checkpoint of that state is written).
-        Interrupted: SIGTERM (or SIGHUP: :class:`~nerf_lightning.errors.HungUp`) stopped training
-            (``last.ckpt`` was written at that step first).
-    """
+
+def prepare_run(cfg: DictConfig) -> tuple[RunPlan, dict[str, Any] | None]:
+    """Check the config (before the data loads), find the checkpoint to resume from and read it (its
+    weights checked for NaN/inf first), seed everything. Returns the plan and the checkpoint read."""
     output_dir = Path(cfg.paths.output_dir)
     plain_config = run_config(cfg)  # resolves every value first: an unset one names its key here
     opts = check_config(cfg, TrainOptions, (check_devices,))  # types and ranges, before the data loads
@@ -213,31 +184,57 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     # the weights are checked before anything else (NaN/inf: refused), and read once
     checkpoint = read_checkpoint(ckpt_path) if ckpt_path is not None else None
     L.seed_everything(opts.seed, workers=True)
+    return RunPlan(output_dir, plain_config, opts, ckpt_path), checkpoint
 
+
+def setup_datamodule(cfg: DictConfig) -> L.LightningDataModule:
+    """:func:`build_datamodule` with its capture read: the model's box (``aabb_scale``) comes from it."""
     datamodule = build_datamodule(cfg)
-    # The model's box (aabb_scale) comes from the capture, so read the capture first.
     datamodule.prepare_data()
     try:
         datamodule.setup("fit")
     except ValueError as err:  # data.* values the loaders reject (CaptureError is a UserError already)
         raise (err if isinstance(err, UserError) else UserError(f"data: {err}")) from err
-    model, model_kwargs = build_model(cfg, datamodule)
-    if checkpoint is not None:  # trainer.fit loads the same again, once the run folder is written
-        setting = f"ckpt_path={opts.ckpt_path}" if opts.ckpt_path else f"resume={opts.resume}"
-        check_resumable(setting, ckpt_path, checkpoint, model, datamodule, plain_config)
-        if done := finished_note(checkpoint, cfg.trainer.max_steps, output_dir):
-            if rank_tag() is None:
-                print(done, file=sys.stderr, flush=True)
-            return json.loads((output_dir / "metrics.json").read_text())
+    return datamodule
 
+
+def finished_metrics(
+    cfg: DictConfig, plan: RunPlan, checkpoint: dict[str, Any], model: L.LightningModule, datamodule: Any
+) -> dict[str, float] | None:
+    """Check that ``checkpoint`` resumes this run (``run/resume_check.py``); when it has already trained
+    every step, say so and return the run's metrics.json (None: training goes on)."""
+    setting = f"ckpt_path={plan.opts.ckpt_path}" if plan.opts.ckpt_path else f"resume={plan.opts.resume}"
+    check_resumable(setting, plan.ckpt_path, checkpoint, model, datamodule, plan.plain_config)
+    if done := finished_note(checkpoint, cfg.trainer.max_steps, plan.output_dir):
+        if rank_tag() is None:
+            print(done, file=sys.stderr, flush=True)
+        return json.loads((plan.output_dir / "metrics.json").read_text())
+    return None
+
+
+def build_callbacks(
+    cfg: DictConfig,
+    plan: RunPlan,
+    datamodule: Any,
+    model_kwargs: dict[str, Any],
+    extra_callbacks: list[L.Callback] | None,
+) -> list[L.Callback]:
+    """The configured callbacks, ``extra_callbacks``, and the ones always on."""
     # the callbacks that read the sampler or the capture take the same feedback at construction
     callbacks = instantiate_group(cfg.get("callbacks"), feedback=datamodule.feedback)
     callbacks += extra_callbacks or []
     # Always on: the run's config and exact-resume state go into every checkpoint; the gradient exchange.
-    callbacks.append(RunState(plain_config, {"model": model_kwargs}, seed=opts.seed))
-    callbacks.append(GradientExchange(opts.grad_exchange, datamodule.feedback))
+    callbacks.append(RunState(plan.plain_config, {"model": model_kwargs}, seed=plan.opts.seed))
+    callbacks.append(GradientExchange(plan.opts.grad_exchange, datamodule.feedback))
     callbacks.append(DivergenceGuard())  # NaN/inf loss or weights: stop, never checkpoint them
-    loggers = instantiate_group(cfg.get("logger"))
+    return callbacks
+
+
+def build_trainer(
+    cfg: DictConfig, callbacks: list[L.Callback], loggers: list[Any]
+) -> tuple[L.Trainer, list[L.Callback], AtomicCheckpointIO]:
+    """``cfg.trainer`` with the run's callbacks, loggers and plugins. Returns the trainer, the callbacks
+    it was given (the progress bar settled) and its checkpoint writer."""
     # cluster=slurm|torchelastic|...: the ClusterEnvironment plugin (none: Lightning detects it)
     cluster = [hydra.utils.instantiate(cfg.cluster)] if cfg.get("cluster") else []
     # run/loop.py: what Lightning would do around every step for nothing (its own progress bar when the
@@ -254,89 +251,109 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         **quiet,
     )
     drop_inert_callbacks(trainer)
+    return trainer, callbacks, checkpoint_io
+
+
+def collect_metrics(
+    metrics: dict[str, float],
+    scores: Scores,
+    callbacks: list[L.Callback],
+    model: L.LightningModule,
+    trainer: L.Trainer,
+) -> None:
+    """Fill ``metrics`` (in place: what was gathered before a failing ``summary`` still reaches the
+    loggers) with the validation, the final evaluation, every callback's ``summary()``, the batch rule,
+    the steps and wall time, the occupancy and the per-view parameters."""
+    metrics.update({k: float(v) for k, v in (scores.results[0] if scores.results else {}).items()})
+    metrics.update(scores.evaluation)
+    for cb in callbacks:
+        summary = getattr(cb, "summary", None)
+        if callable(summary):
+            metrics.update(summary())
+    metrics.update(model.clock.summary())  # the batch rule the run trained under
+    metrics["steps"] = trainer.global_step  # also when a resumed run had nothing left to train
+    metrics["time/wall_s"] = scores.wall_s
+    metrics["model/occupied_fraction"] = float(model.occupancy.occupied_fraction())
+    metrics.update(model.view_summary())
+
+
+def write_refined_poses(
+    trainer: L.Trainer, model: L.LightningModule, datamodule: Any, output_dir: Path
+) -> None:
+    """With learned camera poses (``model.camera_opt``), the capture with its refined training poses
+    under ``<run>/refined`` (rank 0 only)."""
+    if model.camera_opt is not None and trainer.is_global_zero:
+        refined = write_refined_capture(
+            datamodule.capture,
+            datamodule.resolve_path(),
+            model.camera_opt.refined_poses(datamodule.train_poses).cpu().numpy(),
+            output_dir / "refined",
+        )
+        log.info("refined training poses: %s (train on them with data.path=%s)", refined, refined.parent)
+
+
+def report(metrics: dict[str, float], output_dir: Path) -> None:
+    """The run's result in the log and on stdout: validation and final-evaluation PSNR, the run dir."""
+    log.info(
+        "val/psnr %.2f dB  val/ssim %.4f  final evaluation (%s): %.2f dB  (%d steps, %.0f s training)",
+        metrics.get("val/psnr", float("nan")),
+        metrics.get("val/ssim", float("nan")),
+        metrics.get("eval/split", "?"),
+        metrics.get("eval/psnr", float("nan")),
+        metrics["steps"],
+        metrics.get("time/train_s", metrics["time/wall_s"]),
+    )
+    print(f"val/psnr: {metrics.get('val/psnr', float('nan')):.2f} dB")
+    if metrics.get("eval/split") == "test":  # eval/*: also when the test split is the val views
+        print(f"test/psnr: {metrics.get('eval/psnr', float('nan')):.2f} dB")
+    print(f"run dir: {output_dir}")
+
+
+def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> dict[str, float]:
+    """Run one training job described by ``cfg``; returns the final metrics (also in metrics.json).
+
+    ``extra_callbacks`` (benchmarks, tests) are added to the configured ones.
+
+    Raises:
+        UserError: a bad config value (checked before the data loads), capture or checkpoint (checked
+            before the run folder is written: ``run/folder_commit.py``).
+        Diverged: the loss or the weights became NaN/inf (no checkpoint of that state is written).
+        Interrupted: SIGTERM (or SIGHUP: :class:`~nerf_lightning.errors.HungUp`) stopped training
+            (``last.ckpt`` was written at that step first).
+    """
+    plan, checkpoint = prepare_run(cfg)
+    datamodule = setup_datamodule(cfg)
+    model, model_kwargs = build_model(cfg, datamodule)
+    if checkpoint is not None:  # trainer.fit loads the same again, once the run folder is written
+        if (done := finished_metrics(cfg, plan, checkpoint, model, datamodule)) is not None:
+            return done
+    callbacks = build_callbacks(cfg, plan, datamodule, model_kwargs, extra_callbacks)
+    loggers = instantiate_group(cfg.get("logger"))
+    trainer, callbacks, checkpoint_io = build_trainer(cfg, callbacks, loggers)
     # every check has passed: from here on the run writes into its folder
-    if opts.overwrite and rank_tag() is None:
-        delete_old_run(output_dir)
+    if plan.opts.overwrite and rank_tag() is None:
+        delete_old_run(plan.output_dir)
     commit_run_folder()
     if checkpoint is not None:
-        checkpoint_io.hand_over(ckpt_path, checkpoint)
+        checkpoint_io.hand_over(plan.ckpt_path, checkpoint)
         del checkpoint
     metrics: dict[str, float] = {}
     exit_code = 1
     try:  # a W&B run is closed even when training fails, so the next multirun job gets its own run
         for lg in loggers:
             lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))  # the resolved Hydra config
-
-        start = time.perf_counter()
-        try:
-            trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
-        except SIGTERMException:
-            stop = interruption(
-                f"training stopped by {stop_signal()} at step {trainer.global_step}{_of_max(trainer)}; "
-                f"{_last_checkpoint_note(trainer)}: the same command plus ckpt_path=last (or resume=auto) "
-                "continues it"
-            )
-            exit_code = stop.exit_code
-            raise stop from None
-        except Diverged as err:
-            exit_code = EXIT_DIVERGED
-            raise Diverged(f"{err}; {_last_checkpoint_note(trainer)}") from None
-        except RuntimeError as err:
-            where = f"at step {trainer.global_step}{_of_max(trainer)}; {_last_checkpoint_note(trainer)}"
-            if (lost := rank_lost(err, trainer.global_rank, trainer.world_size, where)) is None:
-                raise
-            raise lost from None
-        wall_s = time.perf_counter() - start
-        try:
-            results = validate_trained(trainer, model, datamodule)
-            # per-view numbers, and the final evaluation on the test split when the capture has one
-            evaluation = final_evaluation(trainer, model, datamodule)
-        except SIGTERMException:
-            stop = interruption(
-                f"stopped by {stop_signal()} during the final validation, after {trainer.global_step} steps "
-                f"of training; {_last_checkpoint_note(trainer)}: `python -m nerf_lightning.eval ckpt=...` "
-                "scores it"
-            )
-            exit_code = stop.exit_code
-            raise stop from None
-
-        metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
-        metrics.update(evaluation)
-        for cb in callbacks:
-            summary = getattr(cb, "summary", None)
-            if callable(summary):
-                metrics.update(summary())
-        metrics.update(model.clock.summary())  # the batch rule the run trained under
-        metrics["steps"] = trainer.global_step  # also when a resumed run had nothing left to train
-        metrics["time/wall_s"] = wall_s
-        metrics["model/occupied_fraction"] = float(model.occupancy.occupied_fraction())
-        metrics.update(model.view_summary())
-        if model.camera_opt is not None and trainer.is_global_zero:
-            refined = write_refined_capture(
-                datamodule.capture,
-                datamodule.resolve_path(),
-                model.camera_opt.refined_poses(datamodule.train_poses).cpu().numpy(),
-                output_dir / "refined",
-            )
-            log.info("refined training poses: %s (train on them with data.path=%s)", refined, refined.parent)
+        scores = fit_and_score(trainer, model, datamodule, plan.ckpt_path)
+        if isinstance(scores, StopRun):
+            exit_code = scores.exit_code
+            raise scores from None
+        collect_metrics(metrics, scores, callbacks, model, trainer)
+        write_refined_poses(trainer, model, datamodule, plan.output_dir)
         exit_code = 0
     finally:
         finish_loggers(loggers, metrics, exit_code=exit_code)
     if trainer.is_global_zero:
-        atomic_write_json(output_dir / "metrics.json", metrics)
-        log.info(
-            "val/psnr %.2f dB  val/ssim %.4f  final evaluation (%s): %.2f dB  (%d steps, %.0f s training)",
-            metrics.get("val/psnr", float("nan")),
-            metrics.get("val/ssim", float("nan")),
-            metrics.get("eval/split", "?"),
-            metrics.get("eval/psnr", float("nan")),
-            metrics["steps"],
-            metrics.get("time/train_s", metrics["time/wall_s"]),
-        )
-        print(f"val/psnr: {metrics.get('val/psnr', float('nan')):.2f} dB")
-        if metrics.get("eval/split") == "test":  # eval/*: also when the test split is the val views
-            print(f"test/psnr: {metrics.get('eval/psnr', float('nan')):.2f} dB")
-        print(f"run dir: {output_dir}")
+        atomic_write_json(plan.output_dir / "metrics.json", metrics)
+        report(metrics, plan.output_dir)
     return metrics
 
 

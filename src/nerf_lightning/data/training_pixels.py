@@ -95,7 +95,7 @@ class TrainingPixels:
                 self.kept = KeptPixels.of_masks(masks, widths.tolist(), heights.tolist())
         self.views = ViewSet([self.frames[v] for v in held], images, self.camera_model)
         self.shard = ShardDraw(index, images.widths, images.heights, world, self.kept) if sharded else None
-        self.feedback.shard_weight = self.shard.weight if self.shard is not None else None
+        self._share_weight()
         self._key = key
         return True
 
@@ -105,7 +105,12 @@ class TrainingPixels:
         self.host = place_views(self.views, self.storage, self.fraction, device)
         if self.shard is not None:  # its weight tensor moves too: the gradient exchange reads the new one
             self.shard.to(torch.device("cpu") if self.host is not None else device)
-            self.feedback.shard_weight = self.shard.weight
+        self._share_weight()
+
+    def _share_weight(self) -> None:
+        """The feedback's ``shard_weight``: this rank's shard's weight tensor where it now lies (None:
+        not sharded). Its one writer."""
+        self.feedback.shard_weight = self.shard.weight if self.shard is not None else None
 
     def rays(self, sampler: RaySampler, n_rays: int, **recipe: Any) -> dict[str, Any]:
         """``n_rays`` training rays of this rank's views (``data/ray_batches.training_rays``; ``recipe``:

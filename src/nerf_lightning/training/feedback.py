@@ -54,6 +54,26 @@ class TrainingFeedback:
 
     Before the DataModule's ``setup`` (or for a model trained without one) nothing is attached:
     the reports go nowhere and the reads return None.
+
+    Each field has one writer (besides its initial value here); tests set ``alpha_targets`` directly,
+    as the model would:
+
+    - ``clock``: written here only (the train app's ``build_datamodule`` passes it); the object is
+      bound to the world size by ``NeRFModule.setup``. Read by ``NeRFModule`` and ``NeRFDataModule``
+      (both keep it as ``.clock``), :meth:`rays_per_step` and :attr:`splits_by_throughput`
+      (``callbacks/load_balance.py``).
+    - ``alpha_targets``: written by ``NeRFModule.__init__`` (``models/module.py``: the opacity loss is
+      on). Read by ``NeRFDataModule.train_batch`` (``data/datamodule.py``).
+    - ``work_scale``: written by ``NeRFModule.set_work_scale`` (called by ``callbacks/load_balance.py``'s
+      ``LoadBalancer``) when the step has no sample budget to take the share. Read by
+      :meth:`rays_per_step` (``NeRFDataModule.rays_per_step``).
+    - ``capture``, ``cameras``, ``sampler``: written by :meth:`attach`, which ``NeRFDataModule.setup``
+      calls (``data/datamodule.py``). ``capture`` is read by ``viewer/callback.py``; ``cameras`` by
+      ``NeRFModule.on_fit_start`` (the occupancy grid's unseen cells); ``sampler`` by
+      :meth:`report_losses` and :meth:`step` (``NeRFModule``'s training step and batch end),
+      :meth:`view_probabilities` (``callbacks/sampler_monitor.py``) and ``callbacks/rank_state.py``.
+    - ``shard_weight``: written by ``TrainingPixels._share_weight`` (``data/training_pixels.py``, after
+      each ``load`` and ``to``). Read by ``callbacks/grad_exchange.py``'s ``GradientExchange``.
     """
 
     def __init__(self, clock: TrainingClock | None = None) -> None:
