@@ -157,3 +157,19 @@ def run_ranks(fn, args: tuple, nprocs: int = 2, timeout_s: float = 180.0) -> Non
             for proc in ranks.processes:
                 proc.kill()
             pytest.fail(f"the {nprocs} ranks of {fn.__name__} did not finish within {timeout_s:.0f} s")
+
+
+def user_error_line(capsys, fn) -> str:  # noqa: ANN001 - pytest's CaptureFixture, a callable
+    """Run ``fn`` under the apps' ``user_errors``: it must exit with EXIT_USER_ERROR after printing exactly
+    one ``error: ...`` line to stderr, which is returned."""
+    import pytest
+
+    from nerf_lightning.errors import EXIT_USER_ERROR, user_errors
+
+    with pytest.raises(SystemExit) as exit_info:
+        with user_errors():
+            fn()
+    assert exit_info.value.code == EXIT_USER_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]

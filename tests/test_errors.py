@@ -13,37 +13,27 @@ import hydra
 import pytest
 import torch
 import torch.multiprocessing as mp
-from runs import TINY_TRAIN, child_env, fork_app
+from runs import TINY_TRAIN, child_env, fork_app, user_error_line
 
 from nerf_lightning.apps.train import train
 from nerf_lightning.errors import EXIT_USER_ERROR, user_errors
 from nerf_lightning.run.config import compose_train_config
 
 
-def _user_error_line(capsys: pytest.CaptureFixture, fn) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        with user_errors():
-            fn()
-    assert exit_info.value.code == EXIT_USER_ERROR
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
-
-
 def test_user_errors_of_train_are_one_line(compose_cfg, tiny_scene: Path, capsys, monkeypatch) -> None:
-    line = _user_error_line(capsys, lambda: train(compose_cfg("data.path=/no/such/capture", "logger=none")))
+    line = user_error_line(capsys, lambda: train(compose_cfg("data.path=/no/such/capture", "logger=none")))
     assert "/no/such/capture: capture path does not exist" in line
 
     cfg = compose_cfg(f"data.path={tiny_scene}", "model.loss=l1", "logger=none", "accelerator=cpu")
-    line = _user_error_line(capsys, lambda: train(cfg))
+    line = user_error_line(capsys, lambda: train(cfg))
     assert line == "error: model.loss=l1: expected one of huber, mse"
 
     monkeypatch.delenv("NERF_LIGHTNING_FOX", raising=False)
-    line = _user_error_line(capsys, lambda: train(compose_cfg("experiment=fox", "logger=none")))
+    line = user_error_line(capsys, lambda: train(compose_cfg("experiment=fox", "logger=none")))
     assert "`data.path`" in line and "NERF_LIGHTNING_FOX" in line
 
     cfg = compose_cfg(f"data.path={tiny_scene}", "ckpt_path=/no/run/last.ckpt", "logger=none")
-    line = _user_error_line(capsys, lambda: train(cfg))
+    line = user_error_line(capsys, lambda: train(cfg))
     assert "ckpt_path=/no/run/last.ckpt: no such checkpoint" in line
 
 
@@ -54,7 +44,7 @@ def test_the_opacity_loss_on_photographs_is_a_user_error(compose_cfg, tmp_path: 
     photos = generate_scene(tmp_path / "phone", n_views=9, width=24, height=20, supersample=1, rig="phone")
     overrides = (f"data.path={photos.parent}", "model.alpha_weight=0.5", "logger=none", "accelerator=cpu")
     cfg = compose_cfg(*overrides)
-    line = _user_error_line(capsys, lambda: train(cfg))
+    line = user_error_line(capsys, lambda: train(cfg))
     assert f"model.alpha_weight=0.5: the training images of {photos.parent} carry no alpha channel" in line
     assert not (Path(cfg.paths.output_dir) / "checkpoints").exists()
 
@@ -64,7 +54,7 @@ def test_the_removed_training_background_is_one_line(compose_cfg, capsys) -> Non
     protocol) is one line naming why; a checkpoint's stored config that holds it loads without it."""
     from nerf_lightning.run.config import drop_removed_keys
 
-    line = _user_error_line(capsys, lambda: compose_cfg("data.train_background=eval", "logger=none"))
+    line = user_error_line(capsys, lambda: compose_cfg("data.train_background=eval", "logger=none"))
     assert line.startswith("error: data.train_background: no longer exists: every training ray is over a ")
     assert "docs/benchmarks/2026-12-07.md" in line
     stored = {"data": {"train_background": "eval", "downscale": 2}, "model": {"alpha_weight": "auto"}}
@@ -89,11 +79,11 @@ def test_a_failed_copy_names_the_file_written_and_the_key_of_the_app(capsys) -> 
         with writing_to("out"):
             raise full
 
-    assert _user_error_line(capsys, export_onto_a_full_disk) == (
+    assert user_error_line(capsys, export_onto_a_full_disk) == (
         "error: /capture/images/a.jpg: no space left on device; free space there or write elsewhere (out=...)"
     )
     read_only = OSError(errno.EROFS, "Read-only file system", "/ro/run/metrics.json")
-    assert _user_error_line(capsys, lambda: (_ for _ in ()).throw(read_only)) == (
+    assert user_error_line(capsys, lambda: (_ for _ in ()).throw(read_only)) == (
         "error: /ro/run/metrics.json: read-only file system; choose a folder you can write "
         "(hydra.run.dir=...)"
     )

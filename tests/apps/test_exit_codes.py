@@ -27,10 +27,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 from faults import PoisonWeights
-from runs import TINY_TRAIN, fork_app
+from runs import TINY_TRAIN, fork_app, user_error_line
 
 from nerf_lightning.apps.train import train
-from nerf_lightning.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_USER_ERROR, Diverged, user_errors
+from nerf_lightning.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_USER_ERROR, Diverged
 from nerf_lightning.run.checkpoint_io import read_checkpoint
 from nerf_lightning.run.divergence import DivergenceGuard
 from nerf_lightning.run.folder_guard import refuse_overwrite
@@ -286,16 +286,6 @@ def _failing_fsync(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
     monkeypatch.setattr(io, "os", types.SimpleNamespace(**{**vars(os), "fsync": fsync}))
 
 
-def _one_line(capsys: pytest.CaptureFixture, fn) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        with user_errors():
-            fn()
-    assert exit_info.value.code == EXIT_USER_ERROR
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
-
-
 def test_a_full_disk_during_training_names_the_checkpoint(
     tiny_scene: Path, compose_cfg, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -303,7 +293,7 @@ def test_a_full_disk_during_training_names_the_checkpoint(
 
     cfg = compose_cfg(*_args(tiny_scene, "trainer.max_steps=3"), "logger=none")
     _failing_fsync(monkeypatch, errno.ENOSPC)
-    line = _one_line(capsys, lambda: train(cfg))
+    line = user_error_line(capsys, lambda: train(cfg))
     out = Path(cfg.paths.output_dir)
     assert line.startswith(f"error: {out / 'checkpoints' / 'last.ckpt'}: no space left on device; free space")
     assert not (out / "metrics.json").exists()
@@ -331,7 +321,7 @@ def test_a_failing_disk_during_an_export_names_the_file_and_out(
         "export", ["what=mesh", f"ckpt={run_dir}", "resolution=16", "threshold=1", "format=ply"], tmp_path
     )
     _failing_fsync(monkeypatch, getattr(errno, code))
-    line = _one_line(capsys, lambda: export(cfg))
+    line = user_error_line(capsys, lambda: export(cfg))
     assert line == f"error: {tmp_path / 'mesh.ply'}: {advice}"
     assert list(tmp_path.glob("*.ply")) == [] and list(tmp_path.glob(".*")) == []
 

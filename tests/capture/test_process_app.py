@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
+from rings import colmap_ring
 from runs import fork_app
 
 import nerf_lightning.apps.process as app
@@ -38,21 +39,13 @@ def _photos(folder: Path, n: int, size: tuple[int, int] = (48, 32)) -> Path:
     return folder
 
 
+#: the world of the fake solves, turned against the capture's axes
+TURN = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+
+
 def _ring_colmap(n: int) -> list[np.ndarray]:
     """COLMAP-style camera-to-world (OpenCV axes) on a ring looking at a point, in a turned world."""
-    turn = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
-    out = []
-    for i in range(n):
-        a = 2 * math.pi * i / n
-        eye = np.array([2.0 * math.cos(a), 2.0 * math.sin(a), 0.7])
-        fwd = -eye / np.linalg.norm(eye)
-        right = np.cross(fwd, [0.0, 0.0, 1.0])
-        right /= np.linalg.norm(right)
-        down = np.cross(fwd, right)
-        m = np.eye(4)
-        m[:3, 0], m[:3, 1], m[:3, 2], m[:3, 3] = turn @ right, turn @ down, turn @ fwd, turn @ eye
-        out.append(m)
-    return out
+    return colmap_ring(n, TURN)
 
 
 def _fake_sfm(unregistered: tuple[str, ...] = (), error: Exception | None = None, calls: list | None = None):
@@ -70,10 +63,22 @@ def _fake_sfm(unregistered: tuple[str, ...] = (), error: Exception | None = None
         poses = dict(zip(kept, _ring_colmap(len(kept)), strict=True))
         points = np.random.default_rng(0).normal(0.0, 0.5, (200, 3))
         return SfmResult(
-            camera=Camera("OPENCV", Intrinsics(
-                fx=40.0, fy=41.0, cx=w / 2, cy=h / 2, width=w, height=h,
-                k1=0.01, k2=-0.02, p1=0.003, p2=0.004, model="opencv",
-            )),  # fmt: skip
+            camera=Camera(
+                "OPENCV",
+                Intrinsics(
+                    fx=40.0,
+                    fy=41.0,
+                    cx=w / 2,
+                    cy=h / 2,
+                    width=w,
+                    height=h,
+                    k1=0.01,
+                    k2=-0.02,
+                    p1=0.003,
+                    p2=0.004,
+                    model="opencv",
+                ),
+            ),  # fmt: skip
             cam_to_world=poses,
             points=points,
             mean_reprojection_error=0.5,
@@ -87,19 +92,10 @@ def _fake_sfm(unregistered: tuple[str, ...] = (), error: Exception | None = None
 
 
 @pytest.fixture
-def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """``run(*overrides, sfm=fake)``: the app's ``process(cfg)`` with a fake (or the real) solver."""
+def run(run, monkeypatch: pytest.MonkeyPatch):
+    """The shared ``run`` (conftest.py) with a stand-in for pycolmap's import: the fake solvers need none."""
     monkeypatch.setattr(app, "import_pycolmap", lambda: types.SimpleNamespace(__version__="fake"))
-
-    def _run(*overrides: str, sfm=None):
-        if sfm is not None:
-            monkeypatch.setattr(app, "run_sfm", sfm)
-        try:
-            return app.process(compose_app_config("process", list(overrides), tmp_path / "run"))
-        finally:
-            GlobalHydra.instance().clear()
-
-    return _run
+    return run
 
 
 def _nothing_written(out: Path) -> None:

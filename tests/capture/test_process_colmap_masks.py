@@ -14,17 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
+from rings import colmap_ring
 from runs import fork_app
 
-import nerf_lightning.apps.process as app
 from nerf_lightning.capture.photos import list_photos
 from nerf_lightning.capture.sfm import Camera, SfmResult
 from nerf_lightning.data.formats import load_capture
 from nerf_lightning.data.types import Intrinsics
 from nerf_lightning.errors import EXIT_USER_ERROR, UserError
-from nerf_lightning.run.config import compose_app_config
 
 pycolmap = pytest.importorskip(
     "pycolmap", reason="pycolmap is not installed: pip install 'nerf_lightning[process]'"
@@ -44,21 +42,6 @@ def _photos(folder: Path, n: int, size: tuple[int, int] = (W, H)) -> list[str]:
     return names
 
 
-def _ring(n: int) -> list[np.ndarray]:
-    """COLMAP camera-to-world (OpenCV camera) on a ring of radius 2 around the origin, z up."""
-    out = []
-    for i in range(n):
-        a = 2 * math.pi * i / n
-        eye = np.array([2.0 * math.cos(a), 2.0 * math.sin(a), 0.7])
-        fwd = -eye / np.linalg.norm(eye)
-        right = np.cross(fwd, [0.0, 0.0, 1.0])
-        right /= np.linalg.norm(right)
-        m = np.eye(4)
-        m[:3, 0], m[:3, 1], m[:3, 2], m[:3, 3] = right, np.cross(fwd, right), fwd, eye
-        out.append(m)
-    return out
-
-
 def _quat(r: np.ndarray) -> np.ndarray:
     """(w, x, y, z) of a rotation matrix (COLMAP's order)."""
     w = math.sqrt(max(0.0, 1.0 + r[0, 0] + r[1, 1] + r[2, 2])) / 2
@@ -76,7 +59,7 @@ def _write_model(folder: Path, names: list[str], cameras: dict[int, tuple[str, t
                  camera_of: list[int], points: np.ndarray) -> list[np.ndarray]:  # fmt: skip
     """A COLMAP text model of ``names`` on the ring; returns their camera-to-world matrices."""
     folder.mkdir(parents=True, exist_ok=True)
-    poses = _ring(len(names))
+    poses = colmap_ring(len(names))
     (folder / "cameras.txt").write_text(
         "".join(f"{cid} {model} {W} {H} {_nums(p)}\n" for cid, (model, p) in cameras.items())
     )
@@ -108,21 +91,6 @@ def _write_model(folder: Path, names: list[str], cameras: dict[int, tuple[str, t
 
 def _points() -> np.ndarray:
     return np.random.default_rng(1).normal(0.0, 0.3, (80, 3))
-
-
-@pytest.fixture
-def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """``run(*overrides, sfm=fake)``: the app's ``process(cfg)``."""
-
-    def _run(*overrides: str, sfm=None):
-        if sfm is not None:
-            monkeypatch.setattr(app, "run_sfm", sfm)
-        try:
-            return app.process(compose_app_config("process", list(overrides), tmp_path / "run"))
-        finally:
-            GlobalHydra.instance().clear()
-
-    return _run
 
 
 def _binary(text: Path, dest: Path) -> Path:

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from runs import user_error_line
 
 from nerf_lightning.data.datamodule import NeRFDataModule
 from nerf_lightning.data.formats import load_capture
 from nerf_lightning.data.masks import KeptPixels, decode_mask, downscale_keep, load_masks
 from nerf_lightning.data.sampler import LossWeightedRaySampler, UniformRaySampler
 from nerf_lightning.data.shards import ShardDraw
-from nerf_lightning.errors import EXIT_USER_ERROR, user_errors
 from nerf_lightning.models.metrics import ViewMetrics
 
 
@@ -99,27 +99,17 @@ def test_every_format_reads_its_masks(
     assert [f.mask_path.name for f in lego.train if f.mask_path] == ["dynamic_mask_r_1.png"]
 
 
-def _user_error_line(capsys: pytest.CaptureFixture, fn) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        with user_errors():
-            fn()
-    assert exit_info.value.code == EXIT_USER_ERROR
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
-
-
 def test_a_mask_of_another_size_or_a_listed_mask_that_is_missing_is_one_line(make_ngp, capsys) -> None:
     root = make_ngp(n=4, name="odd")
     _png(root / "images" / "dynamic_mask_0001.png", np.zeros((6, 8)))
-    line = _user_error_line(capsys, lambda: load_capture(root))
+    line = user_error_line(capsys, lambda: load_capture(root))
     assert line.endswith(
         "dynamic_mask_0001.png: mask is 8x6 but its image 0001.png is 16x12; a mask must have its "
         "image's size"
     )
 
     root = make_ngp(n=4, name="listed", frame_extra={2: {"mask_path": "masks/0002.png"}})
-    line = _user_error_line(capsys, lambda: load_capture(root))
+    line = user_error_line(capsys, lambda: load_capture(root))
     assert "frame 2 (images/0002.png): 'mask_path' masks/0002.png does not exist" in line
 
 

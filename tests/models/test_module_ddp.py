@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from models.tiny_training import fit_on_one_thread
 from nerf_lightning.data.datamodule import NeRFDataModule
 from nerf_lightning.data.sampler import LossWeightedRaySampler
 from nerf_lightning.data.synthetic import generate_scene
@@ -113,14 +114,8 @@ def test_two_rank_training_keeps_grid_sampler_and_weights_identical(tmp_path: Pa
         enable_model_summary=False,
         callbacks=[_SaveRankState(tmp_path)],
     )
-    # One intra-op thread from before the fork on: the ranks share two cores, and OpenMP's thread pool
-    # does not survive a fork.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        trainer.fit(model, datamodule=dm)
-    finally:
-        torch.set_num_threads(threads)
+    # one intra-op thread from before the fork on: the ranks share two cores
+    fit_on_one_thread(trainer, model, dm)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     assert r0["step"] == r1["step"] == 6
 

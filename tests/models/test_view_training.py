@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 
+from models.tiny_training import QUIET, fit_on_one_thread
 from nerf_lightning.data.datamodule import NeRFDataModule
 from nerf_lightning.data.formats import load_capture
 from nerf_lightning.data.synthetic import generate_scene
@@ -64,9 +65,7 @@ def _rotation_vector(r: np.ndarray) -> np.ndarray:
 
 def _train(path: Path, steps: int, rays: int, **components) -> tuple[NeRFModule, NeRFDataModule, float]:
     torch.manual_seed(0)
-    dm = NeRFDataModule(
-        path=str(path), batch_size=rays, steps_per_epoch=steps, cache_dir=str(path / "cache")
-    )
+    dm = NeRFDataModule(path=str(path), batch_size=rays, steps_per_epoch=steps, cache_dir=str(path / "cache"))
     dm.setup("fit")
     model = NeRFModule(
         field=functools.partial(
@@ -94,24 +93,17 @@ def _train(path: Path, steps: int, rays: int, **components) -> tuple[NeRFModule,
         feedback=dm.feedback,
         **components,
     )
-    quiet = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
     trainer = L.Trainer(
-        max_steps=steps, enable_checkpointing=False, num_sanity_val_steps=0, limit_val_batches=0, **quiet
+        max_steps=steps, enable_checkpointing=False, num_sanity_val_steps=0, limit_val_batches=0, **QUIET
     )
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        trainer.fit(model, datamodule=dm)
-    finally:
-        torch.set_num_threads(threads)
+    fit_on_one_thread(trainer, model, dm)
     return model, dm, _psnr(model, path, "val")
 
 
 def _psnr(model: NeRFModule, path: Path, split: str) -> float:
     """Mean PSNR of ``model`` on the ``data.val_split=split`` views of the capture at ``path``."""
     dm = NeRFDataModule(path=str(path), val_split=split, cache_dir=str(path / "cache"))
-    quiet = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
-    return float(L.Trainer(**quiet).validate(model, datamodule=dm, verbose=False)[0]["val/psnr"])
+    return float(L.Trainer(**QUIET).validate(model, datamodule=dm, verbose=False)[0]["val/psnr"])
 
 
 # --------------------------------------------------------------------------------------------- poses

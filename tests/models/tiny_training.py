@@ -31,13 +31,20 @@ def train_tiny(
     trainer = L.Trainer(
         max_steps=steps, enable_checkpointing=False, num_sanity_val_steps=0, limit_val_batches=0, **QUIET
     )
+    fit_on_one_thread(trainer, model, dm)
+    return model, dm
+
+
+def fit_on_one_thread(trainer: L.Trainer, model: L.LightningModule, dm: L.LightningDataModule) -> None:
+    """``trainer.fit`` with one intra-op thread, the count before restored after: tiny steps on a shared
+    2-core machine run faster so, and a forked rank starts from a thread count that survives the fork
+    (OpenMP's pool does not)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         trainer.fit(model, datamodule=dm)
     finally:
         torch.set_num_threads(threads)
-    return model, dm
 
 
 def tiny_module(dm: NeRFDataModule, **components: Any) -> NeRFModule:
