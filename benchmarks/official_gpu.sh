@@ -18,7 +18,7 @@
 # Environment: SCENE (default .devdata/lego_official); screen: CANDIDATES (`name=override,override;...`,
 # default below), STEPS (20400, the 60 s point), LANES (3), RUN_TIMEOUT (280 s a run), DEADLINE (540 s
 # from the start), NGP_STEPS (35000), NO_NGP=1 (no instant-ngp); curve/seeds: CURVE_POINTS (15,60,300),
-# SEED_POINT (60), SEEDS (seeds of `seeds`, "1 2 3"), WINNER (overrides added to every run, comma-separated; default none), RATE (first guess
+# SEED_POINT (60), SEEDS (seeds of `seeds`, "1 2 3"), TOLERANCE (seconds a timed run may miss its point, 1), WINNER (overrides added to every run, comma-separated; default none), RATE (first guess
 # of steps/s, 365); every mode: TRAIN_ARGS (extra overrides of every run, e.g. tiny CPU settings), EVAL_ARGS
 # (extra overrides of the eval of the last curve checkpoint on training views).
 set -uo pipefail
@@ -78,7 +78,7 @@ timed() {  # name, checkpoints, seed, timeout: bench.curve alone on the GPU (its
     local name=$1 points=$2 seed=$3 to=$4
     rm -rf "${WORK:?}/$name"
     timeout -k 10 "$to" "$PY" -m nerf_lightning.bench.curve --checkpoints "$points" --rate "${RATE:-365}" \
-        --tolerance 1 --out "$WORK/$name" -- "${BASE[@]}" "seed=$seed" "${train_args[@]}" "${winner[@]}" \
+        --tolerance "${TOLERANCE:-1}" --out "$WORK/$name" -- "${BASE[@]}" "seed=$seed" "${train_args[@]}" "${winner[@]}" \
         >"$WORK/$name.log" 2>&1
     local rc=$?
     [ $rc = 0 ] || { say "$name: exit $rc"; tail -5 "$WORK/$name.log"; }
