@@ -28,7 +28,7 @@ if [ $# -ne 2 ]; then
     exit 2
 fi
 LEGO=$(realpath "$1") OUT=$(realpath -m "$2")
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 mkdir -p "$OUT"
 # shellcheck source=benchmarks/gpu_common.sh
 source benchmarks/gpu_common.sh

@@ -1,6 +1,7 @@
-# Sourced by benchmarks/mesh_gpu.sh and big_captures_gpu.sh: the offline GPU machine's
-# set-up (carried wheels, this checkout's sources first on the path, the CUDA extension built once as a
-# step of its own) and time-boxed steps that all end by one deadline, so a whole call fits its slot.
+# The one set-up of the offline GPU machine, sourced by every benchmarks/*_gpu.sh (official, mesh,
+# big_captures, suite): the carried wheels installed to /tmp/site, this checkout's sources first on the path,
+# the CUDA extension's cache unpacked from .devdata/ext.tgz (and, for mesh and big_captures, built once as a
+# step of its own); time-boxed steps that all end by one deadline, so a whole call fits its slot.
 #
 #   DEADLINE_S   seconds after the script's start by which every step has ended (default 525: a call of
 #                9 minutes, with room for the summary)
@@ -64,7 +65,8 @@ step() {
     fi
     ((limit > left)) && limit=$left
     echo "== $name (timeout ${limit}s, at $(elapsed)s of ${DEADLINE_S}s)" >&2
-    local t=$(date +%s) rc=0
+    local t rc=0
+    t=$(date +%s)
     timeout --signal=TERM --kill-after=10 "$limit" "$@" || rc=$?
     printf '%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - t))" >>"$record"
     return $rc

@@ -28,7 +28,7 @@ if [ $# -ne 3 ]; then
     exit 2
 fi
 LEGO=$(realpath "$1") FOX=$(realpath "$2") OUT=$(realpath -m "$3")
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 mkdir -p "$OUT"
 # shellcheck source=benchmarks/gpu_common.sh
 source benchmarks/gpu_common.sh

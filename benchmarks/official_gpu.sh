@@ -28,20 +28,12 @@ if [ $# -ne 2 ] || ! [[ $1 =~ ^(screen|curve|seeds)$ ]]; then
 fi
 MODE=$1
 OUT=$(realpath -m "$2")
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 T0=$(date +%s)
-PY=${PYTHON:-python3}
-if compgen -G ".whl/*.whl" >/dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH="/tmp/site:$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-else
-    export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.torch_extensions} PYTHONUNBUFFERED=1
+# shellcheck source=benchmarks/gpu_common.sh
+source benchmarks/gpu_common.sh
+gpu_wheels || exit 2  # WHEELS (default .whl) to /tmp/site, PYTHONPATH, .devdata/ext.tgz unpacked
 export NERF_LIGHTNING_CACHE=${NERF_LIGHTNING_CACHE:-/tmp/official_cache}  # decoded images, shared by the runs
-if [ -f .devdata/ext.tgz ] && [ ! -d "$TORCH_EXTENSIONS_DIR" ]; then
-    mkdir -p "$TORCH_EXTENSIONS_DIR" && tar -xzf .devdata/ext.tgz -C "$TORCH_EXTENSIONS_DIR"
-fi
 SCENE=$(realpath "${SCENE:-.devdata/lego_official}")
 WORK=${WORK:-/tmp/official_gpu}
 DEADLINE=${DEADLINE:-540}  # seconds from the start by which every run of the screen has ended
@@ -125,6 +117,7 @@ curve)
     build_extension
     timed curve "${CURVE_POINTS:-15,60,300}" 42 "${CURVE_TIMEOUT:-545}"
     # the last point's field on 10 of its training views: what it learned against what holds for unseen views
+    # shellcheck disable=SC2012  # the newest by time, and run folders are named t<seconds>: no odd names
     last=$(ls -t "$WORK"/curve/t*/checkpoints/last.ckpt 2>/dev/null | head -1)
     [ -n "$last" ] && timeout -k 5 45 "$PY" -m nerf_lightning.eval "ckpt=$last" split=train data.max_val_views=10 \
         save_images=false "hydra.run.dir=$WORK/train_views_last" "${eval_args[@]}" >"$WORK/train_views_last.log" 2>&1

@@ -27,7 +27,7 @@
 #   - NETWORKS / TRIM_GRID / RTC above.
 # Prints the wheel's path last; writes build.log beside the wheel. On the GPU machine (16 cores, sm_90):
 #   ARCH=90 OUT=$OUT bash scripts/tcnn/build_wheel.sh .peers/tcnn-src.tar.gz
-# then keep the wheel in .whl/, where scripts/bench/gpu_suite.sh installs it from.
+# then keep the wheel in .whl/, where benchmarks/suite_gpu.sh installs it from.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -1,7 +1,6 @@
 """The benchmark tools that train or draw on a CPU, each run end to end on the tiny scene with a few steps:
-the data path (``benchmarks.data``), captures bigger than one GPU (``benchmarks.big_captures``) and the
-sampler A/B (``benchmarks.sampler_ab``). What they measure is for BENCHMARKS.md; here: that they run on
-today's package and report what they say."""
+the data path (``benchmarks.data``) and captures bigger than one GPU (``benchmarks.big_captures``). What
+they measure is for BENCHMARKS.md; here: that they run on today's package and report what they say."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import pytest
 import torch
 from runs import TINY
 
-from benchmarks import big_captures, data, sampler_ab
+from benchmarks import big_captures, data
 
 #: the tiny runs' own overrides: TINY without its logger, and a short final evaluation
 QUICK = [o for o in TINY if not o.startswith("logger=")] + ["logger=none", "data.max_test_views=2"]
@@ -53,13 +52,3 @@ def test_big_captures_memory_generate_and_the_host_path(tmp_path: Path, tiny_sce
     assert rows[0]["device"] > 0 and rows[0]["host"] > 0
     assert rows[0]["host_over_device"] == pytest.approx(rows[0]["host"] / rows[0]["device"])
 
-
-def test_the_sampler_a_b_trains_both_samplers_and_tables_them(tiny_scene: Path, tmp_path: Path, capsys):
-    out = tmp_path / "ab.json"
-    sampler_ab.main(["--scene", str(tiny_scene), "--seeds", "0", "--steps", "2", "--out", str(out), "--",
-                     *QUICK])  # fmt: skip
-    results = json.loads(out.read_text())
-    runs = [(r["sampler"], r["seed"], r["steps"]) for r in results]
-    assert runs == [("uniform", 0, 2), ("loss_weighted", 0, 2)]
-    assert all(r["val/psnr"] > 5 for r in results)
-    assert "loss_weighted" in capsys.readouterr().out
