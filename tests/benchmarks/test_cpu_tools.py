@@ -51,4 +51,3 @@ def test_big_captures_memory_generate_and_the_host_path(tmp_path: Path, tiny_sce
     rows = big_captures.overhead(2, 1, [f"data.path={tiny_scene}", *QUICK], tmp_path / "overhead")
     assert rows[0]["device"] > 0 and rows[0]["host"] > 0
     assert rows[0]["host_over_device"] == pytest.approx(rows[0]["host"] / rows[0]["device"])
-
