@@ -1,4 +1,4 @@
-"""The distortion-loss kernels (``ops/csrc/ray_ops.cu``: ``distortion_loss_fwd`` / ``_bwd``, wrapped by
+"""The distortion-loss kernels (``ops/csrc/losses.cu``: ``distortion_loss_fwd`` / ``_bwd``, wrapped by
 ``ops.cuda.distortion_loss``) against ``ops.reference.distortion_loss``: values and gradients on random
 packed samples in both layouts (fixed-layout padding, also with nonzero weights and intervals that
 must be ignored; empty and invalid rays; rays of one sample, of a warp and longer), inside a CUDA

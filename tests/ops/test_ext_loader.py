@@ -80,3 +80,16 @@ def test_cuda_module_imports_and_falls_back_on_cpu(monkeypatch: pytest.MonkeyPat
         got = cu.ray_aabb_intersect(o, d, box)  # CPU tensors: the reference, no build attempted
     want = ref.ray_aabb_intersect(o, d, box)
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_every_kernel_file_is_compiled_and_named_after_an_op_module():
+    """A .cu/.cpp in csrc/ that SOURCES forgets would leave its ops undefined at import of the build;
+    each kernel file carries the name of the ops/cuda module it serves (step_ops.cu: step.py and the fused
+    step's kernels of other modules; bindings.cpp: the Python module)."""
+    on_disk = sorted(p.name for p in _ext.CSRC.iterdir() if p.suffix in (".cu", ".cpp"))
+    assert sorted(_ext.SOURCES) == on_disk
+    assert len(set(_ext.SOURCES)) == len(_ext.SOURCES)
+    modules = {p.stem for p in (_ext.CSRC.parent / "cuda").glob("*.py")}
+    for name in on_disk:
+        if name != "bindings.cpp":
+            assert name.removesuffix(".cu").removesuffix("_ops") in modules, name

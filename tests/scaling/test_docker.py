@@ -103,7 +103,8 @@ def test_dockerignore_keeps_out_local_state_but_not_the_sources() -> None:
         "pyproject.toml",
         "README.md",
         "src/nerf_lightning/train.py",
-        "src/nerf_lightning/ops/csrc/ray_ops.cu",
+        "src/nerf_lightning/ops/csrc/marching.cu",
+        "src/nerf_lightning/ops/csrc/warp_scan.cuh",
         "src/nerf_lightning/conf/train.yaml",
     ):
         assert (REPO_ROOT / path).exists() and not ignored(path), path
