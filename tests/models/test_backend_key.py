@@ -8,8 +8,9 @@ checkpoint's stored config.
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import hydra
 import pytest
@@ -58,6 +59,14 @@ def _rays(n: int = 64) -> tuple[torch.Tensor, ...]:
     return o, d, torch.rand(n, 3, generator=g), torch.rand(n, 3, generator=g)
 
 
+def _recorded(op: Callable[..., Any], name: str, calls: list[str]) -> Callable[..., Any]:
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        return op(*args, **kwargs)
+
+    return spy
+
+
 @pytest.mark.filterwarnings("ignore:ops backend 'cuda' requested:RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:model.backend=cuda:RuntimeWarning")
 @pytest.mark.parametrize(("backend", "fuses_mlp"), [("torch", False), ("cuda", True), ("auto", True)])
@@ -71,15 +80,14 @@ def test_model_backend_reaches_every_op_of_the_step(
     assert all(m.backend is one for m in holders) and module.occupancy._ops is one
     assert module.field.backend.fuses_mlp is fuses_mlp
 
-    asked: list[str] = []  # every namespace an op of the step is looked up in
+    asked: list[str] = []  # every namespace an op of the step is looked up in, by name
     get_ops = registry.get_ops
     monkeypatch.setattr(registry, "get_ops", lambda name="auto": asked.append(name) or get_ops(name))
     ran: list[str] = []  # the reference ops that ran (torch; and the CPU fallback of cuda / auto)
+    via_auto: list[str] = []  # the ops called through auto's dispatcher, wherever it was looked up
     for name in OP_NAMES:
-        op = getattr(reference, name)
-        monkeypatch.setattr(
-            reference, name, functools.partial(lambda op, n, *a, **k: ran.append(n) or op(*a, **k), op, name)
-        )
+        monkeypatch.setattr(reference, name, _recorded(getattr(reference, name), name, ran))
+        monkeypatch.setattr(registry._AUTO, name, _recorded(getattr(registry._AUTO, name), name, via_auto))
     fused = encoding_module.hash_encode_fused
     monkeypatch.setattr(encoding_module, "hash_encode_fused", lambda *a: ran.append("hash_grid") or fused(*a))
 
@@ -88,6 +96,7 @@ def test_model_backend_reaches_every_op_of_the_step(
     module.occupancy.update(0, module.field.density)
 
     assert set(asked) == {backend}  # no component asks for a backend of its own
+    assert set(via_auto) == (set(ran) - {"hash_grid"} if backend == "auto" else set())
     assert STEP_OPS | {"hash_grid", "grid_ema_update", "grid_occupancy"} <= set(ran)
     assert module.field.encoding.resolve_backend(torch.zeros(1, 3)) == "torch"  # a CPU machine: torch
     assert torch.isfinite(loss) and module.field.encoding.params.grad.abs().sum() > 0
