@@ -3,7 +3,7 @@
     python -m benchmarks.tcnn [--quick] [--json PATH] [--markdown PATH] [--lego PATH]
         [--lego-seconds 60] [--dry-run]
 
-Rows, each for ``model.field.encoding.backend`` cuda (ours) and tcnn, fp32 and fp16 tables:
+Rows, each for ``model.backend`` cuda (ours) and tcnn, fp32 and fp16 tables:
 
 - hash encoding forward+backward (instant-ngp's grid: L=16, F=2, T=2^19, 16..2048) at 2^18 and 2^20
   points, points/s (medians of CUDA-event timings after warm-up);
@@ -89,13 +89,13 @@ def make_step(
     from nerf_lightning.volume.renderer import Renderer
 
     torch.manual_seed(0)
-    field = NGPField(aabb_scale=1, encoding=dict(grid, backend=backend)).to(device)
+    field = NGPField(aabb_scale=1, encoding=grid, backend=backend).to(device)
     grid = OccupancyGrid(aabb_scale=1, resolution=128).to(device)
     ax = (torch.arange(128, device=device) + 0.5) / 128 - 0.5
     r = (ax[:, None, None] ** 2 + ax[None, :, None] ** 2 + ax[None, None, :] ** 2).sqrt()
     grid.binaries[0] = (r > 0.2) & (r < 0.35)
     step = TrainStep(
-        field, Renderer(grid, ops_backend="auto"), sample_budget=budget, march_budget=4 * budget
+        field, Renderer(grid, backend=field.backend), sample_budget=budget, march_budget=4 * budget
     ).to(device)
     gen = torch.Generator(device=device).manual_seed(1)
     n_slots = max(64, budget // 4)
@@ -156,7 +156,7 @@ def bench_lego(path: str, seconds: float, out: Path, graph_ok: dict[str, bool]) 
             "experiment=blender",
             f"data.path={path}",
             "logger=csv",
-            f"model.field.encoding.backend={backend}",
+            f"model.backend={backend}",
         ]
         if not graph_ok.get(backend, True):
             overrides.append("model.cuda_graph=false")

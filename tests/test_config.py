@@ -91,7 +91,7 @@ def test_cpu_preset_composes(compose_cfg) -> None:
     cfg = compose_cfg("experiment=cpu", "data.downscale=8", "trainer.max_steps=200")
     assert cfg.accelerator == "cpu"
     assert cfg.data.downscale == 8 and cfg.trainer.max_steps == 200  # user overrides win over the preset
-    assert cfg.model.renderer.ops_backend == "torch"
+    assert cfg.model.backend == "torch"
 
 
 def test_auto_precision_is_bf16_mixed_on_ampere_and_later_gpus_only(monkeypatch) -> None:

@@ -39,7 +39,7 @@ def _module(**kwargs: Any) -> NeRFModule:
          "model.field.encoding.log2_hashmap_size=31: expected an integer >= 1 and <= 30 (log2 of the entries "
          "per level)"),
         (lambda: HashEncoding(backend="jax"),
-         "model.field.encoding.backend=jax: expected one of auto, cuda, tcnn, torch"),
+         "model.backend=jax: expected one of auto, cuda, tcnn, torch"),
         (lambda: NGPField(sh_degree=5),
          "model.field.sh_degree=5: expected an integer >= 1 and <= 4 (spherical-harmonics bands)"),
         (lambda: _module(loss="l1"), "model.loss=l1: expected one of huber, mse"),

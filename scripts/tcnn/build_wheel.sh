@@ -13,7 +13,7 @@
 #   OUT        folder for the wheel (default: .whl); a wheel over 15 MiB is also split into .partNN
 #   WORK       scratch folder (default: /tmp/tcnn-build); the sources are unpacked there, never here
 #   NETWORKS   1: also build tcnn's networks (FullyFusedMLP, CUTLASS); default 0: only the encodings,
-#              all nerf_lightning uses (model.field.encoding.backend=tcnn), in a third of the time
+#              all nerf_lightning uses (model.backend=tcnn), in a third of the time
 #   TRIM_GRID  1 (default): compile the grid encoding for 3-D inputs only (NeRF's); 0: all dimensions
 #   RTC        1: keep tcnn's runtime kernel fusion (needs nvrtc.h and libnvrtc); default 0
 #   PATCH_ONLY 1: unpack and patch, print the patched lines, stop (a dry run: no GPU, no compiler)

@@ -42,6 +42,7 @@ __all__ = [
     "Spec",
     "annotations",
     "formerly",
+    "formerly_keys",
     "injected",
     "is_marked",
     "keys_of",
@@ -83,7 +84,9 @@ class MultipleOf:
 class Formerly:
     """An earlier spelling of this key, from the config's root (``model.grid_resolution``): a command
     line or a checkpoint's config that uses it is read as today's key. On a parameter that receives a
-    node, every key under the old node maps to the same key under the new one. Read on the parameters
+    node, every key under the old node maps to the same key under the new one. A key that replaced
+    several carries one marker for each, the first the one a checkpoint's stored value is read from when
+    they disagree (``run/restore.upgrade_moved_keys``). Read on the parameters
     of the training config's ``data`` and ``model`` nodes, for old keys under those nodes
     (``run/config_tree.key_aliases``)."""
 
@@ -238,6 +241,11 @@ def formerly(annotation: Any) -> str | None:
     """The earlier spelling (:class:`Formerly`) of the key annotated ``annotation``, if any."""
     marker = _marker(annotation, Formerly)
     return marker.key if marker else None
+
+
+def formerly_keys(annotation: Any) -> tuple[str, ...]:
+    """Every earlier spelling (:class:`Formerly`) of the key annotated ``annotation``, in their order."""
+    return tuple(m.key for m in _split(annotation)[1] if isinstance(m, Formerly))
 
 
 def injected(annotation: Any) -> bool:

@@ -35,8 +35,8 @@ def _field() -> torch.nn.Module:
     from nerf_lightning.models.field import NGPField
 
     torch.manual_seed(0)
-    return NGPField(encoding=dict(n_levels=4, log2_hashmap_size=10, max_resolution=64, backend="torch"),
-                    hidden_dim=16)  # fmt: skip
+    return NGPField(encoding=dict(n_levels=4, log2_hashmap_size=10, max_resolution=64),
+                    hidden_dim=16, backend="torch")  # fmt: skip
 
 
 def _rank_loss(field: torch.nn.Module, rank: int) -> torch.Tensor:

@@ -97,7 +97,7 @@ def _parts(scene: Path, cache: Path, multiple: int, rule: str = RULE) -> tuple[N
     dm.setup("fit")
     model = NeRFModule(
         field=functools.partial(
-            NGPField, encoding=dict(n_levels=4, log2_hashmap_size=12, max_resolution=64, backend="torch"),
+            NGPField, encoding=dict(n_levels=4, log2_hashmap_size=12, max_resolution=64),
             hidden_dim=16,
         ),
         optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
@@ -105,9 +105,9 @@ def _parts(scene: Path, cache: Path, multiple: int, rule: str = RULE) -> tuple[N
         renderer=functools.partial(
             build_renderer,
             occupancy=functools.partial(OccupancyGrid, resolution=16, update_every=2, warmup_steps=2),
-            step_size=0.054, max_samples_per_ray=32, ops_backend="torch",
+            step_size=0.054, max_samples_per_ray=32,
         ),
-        aabb_scale=dm.aabb_scale, save_val_images=False, feedback=dm.feedback,
+        aabb_scale=dm.aabb_scale, save_val_images=False, feedback=dm.feedback, backend="torch",
     )  # fmt: skip
     return dm, model
 

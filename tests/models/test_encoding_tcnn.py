@@ -116,7 +116,7 @@ def test_a_checkpoint_moves_from_cuda_to_tcnn_and_back() -> None:
 
     def field(backend: str) -> NGPField:
         torch.manual_seed(0)
-        return NGPField(aabb_scale=1, encoding=dict(backend=backend)).to(DEV)
+        return NGPField(aabb_scale=1, backend=backend).to(DEV)
 
     x = torch.rand(1 << 16, 3, device=DEV, generator=torch.Generator(device=DEV).manual_seed(4))
     for first, second in (("cuda", "tcnn"), ("tcnn", "cuda")):

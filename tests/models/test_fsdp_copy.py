@@ -27,7 +27,6 @@ ENCODING = {
     "log2_hashmap_size": 10,
     "base_resolution": 4,
     "max_resolution": 32,
-    "backend": "torch",
 }
 
 
@@ -36,7 +35,7 @@ class _Holder(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.field = NGPField(aabb_scale=1, encoding=ENCODING)
+        self.field = NGPField(aabb_scale=1, encoding=ENCODING, backend="torch")
 
 
 class _Trainer:
@@ -68,9 +67,11 @@ def _rank(rank: int, world: int, port: int) -> None:
 
         strategy = FSDPStrategy()
         strategy.model = wrapped
-        full = fsdp_full_copy(
-            _Trainer(strategy), holder.field, lambda: NGPField(aabb_scale=1, encoding=ENCODING)
-        )
+
+        def factory() -> NGPField:
+            return NGPField(aabb_scale=1, encoding=ENCODING, backend="torch")
+
+        full = fsdp_full_copy(_Trainer(strategy), holder.field, factory)
         assert full is not None and not full.training
         assert not any(isinstance(m, FullyShardedDataParallel) for m in full.modules())
         assert isinstance(full.encoding, HashEncoding)
@@ -121,6 +122,6 @@ def test_no_copy_outside_fsdp() -> None:
 
     built = []
     trainer = _Trainer(SingleDeviceStrategy(device=torch.device("cpu")))
-    field = NGPField(aabb_scale=1, encoding=ENCODING)
+    field = NGPField(aabb_scale=1, encoding=ENCODING, backend="torch")
     assert fsdp_full_copy(trainer, field, lambda: built.append(1) or field) is None
     assert built == []  # nothing built, nothing gathered: evaluation renders with the field itself

@@ -20,16 +20,16 @@ def _tiny_module(seed: int) -> NeRFModule:
     return NeRFModule(
         field=functools.partial(
             NGPField,
-            encoding=dict(n_levels=4, log2_hashmap_size=10, max_resolution=64, backend="torch"),
+            encoding=dict(n_levels=4, log2_hashmap_size=10, max_resolution=64),
             hidden_dim=16,
             density_bias=1.0,
         ),
         optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
         renderer=functools.partial(
             build_renderer, occupancy=functools.partial(OccupancyGrid, resolution=16), step_size=1 / 32,
-            ops_backend="torch",
         ),
         aabb_scale=2,
+        backend="torch",
     )
 
 

@@ -81,18 +81,18 @@ def test_two_rank_training_keeps_grid_sampler_and_weights_identical(tmp_path: Pa
     model = NeRFModule(
         field=functools.partial(
             NGPField,
-            encoding=dict(n_levels=2, log2_hashmap_size=8, max_resolution=32, backend="torch"),
+            encoding=dict(n_levels=2, log2_hashmap_size=8, max_resolution=32),
             hidden_dim=16,
         ),
         optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
         aabb_scale=dm.aabb_scale,
+        backend="torch",
         renderer=functools.partial(
             build_renderer,
             # updates after steps 2 (warm-up: all cells), 4 and 6 (sampled cells)
             occupancy=functools.partial(OccupancyGrid, resolution=8, update_every=2, warmup_steps=3),
             step_size=0.05,
             max_samples_per_ray=32,
-            ops_backend="torch",
         ),
         save_val_images=False,
         camera_opt=functools.partial(CameraOptimizer, enabled=True),

@@ -50,7 +50,7 @@ def _setup(seed: int = 0):
         exposure.log_gain.normal_(0.0, 0.1, generator=g)
         exposure.offset.normal_(0.0, 0.01, generator=g)
     step = TrainStep(
-        field, Renderer(grid, ops_backend="cuda"), "huber", 0.1, sample_budget=1 << 16, march_budget=1 << 18,
+        field, Renderer(grid, backend="cuda"), "huber", 0.1, sample_budget=1 << 16, march_budget=1 << 18,
         n_rays_init=2048, jitter=False, camera_opt=cam, appearance=exposure,
     ).to(DEV)  # fmt: skip
     groups = [

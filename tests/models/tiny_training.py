@@ -53,7 +53,7 @@ def tiny_module(dm: NeRFDataModule, **components: Any) -> NeRFModule:
     return NeRFModule(
         field=functools.partial(
             NGPField,
-            encoding=dict(n_levels=8, log2_hashmap_size=14, max_resolution=256, backend="torch"),
+            encoding=dict(n_levels=8, log2_hashmap_size=14, max_resolution=256),
             hidden_dim=32,
         ),
         optimizer=functools.partial(torch.optim.Adam, lr=1e-2, betas=(0.9, 0.99), eps=1e-15),
@@ -65,8 +65,8 @@ def tiny_module(dm: NeRFDataModule, **components: Any) -> NeRFModule:
             max_samples_per_ray=128,
             near_plane=0.0,
             gradient_scaling_distance=None,
-            ops_backend="torch",
         ),
+        backend="torch",
         alpha_weight=0.0,
         save_val_images=False,
         lpips=False,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nerf_lightning.ops import Backend
 from nerf_lightning.ops import reference as ref
 
 pytestmark = pytest.mark.cuda
@@ -149,7 +150,7 @@ def test_the_field_under_autocast_runs_the_fused_kernels_and_matches_the_torch_l
     monkeypatch.setattr(cu, "fused_mlp", lambda *a: calls.append(1) or fused(*a))
 
     def run(backend: str):
-        field.mlp_backend = backend
+        field.backend = Backend(backend)  # the field's own ops and MLPs; the encodings keep theirs
         field.zero_grad()
         with torch.autocast("cuda", dtype=dtype):
             sigma, rgb = field(pos, dirs)

@@ -87,13 +87,13 @@ def test_the_auto_ops_namespace_dispatches_cpu_tensors_to_the_reference() -> Non
 
 
 def test_the_field_keeps_the_torch_layers_off_cuda_autocast_and_checks_its_backend() -> None:
-    field = NGPField(aabb_scale=1, encoding={"log2_hashmap_size": 12, "backend": "torch"})
+    field = NGPField(aabb_scale=1, encoding={"log2_hashmap_size": 12}, backend="torch")
     x = torch.rand(100, 3)
     assert field._fused_dtype(x) is None  # CPU tensors: nn.Linear layers, fp32
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert field._fused_dtype(x) is None  # only CUDA autocast selects the kernels
-    with pytest.raises(ValueError, match="mlp_backend"):
-        NGPField(mlp_backend="tcnn")
+    with pytest.raises(ValueError, match="model.backend=fast: expected one of auto, cuda, tcnn, torch"):
+        NGPField(backend="fast")
     # networks beyond the kernels' shapes keep the torch layers under mixed precision
     assert field._fusable
     assert not NGPField(hidden_dim=128)._fusable
@@ -129,7 +129,7 @@ def test_the_fields_fused_path_computes_the_same_networks_as_its_torch_layers(mo
     # every layer's weight and bias) on the CPU: the reference op stands in for the kernels. In
     # float16 the two paths differ only by rounding.
     torch.manual_seed(0)
-    field = NGPField(aabb_scale=1, encoding={"log2_hashmap_size": 12, "backend": "torch"})
+    field = NGPField(aabb_scale=1, encoding={"log2_hashmap_size": 12}, backend="torch")
     with torch.no_grad():
         field.encoding.params.uniform_(-0.5, 0.5)
     pos = torch.rand(2000, 3)

@@ -161,8 +161,8 @@ def test_each_backend_logs_what_it_resolved_to_once(
 
     caplog.set_level(logging.INFO, logger="nerf_lightning.ops")
     if not torch.cuda.is_available():
-        Renderer(OccupancyGrid(resolution=8, ops="auto"), ops_backend="auto")  # the setup call site
-        Renderer(OccupancyGrid(resolution=8, ops="auto"), ops_backend="auto")
+        Renderer(OccupancyGrid(resolution=8, ops="auto"), backend="auto")  # the setup call site
+        Renderer(OccupancyGrid(resolution=8, ops="auto"), backend="auto")
         lines = [r.getMessage() for r in caplog.records]
         want = "ops backend auto: the PyTorch reference ops (no CUDA kernels: no CUDA GPU is visible)"
         assert lines == [want]

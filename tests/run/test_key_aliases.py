@@ -30,7 +30,11 @@ EXPECTED_ALIASES = {
     "model.gradient_scaling_distance": "model.renderer.gradient_scaling_distance",
     "model.early_stop_eps": "model.renderer.early_stop_eps",
     "model.compact_samples": "model.renderer.compact_samples",
-    "model.ops_backend": "model.renderer.ops_backend",
+    "model.ops_backend": "model.backend",
+    "model.renderer.ops_backend": "model.backend",
+    "model.field.encoding.backend": "model.backend",
+    "model.field.mlp_backend": "model.backend",
+    "data.cuda_graph": "model.cuda_graph",
     "model.sample_budget": "model.step.sample_budget",
     "model.march_budget": "model.step.march_budget",
     "model.n_rays_init": "model.step.n_rays_init",
@@ -52,10 +56,9 @@ def test_old_keys_map_to_the_nodes() -> None:
     assert alias_override("model.renderer.near_plane=0") == "model.renderer.near_plane=0"
     # a node's old spelling maps every key under it (Formerly on NGPField's encoding parameter)
     assert alias_override("model.encoding.n_levels=8") == "model.field.encoding.n_levels=8"
-    assert alias_override("+model.encoding.backend=torch") == "+model.field.encoding.backend=torch"
-    assert normalize_argv(["model.ops_backend=torch"], open_nodes=("model",)) == [
-        "++model.renderer.ops_backend=torch"
-    ]
+    # ... and a key that moved twice is followed to today's (model.field.encoding.backend: model.backend)
+    assert alias_override("+model.encoding.backend=torch") == "+model.backend=torch"
+    assert normalize_argv(["model.ops_backend=torch"], open_nodes=("model",)) == ["++model.backend=torch"]
 
 
 def test_every_alias_names_a_key_of_the_config(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def _render(distance: float | None, fixed: bool):
         OccupancyGrid(resolution=16),
         step_size=0.02,
         near_plane=0.0,
-        ops_backend="torch",
+        backend="torch",
         gradient_scaling_distance=distance,
     )
     # cameras at z = 0.3 looking along +z: the slab spans t in [0.1, 0.3], the box exit is t = 0.7
@@ -90,7 +90,7 @@ def test_renderer_scales_each_samples_gradient_by_its_distance_from_the_camera(f
 
 def test_rendering_without_gradients_is_unaffected_and_bad_distances_are_refused() -> None:
     field = _RecordingField()
-    renderer = Renderer(OccupancyGrid(resolution=16), ops_backend="torch", gradient_scaling_distance=1.0)
+    renderer = Renderer(OccupancyGrid(resolution=16), backend="torch", gradient_scaling_distance=1.0)
     with torch.no_grad():
         o, d = torch.tensor([[0.5, 0.5, 0.3]]), torch.tensor([[0.0, 0.0, 1.0]])
         out = renderer.render_rays(field, o, d, None, jitter=False)

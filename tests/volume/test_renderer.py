@@ -52,7 +52,7 @@ def _axis_rays(n: int = 1):
 @pytest.mark.parametrize("sigma", [2.0, 8.0])
 def test_ray_through_sphere_centre_matches_closed_form(sigma: float) -> None:
     field = SphereField(sigma=sigma)
-    renderer = Renderer(OccupancyGrid(resolution=16), ops_backend="torch")
+    renderer = Renderer(OccupancyGrid(resolution=16), backend="torch")
     o, d = _axis_rays()
     bg = torch.tensor([0.0, 0.5, 1.0])
     out = renderer.render_rays(field, o, d, bg, jitter=False)
@@ -76,7 +76,7 @@ def test_near_plane_hides_what_lies_closer_to_the_camera(near: float, chord: flo
     # a dense sphere (z in [0.4, 0.6]) just in front of a camera at z = 0.35: t in [0.05, 0.25]
     sigma = 20.0
     field = SphereField(sigma=sigma, radius=0.1)
-    renderer = Renderer(OccupancyGrid(resolution=16), near_plane=near, ops_backend="torch")
+    renderer = Renderer(OccupancyGrid(resolution=16), near_plane=near, backend="torch")
     o, d = torch.tensor([[0.5, 0.5, 0.35]]), torch.tensor([[0.0, 0.0, 1.0]])
     bg = torch.tensor([0.0, 0.5, 1.0])
     out = renderer.render_rays(field, o, d, bg, jitter=False)
@@ -98,7 +98,7 @@ def test_default_config_sets_the_near_plane_of_the_renderer(tmp_path) -> None:
 
 def test_batch_shapes_misses_and_per_ray_background() -> None:
     field = SphereField()
-    renderer = Renderer(OccupancyGrid(resolution=16), ops_backend="torch")
+    renderer = Renderer(OccupancyGrid(resolution=16), backend="torch")
     o = torch.tensor([[0.5, 0.5, -1.0], [5.0, 5.0, -1.0], [0.05, 0.05, -1.0]])
     d = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
     bg = torch.rand(3, 3, generator=torch.Generator().manual_seed(0))
@@ -114,7 +114,7 @@ def test_batch_shapes_misses_and_per_ray_background() -> None:
 def test_zero_samples_give_background_and_backward_works() -> None:
     field = SphereField()
     grid = OccupancyGrid(resolution=16)
-    renderer = Renderer(grid, ops_backend="torch")
+    renderer = Renderer(grid, backend="torch")
     o, d = _axis_rays(4)
     o[:, 0] = 7.0  # all rays miss
     out = renderer.render_rays(field, o, d, torch.tensor([0.3, 0.3, 0.3]), jitter=True)
@@ -131,7 +131,7 @@ def test_zero_samples_give_background_and_backward_works() -> None:
 def test_gradient_matches_analytic_derivative() -> None:
     sigma, chord = 2.0, 0.5
     field = SphereField(sigma=sigma)
-    renderer = Renderer(OccupancyGrid(resolution=16), ops_backend="torch")
+    renderer = Renderer(OccupancyGrid(resolution=16), backend="torch")
     out = renderer.render_rays(field, *_axis_rays(), None, jitter=False)
     out.opacity.sum().backward()
     # d/d(log sigma) of 1 - exp(-sigma L) = sigma L exp(-sigma L)
@@ -149,11 +149,11 @@ def test_occupancy_skipping_does_not_change_the_image() -> None:
     d = torch.nn.functional.normalize(
         torch.tensor([0.0, 0.0, 1.0]) + 0.3 * torch.randn(200, 3, generator=g), dim=-1
     )
-    dense = Renderer(OccupancyGrid(resolution=16), ops_backend="torch")
+    dense = Renderer(OccupancyGrid(resolution=16), backend="torch")
     grid = OccupancyGrid(resolution=16)
     grid.update(0, field.density)
     assert grid.occupied_fraction() == pytest.approx(0.125)  # exactly the 8^3 cells of the box
-    sparse = Renderer(grid, ops_backend="torch")
+    sparse = Renderer(grid, backend="torch")
     a = dense.render_rays(field, o, d, torch.ones(3), jitter=False)
     b = sparse.render_rays(field, o, d, torch.ones(3), jitter=False)
     assert int(b.n_samples) < 0.5 * int(a.n_samples)
@@ -166,7 +166,7 @@ def test_render_image_equals_render_rays() -> None:
     field = BoxField()
     grid = OccupancyGrid(resolution=16)
     grid.update(0, field.density)
-    renderer = Renderer(grid, ops_backend="torch")
+    renderer = Renderer(grid, backend="torch")
     h = w = 12
     ys, xs = torch.meshgrid(torch.linspace(0.1, 0.9, h), torch.linspace(0.1, 0.9, w), indexing="ij")
     o = torch.stack([xs, ys, torch.full_like(xs, -1.0)], -1).reshape(-1, 3)
@@ -183,7 +183,7 @@ def test_renderer_deep_copy_owns_its_buffers() -> None:
     field = BoxField()
     grid = OccupancyGrid(resolution=16, ops="torch")
     grid.update(0, field.density)
-    renderer = Renderer(grid, ops_backend="torch")
+    renderer = Renderer(grid, backend="torch")
     o, d = _axis_rays(3)
     o[:, 0] = torch.tensor([0.3, 0.5, 0.6])
     before = renderer.render_rays(field, o, d, torch.ones(3), jitter=False).rgb
@@ -199,16 +199,16 @@ def test_renderer_deep_copy_owns_its_buffers() -> None:
         assert torch.equal(v, state[k]), k
     torch.testing.assert_close(renderer.render_rays(field, o, d, torch.ones(3), jitter=False).rgb, before)
     assert int(clone.render_rays(field, o, d, torch.ones(3), jitter=False).n_samples) == 0
-    with pytest.raises(ValueError, match="unknown ops backend"):
-        Renderer(OccupancyGrid(resolution=8), ops_backend="nope")
+    with pytest.raises(ValueError, match=r"^model.backend=nope: expected one of auto, cuda, tcnn, torch$"):
+        Renderer(OccupancyGrid(resolution=8), backend="nope")
 
 
 def test_renderer_state_dict_round_trip_and_move_keep_dtypes() -> None:
     field = BoxField()
     grid = OccupancyGrid(aabb_scale=2, resolution=16, ops="torch")
     grid.update(0, field.density)
-    renderer = Renderer(grid, ops_backend="torch")
-    fresh = Renderer(OccupancyGrid(aabb_scale=2, resolution=16, ops="torch"), ops_backend="torch")
+    renderer = Renderer(grid, backend="torch")
+    fresh = Renderer(OccupancyGrid(aabb_scale=2, resolution=16, ops="torch"), backend="torch")
     assert not torch.equal(fresh.occupancy.binaries, renderer.occupancy.binaries)
     fresh.load_state_dict(renderer.state_dict())
     g = torch.Generator().manual_seed(3)
@@ -236,15 +236,16 @@ def test_compaction_keeps_outputs_and_gradients_and_drops_terminated_samples() -
     torch.manual_seed(0)
     field = NGPField(
         aabb_scale=1,
-        encoding=dict(n_levels=4, log2_hashmap_size=10, max_resolution=64, backend="torch"),
+        encoding=dict(n_levels=4, log2_hashmap_size=10, max_resolution=64),
         density_bias=4.0,
+        backend="torch",
     )  # opaque early
     grid = OccupancyGrid(aabb_scale=1, resolution=16)
     rays_o = torch.rand(64, 3) * 0.2 + torch.tensor([0.4, 0.4, -0.5])
     rays_d = torch.nn.functional.normalize(torch.tensor([0.0, 0.0, 1.0]) + 0.1 * torch.randn(64, 3), dim=-1)
     results = {}
     for compact in (False, True):
-        renderer = Renderer(grid, step_size=1 / 64, compact_samples=compact, ops_backend="torch")
+        renderer = Renderer(grid, step_size=1 / 64, compact_samples=compact, backend="torch")
         field.zero_grad()
         out = renderer.render_rays(field, rays_o, rays_d, torch.ones(3), jitter=False)
         out.rgb.square().sum().backward()

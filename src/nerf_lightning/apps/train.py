@@ -117,9 +117,12 @@ def run_config(cfg: DictConfig) -> dict[str, Any]:
 
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     """``cfg.data`` with the run's feedback: the training clock of ``cfg.batch_rule``, which the model
-    shares through the same object (:func:`build_model`)."""
+    shares through the same object (:func:`build_model`), and ``model.cuda_graph``, the one switch of
+    the step's graphs and the batch draw's."""
     rule = hydra.utils.instantiate(cfg.batch_rule) if cfg.get("batch_rule") else None
-    return hydra.utils.instantiate(cfg.data, feedback=TrainingFeedback(TrainingClock(rule)))
+    cuda_graph = OmegaConf.select(cfg, "model.cuda_graph", default="auto")
+    feedback = TrainingFeedback(TrainingClock(rule))
+    return hydra.utils.instantiate(cfg.data, feedback=feedback, cuda_graph=cuda_graph)
 
 
 def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, dict[str, Any]]:

@@ -190,15 +190,16 @@ def make_step(
     ops_backend: str, enc_backend: str, n_rays: int, autocast: torch.dtype | None = None
 ) -> tuple[Callable[[], None], Any]:
     from nerf_lightning.models.field import NGPField
+    from nerf_lightning.ops import Backend
     from nerf_lightning.volume.occupancy import OccupancyGrid
     from nerf_lightning.volume.renderer import Renderer
 
     torch.manual_seed(0)
     field = NGPField(aabb_scale=1).to(DEV)
-    field.encoding.backend = enc_backend
+    field.encoding.backend = Backend(enc_backend)  # the hash grid alone, against the renderer's ops
     grid = OccupancyGrid(aabb_scale=1, resolution=128).to(DEV)
     grid.binaries.copy_(shell_binaries(1, 128))
-    renderer = Renderer(grid, ops_backend=ops_backend).to(DEV)
+    renderer = Renderer(grid, backend=ops_backend).to(DEV)
     opt = torch.optim.Adam(field.parameters(), lr=1e-2, betas=(0.9, 0.99), eps=1e-15)
     gen = torch.Generator(device=DEV).manual_seed(1)
     o, d = camera_rays(n_rays, gen)

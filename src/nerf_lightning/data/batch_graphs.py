@@ -21,7 +21,7 @@ class BatchGraphs:
 
     Args:
         draw: draws one training batch of ``n_rays`` rays on the current CUDA device (no host sync).
-        strict: raise when a capture fails (``data.cuda_graph=true``); else warn and draw eagerly.
+        strict: raise when a capture fails (``model.cuda_graph=true``); else warn and draw eagerly.
     """
 
     def __init__(self, draw: Callable[[int], dict[str, Any]], strict: bool) -> None:
@@ -57,5 +57,5 @@ class BatchGraphs:
         except Exception as err:  # noqa: BLE001 - an uncapturable sampler still trains, eagerly
             if self.strict:
                 raise
-            log.warning("data.cuda_graph=auto: drawing batches eagerly (capture failed: %s)", err)
+            log.warning("model.cuda_graph=auto: drawing batches eagerly (capture failed: %s)", err)
             return None

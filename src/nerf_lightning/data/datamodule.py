@@ -80,9 +80,9 @@ class NeRFDataModule(L.LightningDataModule):
         val_split: which frames validation renders: ``val`` (the held-out views; the test split when
             the capture has no val split), ``test`` (the test split; an error when there is none),
             ``auto`` (test split if there is one, else ``val``), ``train`` (the training views).
-        cuda_graph: ``auto`` (on a GPU, draw each training batch by replaying a CUDA graph: one
-            launch instead of ~40, the batch lands in the same buffers every step), ``true`` or
-            ``false``.
+        cuda_graph: ``model.cuda_graph``, the run's one switch of CUDA graphs (the train app passes it):
+            ``auto`` (on a GPU, draw each training batch by replaying a CUDA graph: one launch instead
+            of ~40, the batch lands in the same buffers every step), ``true`` or ``false``.
         image_workers / cache_dir: parallel decoding and the uint8 image cache.
         pixel_jitter: training rays through random points of their pixels or their centres,
             ``true|false|auto`` (``data/ray_batches.py``; ``auto``: as :attr:`capture_kind` says).
@@ -116,7 +116,7 @@ class NeRFDataModule(L.LightningDataModule):
         scene_root: str = "outputs/scenes",
         camera_model: str | None = None,
         val_split: Literal["val", "test", "auto", "train"] = "val",
-        cuda_graph: bool | Literal["auto"] = "auto",
+        cuda_graph: Annotated[bool | Literal["auto"], Injected("the train app: model.cuda_graph")] = "auto",
         aabb_scale: Annotated[
             int | None, PowerOfTwo(), Range(high=128), Note("null: the capture's own")
         ] = None,
@@ -353,7 +353,7 @@ class NeRFDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ batch drawing
     def draw(self, n_rays: int) -> dict[str, Any]:
         """A training batch as the training loop gets it: on a GPU replayed from its batch graph (captured
-        on first use; ``data.cuda_graph=false``: drawn eagerly), whose tensors the next draw overwrites;
+        on first use; ``model.cuda_graph=false``: drawn eagerly), whose tensors the next draw overwrites;
         elsewhere :meth:`train_batch`. The data must be on their device (``ensure_device``)."""
         on_gpu = self._device is not None and self._device.type == "cuda" and self.cuda_graph is not False
         if on_gpu and self.train_pixels is not None and self.train_pixels.host is None:  # host: eager

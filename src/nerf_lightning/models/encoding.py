@@ -3,8 +3,8 @@
 Both follow tiny-cuda-nn's conventions (``encodings/grid.h`` and ``encodings/spherical_harmonics.h``)
 so that parameters and outputs can move between our backends and tcnn's.
 
-Backends of :class:`HashEncoding` (``backend=``), resolved per input by the ops registry
-(``nerf_lightning.ops.hash_encoding_backend``, which says what ``auto`` chose, once):
+Implementations of :class:`HashEncoding`, chosen per input by the step's one backend (``model.backend``,
+the :class:`~nerf_lightning.ops.Backend` the field hands it; the registry says what ``auto`` chose, once):
 
 - ``"torch"``: vectorized PyTorch on any device (``ops/hashgrid_torch.py``: one gather, one scatter;
   the same numbers and gradients as the readable oracle ``ops.reference.hash_encode``).
@@ -38,7 +38,7 @@ from torch import nn
 
 from nerf_lightning.config_keys import check_arguments
 from nerf_lightning.config_schema import Injected, Note, Range
-from nerf_lightning.ops import HashBackend, get_ops, hash_encoding_backend, tcnn
+from nerf_lightning.ops import Backend, as_backend, tcnn
 from nerf_lightning.ops.hashgrid_torch import LevelTables, hash_encode_fused
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,8 @@ class HashEncoding(nn.Module):
         base_resolution: coarsest grid resolution.
         max_resolution: finest grid resolution per unit cube; per_level_scale = (max/base)^(1/(L-1)) over
             the box (:attr:`max_resolution`: ``max_resolution * aabb_scale``).
-        backend: ``auto`` | ``cuda`` | ``tcnn`` | ``torch`` (see module docstring).
+        backend: the step's :class:`~nerf_lightning.ops.Backend` (``model.backend``), or its name
+            (``auto`` | ``cuda`` | ``tcnn`` | ``torch``; see the module docstring).
         aabb_scale: the side of the box the positions are normalized over, in unit cubes.
         param_dtype: dtype of the table, ``torch.float32`` or ``torch.float16`` (or their names).
 
@@ -77,7 +78,7 @@ class HashEncoding(nn.Module):
         log2_hashmap_size: Annotated[int, Range(low=1, high=30), Note("log2 of the entries per level")] = 19,
         base_resolution: Annotated[int, Range(low=1)] = 16,
         max_resolution: Annotated[int, Range(low=1), Note("per unit cube; >= base_resolution")] = 2048,
-        backend: HashBackend = "auto",
+        backend: Annotated[Backend | str, Injected("NGPField: model.backend")] = "auto",
         aabb_scale: Annotated[int, Injected("NGPField: the capture's box")] = 1,
         param_dtype: Annotated[
             torch.dtype | str, Injected("benchmarks and tests: float32 or float16 tables")
@@ -101,7 +102,7 @@ class HashEncoding(nn.Module):
         self.log2_hashmap_size = log2_hashmap_size
         self.base_resolution = base_resolution
         self.max_resolution = max_resolution
-        self.backend = backend
+        self.backend = as_backend(backend)
         if n_levels > 1:
             self.per_level_scale = math.exp(math.log(max_resolution / base_resolution) / (n_levels - 1))
         else:
@@ -131,7 +132,7 @@ class HashEncoding(nn.Module):
             n_levels, n_features_per_level, log2_hashmap_size, base_resolution, self.per_level_scale
         )
         self._tcnn = tcnn.TcnnHashGrid(config, offsets[-1])
-        if backend == "tcnn":
+        if self.backend.name == "tcnn":
             self._check_tcnn_layout()
 
     def _check_tcnn_layout(self) -> None:
@@ -142,9 +143,9 @@ class HashEncoding(nn.Module):
         if theirs != self.offsets:
             level = next(i for i, (a, b) in enumerate(zip(theirs, self.offsets, strict=True)) if a != b) - 1
             raise ValueError(
-                f"model.field.encoding.backend=tcnn: tiny-cuda-nn sizes level {level} of this grid "
+                f"model.backend=tcnn: tiny-cuda-nn sizes level {level} of this grid "
                 f"differently ({theirs[level + 1] - theirs[level]} entries, ours "
-                f"{self.offsets[level + 1] - self.offsets[level]}): use backend=cuda, or another "
+                f"{self.offsets[level + 1] - self.offsets[level]}): use model.backend=cuda, or another "
                 "base_resolution / max_resolution"
             )
         mismatch = tcnn.scale_mismatch(self.scales, self.n_levels, self.base_resolution, self.per_level_scale)
@@ -164,20 +165,20 @@ class HashEncoding(nn.Module):
         return (
             f"n_levels={self.n_levels}, F={self.n_features_per_level}, log2_T={self.log2_hashmap_size}, "
             f"base={self.base_resolution}, max={self.max_resolution}, "
-            f"per_level_scale={self.per_level_scale:.5f}, backend={self.backend}, "
+            f"per_level_scale={self.per_level_scale:.5f}, backend={self.backend.name}, "
             f"params={tuple(self.params.shape)} {self.params.dtype}"
         )
 
     def resolve_backend(self, x: torch.Tensor) -> str:
         """Backend used for input ``x``: ``torch`` | ``cuda`` | ``tcnn`` (see the module docstring)."""
-        return hash_encoding_backend(self.backend, x)
+        return self.backend.hash_encoding(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.ndim != 2 or x.shape[-1] != 3:
             raise ValueError(f"HashEncoding expects x of shape [N, 3] in [0, 1]^3, got {tuple(x.shape)}")
         backend = self.resolve_backend(x)
         if backend == "cuda":
-            return get_ops("cuda").hash_encode(x, self.params, self.scales, self.resolutions, self.offsets)
+            return self.backend.ops.hash_encode(x, self.params, self.scales, self.resolutions, self.offsets)
         if backend == "tcnn":
             return self._forward_tcnn(x)
         # The oracle's numbers and gradients (ops.reference.hash_encode), several times faster.
@@ -199,10 +200,15 @@ class SHEncoding(nn.Module):
         forward(d [N, 3] unit directions) -> [N, degree^2], d's dtype (float32 in practice).
     """
 
-    def __init__(self, degree: SHDegree = 4) -> None:
+    def __init__(
+        self,
+        degree: SHDegree = 4,
+        backend: Annotated[Backend | str, Injected("NGPField: model.backend")] = "auto",
+    ) -> None:
         super().__init__()
         check_arguments(SHEncoding, locals())
         self.degree = degree
+        self.backend = as_backend(backend)
 
     @property
     def n_output_dims(self) -> int:
@@ -214,6 +220,6 @@ class SHEncoding(nn.Module):
     def forward(self, d: torch.Tensor) -> torch.Tensor:
         if d.ndim != 2 or d.shape[-1] != 3:
             raise ValueError(f"SHEncoding expects directions of shape [N, 3], got {tuple(d.shape)}")
-        # our kernel for CUDA input (its backward kernel when learned camera poses turn the
-        # directions), else the reference
-        return get_ops("auto").sh_encode(d, self.degree)
+        # the backend's: under auto, our kernel for CUDA input (its backward kernel when learned camera
+        # poses turn the directions), else the reference
+        return self.backend.ops.sh_encode(d, self.degree)

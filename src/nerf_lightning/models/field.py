@@ -14,24 +14,18 @@ instant-ngp does ("desired resolution 2048 over the unit cube").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import torch
 from torch import Tensor, nn
 
 from nerf_lightning.config_keys import check_arguments
-from nerf_lightning.config_schema import Formerly, Injected, KeysOf, Note, Range
+from nerf_lightning.config_schema import Formerly, Injected, KeysOf, Range
 from nerf_lightning.models.encoding import HashEncoding, SHDegree, SHEncoding
-from nerf_lightning.ops import get_ops
+from nerf_lightning.ops import Backend, as_backend
 from nerf_lightning.ops.fused_mlp_support import fused_mlp_shapes_ok, has_mma_m16n8k16
 
 __all__ = ["NGPField"]
-
-
-def _ops() -> Any:
-    """``auto``'s ops (cached by the registry; its first call logs what they resolve to): per call, one
-    CUDA kernel for CUDA tensors when the extension is built, else the reference."""
-    return get_ops("auto")
 
 
 def _mlp(n_in: int, n_hidden: int, n_layers: int, n_out: int) -> nn.Sequential:
@@ -56,18 +50,20 @@ class NGPField(nn.Module):
     Args:
         aabb_scale: side of the outer box in unit-cube units (power of two).
         encoding: keyword arguments of ``HashEncoding`` (n_levels, n_features_per_level,
-            log2_hashmap_size, base_resolution, max_resolution, backend); ``max_resolution`` is per unit
+            log2_hashmap_size, base_resolution, max_resolution); ``max_resolution`` is per unit
             cube: the box-wide finest resolution is ``max_resolution * aabb_scale``.
         hidden_dim: width of both MLPs (64 in instant-ngp).
         geo_feat_dim: density-MLP outputs passed to the colour MLP besides the density logit (15).
         density_hidden_layers / color_hidden_layers: 1 and 2 in instant-ngp.
         sh_degree: spherical-harmonics degree of the view encoding (4 -> 16 coefficients).
         density_bias: added to the density logit before ``trunc_exp`` (start mostly transparent).
-        mlp_backend: ``auto``: under CUDA autocast to float16 / bfloat16 (``precision=16-mixed`` /
-            ``bf16-mixed``) both MLPs run as fused tensor-core kernels (``ops.fused_mlp``: half
-            activations, fp32 accumulation and output, as tiny-cuda-nn's FullyFusedMLP), elsewhere
-            as ``torch.nn`` layers; ``torch``: always the ``torch.nn`` layers (autocast's cuBLAS
-            path under mixed precision). Precision ``32`` always runs the fp32 layers.
+        backend: the step's :class:`~nerf_lightning.ops.Backend` (``model.backend``, NeRFModule passes
+            it), or its name; the encodings get the same one. Its ops run the box normalisation and the
+            density activation. The MLPs: under CUDA autocast to float16 / bfloat16
+            (``precision=16-mixed`` / ``bf16-mixed``) both run as fused tensor-core kernels
+            (``ops.fused_mlp``: half activations, fp32 accumulation and output, as tiny-cuda-nn's
+            FullyFusedMLP) unless the backend is ``torch``; elsewhere as ``torch.nn`` layers (autocast's
+            cuBLAS path under mixed precision). Precision ``32`` always runs the fp32 layers.
     """
 
     def __init__(
@@ -82,25 +78,22 @@ class NGPField(nn.Module):
         color_hidden_layers: Annotated[int, Range(low=0)] = 2,
         sh_degree: SHDegree = 4,
         density_bias: float = -1.0,
-        mlp_backend: Annotated[
-            Literal["auto", "torch"],
-            Note("tcnn's FullyFusedMLP has no biases; auto runs these layers as fused kernels"),
-        ] = "auto",
+        backend: Annotated[Backend | str, Injected("NeRFModule: model.backend")] = "auto",
     ) -> None:
         super().__init__()
         check_arguments(NGPField, locals())
-        self.mlp_backend = mlp_backend
+        self.backend = as_backend(backend)
         self.aabb_scale = int(aabb_scale)
         lo, hi = 0.5 - aabb_scale / 2, 0.5 + aabb_scale / 2
         self.register_buffer("aabb_min", torch.full((3,), lo), persistent=False)
         self.register_buffer("aabb_size", torch.full((3,), hi - lo), persistent=False)
-        self.encoding = HashEncoding(**dict(encoding or {}), aabb_scale=aabb_scale)
+        self.encoding = HashEncoding(**dict(encoding or {}), aabb_scale=aabb_scale, backend=self.backend)
         self.geo_feat_dim = geo_feat_dim
         self.density_bias = density_bias
         self.density_mlp = _mlp(
             self.encoding.n_output_dims, hidden_dim, density_hidden_layers, 1 + geo_feat_dim
         )
-        self.direction_encoding = SHEncoding(sh_degree)
+        self.direction_encoding = SHEncoding(sh_degree, backend=self.backend)
         self.color_mlp = _mlp(
             1 + geo_feat_dim + self.direction_encoding.n_output_dims, hidden_dim, color_hidden_layers, 3
         )
@@ -115,11 +108,11 @@ class NGPField(nn.Module):
         return [*self.density_mlp.parameters(), *self.color_mlp.parameters()]
 
     def _normalize(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        return _ops().normalize_to_box(positions, self.aabb_min, self.aabb_size)
+        return self.backend.ops.normalize_to_box(positions, self.aabb_min, self.aabb_size)
 
     def _fused_dtype(self, x: Tensor) -> torch.dtype | None:
         """The half type of the fused MLP kernels for this call, or None for the ``torch.nn`` layers."""
-        if self.mlp_backend != "auto" or not self._fusable or not x.is_cuda:
+        if not self.backend.fuses_mlp or not self._fusable or not x.is_cuda:
             return None
         if not torch.is_autocast_enabled("cuda") or not has_mma_m16n8k16(x.device):
             return None  # the kernels' m16n8k16 MMA needs Ampere or later
@@ -131,12 +124,12 @@ class NGPField(nn.Module):
         dtype = self._fused_dtype(x)
         if dtype is None:
             return mlp(x if extra is None else torch.cat([x, extra.to(x.dtype)], dim=-1))
-        return _ops().fused_mlp(x, extra, *_weights_and_biases(mlp), dtype)
+        return self.backend.ops.fused_mlp(x, extra, *_weights_and_biases(mlp), dtype)
 
     def _geometry(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         x, inside = self._normalize(positions)
         h = self._run_mlp(self.density_mlp, self.encoding(x))
-        sigma = _ops().density_activation(h, inside, self.density_bias)
+        sigma = self.backend.ops.density_activation(h, inside, self.density_bias)
         return sigma, h
 
     def density(self, positions: Tensor) -> Tensor:

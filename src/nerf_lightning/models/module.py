@@ -16,7 +16,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor, nn
 
 from nerf_lightning.config_keys import check_arguments
-from nerf_lightning.config_schema import Injected, KeysOf, Note, Range
+from nerf_lightning.config_schema import Formerly, Injected, KeysOf, Note, Range
 from nerf_lightning.lightning_compat import (
     FastHookNames,
     logs_this_step,
@@ -41,6 +41,7 @@ from nerf_lightning.models.train_step import (
     resolve_alpha_weight,
     train_step,
 )
+from nerf_lightning.ops import Backend, BackendName
 from nerf_lightning.run.strategies import fsdp_full_copy, full_parameters
 from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.volume.occupancy import OccupancyGrid, all_reduce_max
@@ -85,8 +86,14 @@ class NeRFModule(FastHookNames, L.LightningModule):
             alpha only). 0 (off) by default: random training backgrounds already charge faint density in
             empty space. ``auto``: ``RENDER_ALPHA_WEIGHT`` of ``train_step.py`` for renders, 0 for
             photographs. The resolved weight: :attr:`alpha_weight`.
+        backend: the ops backend of the whole step (``ops/registry.py``): read here, once, and handed
+            to the field (encodings, MLPs) and the renderer (marching, compositing, occupancy grid,
+            the step's loss kernels). ``auto``: our CUDA kernels for CUDA tensors when the extension
+            loads, else the PyTorch reference; ``cuda``; ``tcnn`` (the hash grid on tiny-cuda-nn);
+            ``torch``.
         cuda_graph: ``auto`` (capture the budgeted step as CUDA graphs on a GPU, except under FSDP,
-            whose parameters are re-gathered every step), ``true`` or ``false``.
+            whose parameters are re-gathered every step), ``true`` or ``false``. The one switch of
+            CUDA graphs: the train app hands it to the DataModule too (its graphed batch draw).
         jitter: shift each training ray's first sample by a random fraction of a step.
         sigterm_check_every: under DDP/FSDP, run Lightning's cross-rank SIGTERM check (a host sync)
             every N optimizer steps instead of every step.
@@ -127,7 +134,17 @@ class NeRFModule(FastHookNames, L.LightningModule):
         huber_delta: Annotated[float, Range(above=0)] = 0.1,
         distortion_weight: Annotated[float, Range(low=0)] = 0.0,
         alpha_weight: AlphaWeight = 0.0,
-        cuda_graph: Annotated[bool | Literal["auto"], Note("auto: on a GPU, not under FSDP")] = "auto",
+        backend: Annotated[
+            BackendName,
+            Note("auto: our CUDA kernels for CUDA tensors, else torch"),
+            Formerly("model.renderer.ops_backend"),
+            Formerly("model.ops_backend"),
+            Formerly("model.field.encoding.backend"),
+            Formerly("model.field.mlp_backend"),
+        ] = "auto",
+        cuda_graph: Annotated[
+            bool | Literal["auto"], Note("auto: on a GPU, not under FSDP"), Formerly("data.cuda_graph")
+        ] = "auto",
         jitter: bool = True,
         sigterm_check_every: Annotated[int, Range(low=1)] = 100,
         val_chunk: Annotated[int, Range(low=1)] = 32768,
@@ -147,8 +164,11 @@ class NeRFModule(FastHookNames, L.LightningModule):
         # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
         factories = ["field", "optimizer", "renderer", "scheduler", "step", "camera_opt", "appearance"]
         self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "feedback", "heldout_fit"])
+        #: ``model.backend``, resolved once: every op of the step runs on it
+        self.backend = Backend(backend)
+        field = functools.partial(field, backend=self.backend)
         self.field = field(aabb_scale=aabb_scale)
-        self.renderer = (renderer or build_renderer)(aabb_scale=aabb_scale)
+        self.renderer = (renderer or build_renderer)(aabb_scale=aabb_scale, backend=self.backend)
         #: the opacity loss's weight, ``model.alpha_weight`` resolved (0: off, the batches carry no alpha)
         self.alpha_weight = resolve_alpha_weight(alpha_weight, photograph)
         # Learned per-training-view state: submodules (state dict, parameters, DDP) only when enabled.

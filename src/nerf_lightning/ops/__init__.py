@@ -2,8 +2,9 @@
 
 - ``reference/``: pure PyTorch, any device, the test oracle; one module per concept.
 - ``cuda/``: our CUDA extension (``csrc/``, built on first use by ``_ext.py``), the same functions.
-- ``registry.py``: the op list (derived from the reference), :func:`get_ops` (``auto | cuda | torch``),
-  the hash encoding's backend choice and the data layer's kernels.
+- ``registry.py``: the op list (derived from the reference), :class:`Backend` (``model.backend``, the
+  one backend of the training step, which the model's components hold), :func:`get_ops`
+  (``auto | cuda | torch``), the hash encoding's implementation choice and the data layer's kernels.
 """
 
 from __future__ import annotations

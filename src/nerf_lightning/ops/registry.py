@@ -1,21 +1,35 @@
 """The ops registry: which ops exist, which backend runs them, and what ``auto`` means on this machine.
 
+**One key chooses the backend of the whole training step: ``model.backend``** (``auto | cuda | tcnn |
+torch``). ``NeRFModule`` reads it, once, into a :class:`Backend` and hands that object to the field (hash
+encoding, SH encoding, MLPs) and to the renderer (marching, compositing, the occupancy grid, the step's
+loss kernels) when it builds them; no module picks a backend of its own. It replaces three keys that
+each covered part of the step: ``model.field.encoding.backend``, ``model.field.mlp_backend`` and
+``model.renderer.ops_backend`` (earlier ``model.ops_backend``), still read as ``model.backend`` on a
+command line and in a checkpoint's stored config (``Formerly`` on the parameter). What each value runs:
+
+- ``torch``: the PyTorch reference ops everywhere (the test oracle; the CPU preset), ``torch.nn`` MLPs.
+- ``cuda``: our CUDA kernels (``ops.cuda``) everywhere, the fused half-precision MLPs under mixed
+  precision. Without the extension: the reference, with ONE warning naming why.
+- ``tcnn``: as ``cuda``, but the hash grid runs on tiny-cuda-nn's kernels (``docs/tcnn.md``). A value of
+  the one key rather than a key of its own: it swaps one op's implementation on the same table, and it
+  only makes sense with the rest of the step on our kernels.
+- ``auto`` (default): decided per call by the tensors' device, so that a model built on the CPU and
+  moved to a GPU gets the kernels: our CUDA kernel when the call's first tensor is on a CUDA device and
+  the extension loads, else the reference op (a CPU machine always gets torch); the hash grid runs on
+  tcnn only on GPUs listed in :data:`TCNN_FASTER_ON`.
+
+Beneath that choice, a wrapper of ``ops.cuda`` that is handed tensors its kernel cannot take (CPU
+tensors under ``model.backend=cuda``, a dtype it was not written for) runs the reference op with one
+warning: that is each kernel's input contract, not a second backend choice.
+
 The ops are the public functions of ``ops/reference`` (its ``__all__``): :data:`OP_NAMES` is derived
-from there and nowhere else, and every backend provides all of them. Backends of :func:`get_ops`:
-
-- ``"torch"`` / ``"reference"``: the reference module (pure PyTorch, any device; the test oracle).
-- ``"cuda"``: the ``ops.cuda`` module (our kernels, complete by construction: a backend that lacks an
-  op is refused). When the extension cannot be had, the reference with ONE warning naming why.
-- ``"auto"``: per call, the CUDA op when the call's first tensor argument is on a CUDA device and the
-  extension is available, else the reference op. CPU tensors cannot run kernels, so this is the one
-  routing rule; it never picks a backend the GPU tests do not cover.
-
-Whatever a backend name resolves to is logged once per process (INFO, ``nerf_lightning.ops``) when it
-is first asked for: at setup, by the renderer and the occupancy grid that validate their backend.
-
-The hash encoding's backends (``models/encoding.py``: ``auto | cuda | tcnn | torch``) resolve here too
-(:func:`hash_encoding_backend`); the data layer's kernels are reached through :func:`data_kernel`.
-``ops.cuda`` is imported lazily, the first time a CUDA path is wanted.
+from there and nowhere else, and every backend provides all of them. :func:`get_ops` gives an ops
+namespace by name (``"torch"`` / ``"reference"``, ``"cuda"``, ``"auto"``: the per-call dispatcher);
+:class:`Backend` is what the model's components hold. Whatever a name resolves to is logged once per
+process (INFO, ``nerf_lightning.ops``) when it is first asked for, at setup. The data layer's kernels
+are reached through :func:`data_kernel`. ``ops.cuda`` is imported lazily, the first time a CUDA path is
+wanted.
 """
 
 from __future__ import annotations
@@ -26,6 +40,7 @@ import logging
 import threading
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType, SimpleNamespace
 from typing import Any, Literal, get_args
 
@@ -37,10 +52,14 @@ from .types import PackedSamples
 __all__ = [
     "OP_NAMES",
     "BACKENDS",
+    "BACKEND_NAMES",
+    "Backend",
+    "BackendName",
     "HASH_BACKENDS",
     "HashBackend",
     "OpsBackend",
     "TCNN_FASTER_ON",
+    "as_backend",
     "get_ops",
     "cuda_ops",
     "data_kernel",
@@ -54,9 +73,12 @@ OP_NAMES: tuple[str, ...] = tuple(n for n in reference.__all__ if inspect.isfunc
 #: a backend name of :func:`get_ops` (``"reference"`` is an alias of ``"torch"``)
 OpsBackend = Literal["auto", "cuda", "torch"]
 BACKENDS: tuple[str, ...] = get_args(OpsBackend)
-#: a backend name of the hash encoding
-HashBackend = Literal["auto", "cuda", "tcnn", "torch"]
-HASH_BACKENDS: tuple[str, ...] = get_args(HashBackend)
+#: a value of ``model.backend``, the one backend of the training step (see the module docstring)
+BackendName = Literal["auto", "cuda", "tcnn", "torch"]
+BACKEND_NAMES: tuple[str, ...] = get_args(BackendName)
+#: a backend name of the hash encoding (the values of ``model.backend``)
+HashBackend = BackendName
+HASH_BACKENDS: tuple[str, ...] = BACKEND_NAMES
 #: GPUs (``torch.cuda.get_device_name``) on which tiny-cuda-nn's hash grid passed our GPU tests AND was
 #: measured faster than our kernels (``python -m benchmarks.tcnn``); ``auto`` picks tcnn only there.
 TCNN_FASTER_ON: dict[str, str] = {}
@@ -241,15 +263,15 @@ def hash_encoding_backend(requested: str, x: torch.Tensor) -> str:
         if not x.is_cuda:
             _warn_once(
                 "hash:tcnn",
-                "model.field.encoding.backend=tcnn: the input is not on a CUDA device; using the torch "
+                "model.backend=tcnn: the input is not on a CUDA device; using the torch "
                 "hash encoding (the same table).",
             )
             return "torch"
         why = _tcnn_unavailable()
         if why is not None:
             raise RuntimeError(
-                f"model.field.encoding.backend=tcnn: tinycudann does not import ({why}); build it "
-                "(docs/tcnn.md) or use backend=auto"
+                f"model.backend=tcnn: tinycudann does not import ({why}); build it "
+                "(docs/tcnn.md) or use model.backend=auto"
             )
         return "tcnn"
     if requested == "cuda":
@@ -257,7 +279,7 @@ def hash_encoding_backend(requested: str, x: torch.Tensor) -> str:
             return "cuda"
         _warn_once(
             "hash:cuda",
-            "model.field.encoding.backend=cuda: the CUDA extension is unavailable or the input is not on "
+            "model.backend=cuda: the CUDA extension is unavailable or the input is not on "
             "CUDA; using the torch hash encoding.",
         )
         return "torch"
@@ -282,3 +304,47 @@ def _auto_hash_backend(x: torch.Tensor) -> tuple[str, str]:
     if cuda_ops() is None:
         return "torch", f"no CUDA kernels: {_cuda_state.get('error')}"
     return "cuda", f"our kernels on {gpu}"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """``model.backend`` resolved: what the field and the renderer run their ops with (module docstring).
+
+    Built once, by ``NeRFModule``, and handed to each component at construction. It holds only the
+    name, so the modules holding it can be deep-copied and pickled; the namespace it names is cached by
+    the registry, and ``auto`` decides per call (by the tensors' device).
+
+    Args:
+        name: ``auto`` | ``cuda`` | ``tcnn`` | ``torch``.
+    """
+
+    name: BackendName = "auto"
+
+    def __post_init__(self) -> None:
+        if self.name not in BACKEND_NAMES:
+            raise ValueError(f"model.backend={self.name}: expected one of {', '.join(BACKEND_NAMES)}")
+        get_ops(self._ops_name)  # log, once, what it resolves to
+
+    @property
+    def _ops_name(self) -> str:
+        return "auto" if self.name == "tcnn" else self.name
+
+    @property
+    def ops(self) -> Any:
+        """The ops namespace of every op but the hash grid's (tcnn: our kernels, as ``auto``)."""
+        return get_ops(self._ops_name)
+
+    def hash_encoding(self, x: torch.Tensor) -> str:
+        """The hash grid's implementation for input ``x``: ``cuda``, ``tcnn`` or ``torch``
+        (:func:`hash_encoding_backend`)."""
+        return hash_encoding_backend(self.name, x)
+
+    @property
+    def fuses_mlp(self) -> bool:
+        """Whether the field's MLPs may run as the fused half-precision kernels (under CUDA autocast)."""
+        return self.name != "torch"
+
+
+def as_backend(backend: Backend | str) -> Backend:
+    """``backend`` as a :class:`Backend` (a name is validated: ValueError naming ``model.backend``)."""
+    return backend if isinstance(backend, Backend) else Backend(backend)  # type: ignore[arg-type]

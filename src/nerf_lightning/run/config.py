@@ -62,12 +62,29 @@ def alias_override(arg: str) -> str:
         raise UserError(f"{key}: no longer exists: {REMOVED_KEYS[key]}")
     if not key.startswith(tuple(f"{node}." for node in REFERENCE_NODES)):
         return arg  # not a key the aliases can hold: no need to import the constructors to know
-    for old, new in key_aliases().items():
-        if key == old:
-            return f"{sign}{new}{rest}"
+    return f"{sign}{today_key(key)}{rest}"
+
+
+def today_key(key: str) -> str:
+    """``key`` spelled as today's config spells it: old spellings followed to the end, since a key
+    can have moved twice (``model.encoding.backend`` -> ``model.field.encoding.backend`` ->
+    ``model.backend``)."""
+    aliases = key_aliases()
+    for _ in range(len(aliases)):
+        moved = _moved_once(key, aliases)
+        if moved == key:
+            break
+        key = moved
+    return key
+
+
+def _moved_once(key: str, aliases: dict[str, str]) -> str:
+    if key in aliases:
+        return aliases[key]
+    for old, new in aliases.items():
         if old.endswith(".") and key.startswith(old):
-            return f"{sign}{new}{key[len(old) :]}{rest}"
-    return arg
+            return f"{new}{key[len(old) :]}"
+    return key
 
 
 def drop_removed_keys(config: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from nerf_lightning.config_keys import CONF_DIR
-from nerf_lightning.config_schema import formerly, is_marked, keys_of, parameters
+from nerf_lightning.config_schema import formerly_keys, is_marked, keys_of, parameters
 
 __all__ = ["CONF_DIR", "Entry", "aliases_of", "entries", "key_aliases", "reference_config"]
 
@@ -156,11 +156,9 @@ def aliases_of(cfg: DictConfig) -> dict[str, str]:
     constructor."""
     out: dict[str, str] = {}
     for entry in entries(cfg):
-        old = formerly(entry.annotation)
-        if old is None:
-            continue
-        if isinstance(entry.node._get_node(entry.name), DictConfig):
-            out[f"{old}."] = f"{entry.path}."
-        else:
-            out[old] = entry.path
+        for old in formerly_keys(entry.annotation):
+            if isinstance(entry.node._get_node(entry.name), DictConfig):
+                out[f"{old}."] = f"{entry.path}."
+            else:
+                out[old] = entry.path
     return out

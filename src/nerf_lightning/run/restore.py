@@ -11,12 +11,15 @@ rebuild the same way on one device.
 The stored config names classes by their import path (``_target_``) at the time of writing; paths that
 have moved since are mapped to their new place when the file is read (:data:`MOVED_TARGETS`). A model
 config of the flat layout (``model.near_plane``, ``model.sample_budget``, ...) gets today's
-``renderer`` and ``step`` nodes, holding its values (:func:`upgrade_model_keys`); keys that were removed
-since are dropped (``run/config.py``'s ``REMOVED_KEYS``).
+``renderer`` and ``step`` nodes, holding its values (:func:`upgrade_model_keys`); a key that moved from
+one node to another (``model.renderer.ops_backend`` -> ``model.backend``, ``data.cuda_graph`` ->
+``model.cuda_graph``) is read at its new place (:func:`upgrade_moved_keys`); keys that were removed
+since are dropped (``run/config.py``'s ``REMOVED_KEYS``). :func:`upgrade_stored_config` does all four.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +42,8 @@ __all__ = [
     "load_run",
     "resolve_ckpt_file",
     "upgrade_model_keys",
+    "upgrade_moved_keys",
+    "upgrade_stored_config",
     "upgrade_targets",
 ]
 
@@ -101,6 +106,41 @@ def upgrade_model_keys(config: dict[str, Any]) -> dict[str, Any]:
         if old in model:
             OmegaConf.update(upgraded, new, model[old], merge=False)
     return {**config, "model": OmegaConf.to_container(upgraded)}
+
+
+def upgrade_moved_keys(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (plain run config) with each old key of
+    :func:`~nerf_lightning.run.config_tree.key_aliases` it holds moved to today's key. A key the config
+    already holds keeps its value (the old one is dropped: ``data.cuda_graph`` beside
+    ``model.cuda_graph``). Several old keys of one new key (``model.renderer.ops_backend``,
+    ``model.field.encoding.backend`` and ``model.field.mlp_backend`` of ``model.backend``): the first, in
+    the order of the parameter's ``Formerly`` markers, whose value is not ``auto`` gives it, else
+    ``auto``."""
+    out = copy.deepcopy(config)
+    found: dict[str, list[Any]] = {}
+    for old, new in key_aliases().items():
+        *parents, leaf = old.split(".")
+        node = _node_at(out, parents)
+        if not old.endswith(".") and isinstance(node, dict) and leaf in node:
+            found.setdefault(new, []).append(node.pop(leaf))
+    for new, values in found.items():
+        *parents, leaf = new.split(".")
+        node = _node_at(out, parents)
+        if isinstance(node, dict) and leaf not in node:
+            node[leaf] = next((v for v in values if v != "auto"), values[0])
+    return out
+
+
+def _node_at(config: dict[str, Any], keys: list[str]) -> Any:
+    node: Any = config
+    for name in keys:
+        node = node.get(name) if isinstance(node, dict) else None
+    return node
+
+
+def upgrade_stored_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint's stored run config read with today's targets and keys (the module docstring)."""
+    return drop_removed_keys(upgrade_moved_keys(upgrade_model_keys(upgrade_targets(config))))
 
 
 def resolve_ckpt_file(ckpt: str | Path | None) -> Path:
@@ -207,7 +247,7 @@ def load_run(ckpt: str | Path | None) -> RestoredRun:
     return RestoredRun(
         path=path,
         checkpoint=checkpoint,
-        config=OmegaConf.create(drop_removed_keys(upgrade_model_keys(upgrade_targets(section["config"])))),
+        config=OmegaConf.create(upgrade_stored_config(section["config"])),
         instantiate_kwargs=dict(section.get("instantiate_kwargs") or {}),
     )
 

@@ -20,8 +20,7 @@ import lightning as L
 
 from nerf_lightning.errors import UserError
 from nerf_lightning.run.checkpoint_callbacks import CHECKPOINT_KEY
-from nerf_lightning.run.config import drop_removed_keys
-from nerf_lightning.run.restore import upgrade_model_keys, upgrade_targets
+from nerf_lightning.run.restore import upgrade_stored_config
 
 __all__ = ["check_resumable", "config_changes", "finished_note"]
 
@@ -114,7 +113,7 @@ def config_changes(stored: dict[str, Any], current: dict[str, Any]) -> list[str]
 
 
 def _today(config: dict[str, Any]) -> dict[str, Any]:
-    return drop_removed_keys(upgrade_model_keys(upgrade_targets(config)))
+    return upgrade_stored_config(config)
 
 
 def _flat(node: Any, prefix: str = "") -> dict[str, Any]:

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from ..config_keys import check_arguments
 from ..config_schema import Formerly, Injected, MultipleOf, Note, PowerOfTwo, Range
-from ..ops import get_ops
+from ..ops import Backend, as_backend
 
 __all__ = ["OccupancyGrid", "all_reduce_max"]
 
@@ -29,8 +29,8 @@ class OccupancyGrid(nn.Module):
     Args:
         aabb_scale: power of two (1..128); the outer box is ``[0.5 - s/2, 0.5 + s/2]^3``.
         resolution: cells per side G (even, so the bitfield packs into whole bytes).
-        ops: a backend name for ``nerf_lightning.ops.get_ops`` (default ``"auto"``) or an ops
-            namespace.
+        ops: the step's :class:`~nerf_lightning.ops.Backend` (``model.backend``: ``build_renderer``
+            passes the renderer's), a backend name (default ``"auto"``), or an ops namespace (tests).
         update_every: optimizer steps (reference steps of the training clock) between two updates
             during training (instant-ngp: 16).
         warmup_steps / decay / density_threshold: the defaults of :meth:`update` (instant-ngp: all
@@ -53,7 +53,7 @@ class OccupancyGrid(nn.Module):
         resolution: Annotated[
             int, Range(low=2), MultipleOf(2), Note("cells per side"), Formerly("model.grid_resolution")
         ] = 128,
-        ops: Annotated[Any, Injected("tests and benchmarks: a backend name or an ops namespace")] = None,
+        ops: Annotated[Any, Injected("build_renderer: model.backend; tests: an ops namespace")] = None,
         *,
         update_every: Annotated[int, Range(low=1), Formerly("model.grid_update_every")] = 16,
         warmup_steps: Annotated[int, Range(low=0), Formerly("model.grid_warmup_steps")] = 256,
@@ -68,10 +68,8 @@ class OccupancyGrid(nn.Module):
         self.warmup_steps = int(warmup_steps)
         self.decay = float(decay)
         self.density_threshold = float(density_threshold)
-        # A backend name is stored as such (modules cannot be deep-copied/pickled with the grid).
-        self._ops = "auto" if ops is None else ops
-        if isinstance(self._ops, str):
-            get_ops(self._ops)  # validate the name now
+        # A Backend holds a name only (modules cannot be deep-copied/pickled with the grid).
+        self._ops = as_backend("auto" if ops is None else ops) if isinstance(ops, str | None) else ops
         c = int(math.log2(aabb_scale)) + 1
         g = self.resolution
         self.register_buffer("density_grid", torch.zeros(c, g**3, dtype=torch.float32))
@@ -85,8 +83,8 @@ class OccupancyGrid(nn.Module):
     # ------------------------------------------------------------------ properties
     @property
     def ops(self) -> Any:
-        """The ops namespace (``get_ops(name)`` when a backend name was given)."""
-        return get_ops(self._ops) if isinstance(self._ops, str) else self._ops
+        """The ops namespace (the :class:`~nerf_lightning.ops.Backend`'s, unless a namespace was given)."""
+        return self._ops.ops if isinstance(self._ops, Backend) else self._ops
 
     @property
     def n_cascades(self) -> int:

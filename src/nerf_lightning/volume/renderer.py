@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from ..config_keys import check_arguments
 from ..config_schema import Formerly, Injected, KeysOf, Note, Range
-from ..ops import get_ops
+from ..ops import Backend, as_backend
 from .gradient_scaling import scale_near_gradients
 from .occupancy import OccupancyGrid
 
@@ -101,6 +101,7 @@ def build_renderer(
     large_scene_cone_angle: Annotated[
         float, Range(low=0), Formerly("model.large_scene_cone_angle")
     ] = LARGE_SCENE_CONE_ANGLE,
+    backend: Annotated[Backend | str, Injected("NeRFModule: model.backend")] = "auto",
     **kwargs: Annotated[Any, KeysOf(Renderer)],
 ) -> Renderer:
     """The renderer of a scene whose outer box is ``aabb_scale`` (the ``model.renderer`` config node).
@@ -111,12 +112,15 @@ def build_renderer(
             ``aabb_scale``.
         cone_angle: the marching step grows as ``t * cone_angle``. None follows instant-ngp:
             ``large_scene_cone_angle`` when ``aabb_scale > 1`` (real captures with background), else 0.
+        backend: the step's ops backend (``model.backend``), handed to the renderer and its grid.
         kwargs: the other :class:`Renderer` arguments (``step_size``, ``near_plane``, ...).
     """
     check_arguments(build_renderer, locals())
     if cone_angle is None:
         cone_angle = large_scene_cone_angle if aabb_scale > 1 else 0.0
-    return Renderer(occupancy(aabb_scale=aabb_scale), cone_angle=cone_angle, **kwargs)
+    backend = as_backend(backend)
+    grid = occupancy(aabb_scale=aabb_scale, ops=backend)
+    return Renderer(grid, cone_angle=cone_angle, backend=backend, **kwargs)
 
 
 class Renderer(nn.Module):
@@ -131,7 +135,7 @@ class Renderer(nn.Module):
         max_samples_per_ray: cap on kept samples per ray.
         near_plane: samples start at ``t >= near_plane``.
         early_stop_eps: transmittance under which samples get weight 0.
-        ops_backend: ``"auto"``, ``"cuda"`` or ``"torch"`` (see ``nerf_lightning.ops.get_ops``).
+        backend: the step's :class:`~nerf_lightning.ops.Backend` (``model.backend``), or its name.
         compact_samples: when gradients are on, first evaluate densities without gradients, drop the
             samples behind the early-termination point (transmittance < ``early_stop_eps``; their
             weight is exactly 0) and run the differentiable pass on the rest only, as instant-ngp's
@@ -151,11 +155,11 @@ class Renderer(nn.Module):
         max_samples_per_ray: Annotated[int, Range(low=1), Formerly("model.max_samples_per_ray")] = 1024,
         near_plane: Annotated[float, Range(low=0), Formerly("model.near_plane")] = 0.2,
         early_stop_eps: Annotated[float, Range(low=0, below=1), Formerly("model.early_stop_eps")] = 1e-4,
-        ops_backend: Annotated[str, Formerly("model.ops_backend")] = "auto",
         compact_samples: Annotated[bool, Formerly("model.compact_samples")] = True,
         gradient_scaling_distance: Annotated[
             float | None, Range(above=0), Note("null: off"), Formerly("model.gradient_scaling_distance")
         ] = 1.0,
+        backend: Annotated[Backend | str, Injected("build_renderer: model.backend")] = "auto",
     ) -> None:
         super().__init__()
         check_arguments(Renderer, locals())
@@ -167,14 +171,13 @@ class Renderer(nn.Module):
         self.early_stop_eps = float(early_stop_eps)
         self.compact_samples = bool(compact_samples)
         self.gradient_scaling_distance = gradient_scaling_distance
-        # Keep the name, not the namespace: modules cannot be deep-copied/pickled with the renderer.
-        self.ops_backend = ops_backend
-        get_ops(ops_backend)  # validate the name now (and log, once, what it resolves to)
+        # The Backend, not its namespace: modules cannot be deep-copied/pickled with the renderer.
+        self.backend = as_backend(backend)
 
     @property
     def ops(self) -> Any:
-        """The ops namespace of ``ops_backend``."""
-        return get_ops(self.ops_backend)
+        """The ops namespace of :attr:`backend` (the training step's loss kernels use it too)."""
+        return self.backend.ops
 
     def render_rays(
         self,
@@ -427,16 +430,15 @@ class Renderer(nn.Module):
         return {**{k: torch.cat(v) for k, v in parts.items()}, "n_samples": n_samples}
 
 
-def ray_distortion(out: RenderedRays, ops: Any | None = None) -> Tensor:
+def ray_distortion(out: RenderedRays, ops: Any) -> Tensor:
     """Distortion loss [R] of a :meth:`Renderer.render_rays` result
     (``ops.distortion_loss`` over its packed samples), differentiable.
 
     Args:
         out: the render result.
         ops: the ops namespace to run it with, the renderer's (``Renderer.ops``) in training, so
-            that CUDA tensors get the kernel (``ops.cuda.distortion_loss``); None: ``get_ops("auto")``.
+            that the step's backend (``model.backend``) runs it.
     """
-    ops = get_ops("auto") if ops is None else ops
     return ops.distortion_loss(out.weights, out.t_starts, out.t_ends, out.ray_indices, out.packed_info)
 
 
