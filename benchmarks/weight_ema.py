@@ -50,9 +50,8 @@ class WeightEMA(L.Callback):
         if self._average is None:
             self._average = [torch.zeros_like(w, dtype=torch.float32) for w in weights]
         self.steps += 1
-        with torch.no_grad():
-            for avg, w in zip(self._average, weights, strict=True):
-                avg.mul_(self.decay).add_(w.float(), alpha=1.0 - self.decay)
+        with torch.no_grad():  # avg += (1 - decay) * (w - avg): one multi-tensor launch, no host sync
+            torch._foreach_lerp_(self._average, [w.float() for w in weights], 1.0 - self.decay)
 
     def averaged(self) -> list[Tensor]:
         """The debiased average of each field parameter (float32)."""
