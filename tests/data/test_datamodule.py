@@ -18,6 +18,7 @@ import torch
 
 from nerf_lightning.data.datamodule import NeRFDataModule
 from nerf_lightning.data.synthetic import generate_scene, project
+from tests.ray_batches import present_fields
 
 W, H = 24, 20
 
@@ -91,7 +92,7 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     dm.ensure_device(torch.device("cpu"))
     dm.feedback.alpha_targets = True  # as a model with model.alpha_weight > 0 says it reads
     torch.manual_seed(0)
-    b = dm.train_batch(512)
+    b = present_fields(dm.train_batch(512))
     assert b["rays_o"].shape == (512, 3) and b["rgb"].shape == (512, 3)
     assert b["view_ids"].unique().numel() == len(dm.train_set.frames)  # every view drawn
     assert b["px"].max() == W - 1 and b["py"].max() == H - 1  # both sides of the image drawn to the edge
@@ -114,7 +115,7 @@ def _batch_with_seed(path: Path, tmp_path: Path, n: int = 128, **recipe) -> tupl
     dm.setup("fit")
     dm.ensure_device(torch.device("cpu"))
     torch.manual_seed(7)
-    return dm, dm.train_batch(n)
+    return dm, present_fields(dm.train_batch(n))
 
 
 def test_pixel_centres_over_random_backgrounds(scene: Path, tmp_path: Path) -> None:
@@ -271,11 +272,11 @@ def test_the_opacity_loss_auto_is_on_for_renders_only(
         + ("renders: empty space charged)" if weight else "photographs: no transparent pixels)")
     ]
     dm.ensure_device(torch.device("cpu"))
-    batch = dm.train_batch(64)
+    batch = present_fields(dm.train_batch(64))
     assert ("alpha" in batch) == (weight > 0)
     if weight:  # the renders' own alpha: some background, some object
         assert batch["alpha"].min() == 0.0 and batch["alpha"].max() == 1.0
-        assert len(model.step_inputs(batch)) == 6  # rays, targets, background, views, alpha
+        assert "alpha" in model.train_step_fn.graph_fields()  # the step reads the batch's alpha
 
 
 def test_alphas_are_the_colours_alpha_channel(scene: Path, tmp_path: Path) -> None:
@@ -294,7 +295,7 @@ def test_draw_is_the_eager_batch_off_a_gpu(scene: Path, tmp_path: Path) -> None:
     seed."""
     dm, eager = _batch_with_seed(scene, tmp_path, 64)
     torch.manual_seed(7)
-    drawn = dm.draw(64)
+    drawn = present_fields(dm.draw(64))
     assert drawn.keys() == eager.keys()
     for key, value in eager.items():
         assert torch.equal(drawn[key], value), key
@@ -308,12 +309,12 @@ def test_draw_replays_the_batch_graph_on_a_gpu(scene: Path, tmp_path: Path) -> N
     dm = NeRFDataModule(path=str(scene), batch_size=256, cache_dir=str(tmp_path / "cache"))
     dm.setup("fit")
     dm.ensure_device(torch.device("cuda"))
-    first = dm.draw(256)
+    first = present_fields(dm.draw(256))
     rays = first["rays_d"].clone()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        second = dm.draw(256)
+        second = present_fields(dm.draw(256))
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert dm._batch_graphs.captured() == {256: True}

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from nerf_lightning.config_keys import check_arguments
 from nerf_lightning.config_schema import Injected, KeysOf, Note, Range
+from nerf_lightning.data.ray_batch import RayBatch
 from nerf_lightning.lightning_compat import (
     FastHookNames,
     logs_this_step,
@@ -36,7 +37,6 @@ from nerf_lightning.models.train_step import (
     StepStats,
     TrainStep,
     autocast_for,
-    batch_alpha,
     capture,
     resolve_alpha_weight,
     train_step,
@@ -241,23 +241,21 @@ class NeRFModule(FastHookNames, L.LightningModule):
         if not self.train_step_fn.set_work_share(scale):
             self.feedback.work_scale = float(scale)
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
-        args = self.step_inputs(batch)
+    def training_step(self, batch: RayBatch, batch_idx: int) -> Tensor:
         step = self.train_step_fn
         if not self._graphed and self._use_cuda_graph():
             # share_inputs: the batch graph's output buffers become the step graph's inputs (no
             # copies per step); an eager batch is copied into the first batch's tensors, unused by then
-            step = capture(
-                step, args, self.trainer.precision, alias_gradients=self._alias_gradients(), share_inputs=True
-            )
+            precision, alias = self.trainer.precision, self._alias_gradients()
+            step = capture(step, batch, precision, alias_gradients=alias, share_inputs=True)
             self.unowned.step = step
             self._graphed = True
         with autocast_for(self.trainer.precision) if self._graphed else nullcontext():
-            loss, per_ray, valid, stats_tensor = step(*args)
+            loss, per_ray, valid, stats_tensor = step(batch)
         # The graphed step returns every float output as requiring grad. Summed into the run's
         # counters as they are, each step's autograd graph would stay alive from step to step.
         per_ray, stats = per_ray.detach(), StepStats.of(stats_tensor.detach())
-        self.feedback.report_losses(batch["view_ids"], batch["px"], batch["py"], per_ray, valid=valid)
+        self.feedback.report_losses(batch.view_ids, batch.px, batch.py, per_ray, valid=valid)
         self.rays_seen += stats.rays
         self.samples_seen += stats.marched_samples
         if logs_this_step(self._trainer):
@@ -265,17 +263,6 @@ class NeRFModule(FastHookNames, L.LightningModule):
             self.log("train/psnr", -10.0 * torch.log10(stats.mse.clamp_min(1e-10)).float())
             self.log("train/rays_per_step", stats.rays.float())
         return loss
-
-    def step_inputs(self, batch: dict[str, Any]) -> tuple[Tensor, ...]:
-        """The training step's inputs from a training batch: rays, targets and background, then the
-        rays' views when per-view components or the opacity loss read them, then the rays' ``alpha``
-        when the opacity loss is on (``train_step_fn``'s signature, static inputs of its CUDA graph)."""
-        args = (batch["rays_o"], batch["rays_d"], batch["rgb"], batch["background"])
-        if self.view_components or self.alpha_weight > 0:
-            args = (*args, batch["view_ids"])
-        if self.alpha_weight > 0:
-            args = (*args, batch_alpha(batch))
-        return args
 
     def _use_cuda_graph(self) -> bool:
         mode = self.hparams.cuda_graph

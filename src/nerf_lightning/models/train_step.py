@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from nerf_lightning.config_keys import check_arguments
 from nerf_lightning.config_schema import Formerly, Injected, KeysOf, Note, Range
+from nerf_lightning.data.ray_batch import RayBatch
 from nerf_lightning.volume.renderer import Renderer, SampleBudget, opacity_error, ray_distortion
 
 __all__ = [
@@ -28,7 +29,6 @@ __all__ = [
     "StepStats",
     "TrainStep",
     "autocast_for",
-    "batch_alpha",
     "capture",
     "holds_tcnn",
     "resolve_alpha_weight",
@@ -66,8 +66,8 @@ class StepStats(NamedTuple):
 
 
 class TrainStep(nn.Module):
-    """``forward(rays_o, rays_d, target, background[, view_ids[, alpha]])``
-    ``-> (loss, per_ray_loss, ray_valid, stats)``.
+    """``forward(batch: RayBatch) -> (loss, per_ray_loss, ray_valid, stats)``: it reads the batch's
+    fields that :meth:`graph_fields` names (``data/ray_batch.py``).
 
     Args:
         field: the radiance field (``models/field.py``), shared with the LightningModule.
@@ -84,10 +84,10 @@ class TrainStep(nn.Module):
         distortion_weight: weight of mip-NeRF 360's distortion loss (``ops.distortion_loss`` of the
             renderer's ops, mean over the valid rays) added to the loss; 0 leaves it out of the step.
         alpha_weight: weight of the opacity loss, the mean over the valid rays of ``(opacity - alpha)^2``
-            against ``forward``'s ``alpha`` [R] (the training images' alpha), added to the loss; 0
+            against the batch's ``alpha`` [R] (the training images' alpha), added to the loss; 0
             leaves it out of the step.
-        camera_opt: learned pose corrections (``models/camera_opt.py``) applied to each ray by its
-            ``view_ids`` entry before marching, or None.
+        camera_opt: learned pose corrections (``models/camera_opt.py``) applied to each ray by the
+            batch's ``view_ids`` before marching, or None.
         appearance: learned per-view exposure (``models/appearance.py``) applied to each ray's colour
             before the loss, or None. Both are shared with the LightningModule; their parameters are
             read in place by a captured graph, like the field's.
@@ -208,20 +208,24 @@ class TrainStep(nn.Module):
         """The adapted ray count, state of the run (empty without a budget)."""
         return {name: getattr(self, name) for name in ("n_active", "n_active_f") if self.budgeted}
 
-    def forward(
-        self,
-        rays_o: Tensor,
-        rays_d: Tensor,
-        target: Tensor,
-        background: Tensor,
-        view_ids: Tensor | None = None,
-        alpha: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def graph_fields(self) -> tuple[str, ...]:
+        """The :class:`RayBatch` fields :meth:`forward` reads, in order: the static inputs of its CUDA
+        graph (:func:`capture`). ``view_ids`` for the per-view corrections, ``alpha`` for the opacity
+        loss."""
+        names = ("rays_o", "rays_d", "rgb", "background")
+        if self.camera_opt is not None or self.appearance is not None:
+            names = (*names, "view_ids")
+        return (*names, "alpha") if self.alpha_weight > 0 else names
+
+    def forward(self, batch: RayBatch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        if batch.alpha is None and self.alpha_weight > 0:
+            raise ValueError(
+                "TrainStep: alpha_weight > 0 needs the rays' target alpha (the batch's alpha: images that "
+                "carry alpha, drawn by a DataModule that shares the model's TrainingFeedback, alpha_targets)"
+            )
+        rays_o, rays_d, target, background = batch.rays_o, batch.rays_d, batch.rgb, batch.background
+        view_ids, alpha = batch.view_ids, batch.alpha
         ops = self.renderer.ops
-        if view_ids is None and (self.camera_opt is not None or self.appearance is not None):
-            raise ValueError("TrainStep: the per-view corrections need the rays' view_ids")
-        if alpha is None and self.alpha_weight > 0:
-            raise ValueError("TrainStep: alpha_weight > 0 needs the rays' target alpha")
         if self.camera_opt is not None:
             rays_o, rays_d = self.camera_opt(view_ids, rays_o, rays_d)
         budget = None
@@ -289,23 +293,25 @@ def autocast_for(precision: str | int | None) -> Any:
 
 def capture(
     step: TrainStep,
-    sample_args: tuple[Tensor, ...],
+    batch: RayBatch,
     precision: str | int | None,
     *,
     alias_gradients: bool = True,
     share_inputs: bool = False,
-) -> nn.Module:
+) -> TrainStep:
     """Capture ``step``'s forward and backward as CUDA graphs (``torch.cuda.make_graphed_callables``).
 
-    The returned module replays the graphs: outputs and the parameters' gradients come from static
-    buffers. Parameters, the occupancy bitfield and the ``n_active`` buffer are read in place, so
-    optimizer steps and occupancy updates made between replays are seen.
+    ``step`` itself is returned, its forward replaced by the graphs' replay: outputs and the parameters'
+    gradients come from static buffers. Parameters, the occupancy bitfield and the ``n_active`` buffer are
+    read in place, so optimizer steps and occupancy updates made between replays are seen. The graphs'
+    static inputs are the fields of ``batch`` that the step reads (:meth:`TrainStep.graph_fields`); a
+    replay copies a batch's field into them unless it is that very tensor.
 
     Args:
         step: the training step, under a sample budget (static shapes).
-        sample_args: ``(rays_o, rays_d, target, background[, view_ids[, alpha]])`` (int64 ``view_ids``
-            [R]: the rays' training views, read by the per-view corrections; float ``alpha`` [R]: their
-            target opacity, read by the opacity loss).
+        batch: a training batch of the step's shapes (int64 ``view_ids`` [R]: the rays' training views,
+            read by the per-view corrections; float ``alpha`` [R]: their target opacity, read by the
+            opacity loss).
         precision: the Lightning precision string (autocast for capture and replay).
         alias_gradients: ``.grad`` of each parameter becomes the backward graph's output buffer
             itself (autograd takes over the tensor when ``.grad`` is None: zero the gradients with
@@ -313,7 +319,7 @@ def capture(
             optimizer step follows exactly one backward: with gradient accumulation (False),
             gradients are pre-allocated and autograd adds the buffers into them (zero them with
             ``set_to_none=False``).
-        share_inputs: the graph's static inputs are ``sample_args`` themselves, not copies: a call
+        share_inputs: the graph's static inputs are ``batch``'s tensors themselves, not copies: a call
             with these very tensors (the data module's batch graph writes the same buffers every
             step) copies nothing, but a call with other tensors copies them *into the caller's
             first tensors*. Only for callers that own those buffers (the LightningModule); False
@@ -326,18 +332,50 @@ def capture(
             p.grad = None  # autograd then takes over the graph's buffer
         elif p.grad is None:
             p.grad = torch.zeros_like(p)
-    args = tuple(a.detach() if share_inputs else a.detach().clone() for a in sample_args)
+    names = step.graph_fields()
+    fields = {name: getattr(batch, name) for name in names}
+    if any(t is None for t in fields.values()):
+        step(batch)  # raises its one line on the field the batch lacks
+    args = tuple(t.detach() if share_inputs else t.detach().clone() for t in fields.values())
+    # The fields the step does not read stay the capture batch's (never read by the graphs).
+    tensor_step = _FieldsStep(step, names, batch.replace(**dict(zip(names, args, strict=True))))
     # The warm-up calls of make_graphed_callables adapt n_active: start the replays where eager
     # execution would have started.
     saved = {name: b.clone() for name, b in step.named_buffers(recurse=False)}
     with autocast_for(precision):
         if holds_tcnn(step):
-            warm_capture_stream(step, args)
-        graphed = torch.cuda.make_graphed_callables(step, args, num_warmup_iters=3, allow_unused_input=True)
+            warm_capture_stream(tensor_step, args)
+        graphed = torch.cuda.make_graphed_callables(
+            tensor_step, args, num_warmup_iters=3, allow_unused_input=True
+        )
     with torch.no_grad():
         for name, value in saved.items():
             getattr(step, name).copy_(value)
-    return graphed
+    step.forward = _GraphedForward(graphed, names)  # type: ignore[method-assign]
+    return step
+
+
+class _FieldsStep(nn.Module):
+    """``step`` called with the tensors of ``names`` (the rest of the batch: ``template``'s), the
+    tensor-only callable that ``make_graphed_callables`` captures."""
+
+    def __init__(self, step: TrainStep, names: tuple[str, ...], template: RayBatch) -> None:
+        super().__init__()
+        self.step, self.names, self.template = step, names, template
+
+    def forward(self, *tensors: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        batch = self.template.replace(**dict(zip(self.names, tensors, strict=True)))
+        return TrainStep.forward(self.step, batch)  # the eager forward, whatever ``step.forward`` is now
+
+
+class _GraphedForward:
+    """The captured step's forward: a batch's fields ``names`` into the graphs' replay."""
+
+    def __init__(self, graphed: nn.Module, names: tuple[str, ...]) -> None:
+        self.graphed, self.names = graphed, names
+
+    def __call__(self, batch: RayBatch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        return self.graphed(*(getattr(batch, name) for name in self.names))
 
 
 def holds_tcnn(module: nn.Module) -> bool:
@@ -384,13 +422,3 @@ def resolve_alpha_weight(alpha_weight: float | str, photograph: bool) -> float:
     if alpha_weight == "auto":
         return 0.0 if photograph else RENDER_ALPHA_WEIGHT
     return float(alpha_weight)
-
-
-def batch_alpha(batch: dict[str, Any]) -> Tensor:
-    """The training batch's ``alpha`` [R], which ``model.alpha_weight`` needs."""
-    if "alpha" not in batch:
-        raise ValueError(
-            "model.alpha_weight > 0 needs the batch's alpha: images that carry alpha, drawn by a "
-            "DataModule that shares the model's TrainingFeedback (alpha_targets)"
-        )
-    return batch["alpha"]
