@@ -29,7 +29,7 @@ class BudgetedStep:
         self.model = build_model(cfg, dm)[0].to(self.device)  # as the train app: the capture's seams
         self.fn = self.model.train_step_fn
         if not self.fn.budgeted:
-            raise ValueError("bench: the step needs a sample budget (model.step.sample_budget is null)")
+            raise ValueError("bench: the step needs a sample budget (model.net.step.sample_budget is null)")
         self.fn.to(self.device)
         self.fn.set_capacity_scale(scale)
         self.n_rays = max(1, int(dm.batch_size * scale))

@@ -3,7 +3,7 @@
     python -m benchmarks.tcnn [--quick] [--json PATH] [--markdown PATH] [--lego PATH]
         [--lego-seconds 60] [--dry-run]
 
-Rows, each for ``model.field.encoding.backend`` cuda (ours) and tcnn, fp32 and fp16 tables:
+Rows, each for ``model.net.field.encoding.backend`` cuda (ours) and tcnn, fp32 and fp16 tables:
 
 - hash encoding forward+backward (instant-ngp's grid: L=16, F=2, T=2^19, 16..2048) at 2^18 and 2^20
   points, points/s (medians of CUDA-event timings after warm-up);
@@ -156,7 +156,7 @@ def bench_lego(path: str, seconds: float, out: Path, graph_ok: dict[str, bool]) 
             "experiment=blender",
             f"data.path={path}",
             "logger=csv",
-            f"model.field.encoding.backend={backend}",
+            f"model.net.field.encoding.backend={backend}",
         ]
         if not graph_ok.get(backend, True):
             overrides.append("model.cuda_graph=false")

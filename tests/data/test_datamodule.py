@@ -90,7 +90,7 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     assert len(dm.train_set.frames) == n_views - len(range(0, n_views, 8))  # every 8th held out
     assert dm.train_set.undistortion.enabled == (capture == "scene")
     dm.ensure_device(torch.device("cpu"))
-    dm.feedback.alpha_targets = True  # as a model with model.alpha_weight > 0 says it reads
+    dm.feedback.alpha_targets = True  # as a model with model.net.loss.alpha_weight > 0 says it reads
     torch.manual_seed(0)
     b = present_fields(dm.train_batch(512))
     assert b["rays_o"].shape == (512, 3) and b["rgb"].shape == (512, 3)
@@ -103,7 +103,7 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     expected = rgba[:, :3] * alpha + b["background"].double().numpy() * (1 - alpha)
     np.testing.assert_allclose(b["rgb"].double().numpy(), expected, rtol=0, atol=1e-6)
     assert (alpha < 1).any() and (alpha > 0).any()  # both object and background pixels drawn
-    # the pixels' own alpha, the target of model.alpha_weight's opacity loss
+    # the pixels' own alpha, the target of model.net.loss.alpha_weight's opacity loss
     np.testing.assert_allclose(b["alpha"].double().numpy(), alpha[:, 0], rtol=0, atol=1e-6)
     # every ray goes through its own pixel, at a random position inside it (area-averaged targets)
     frac = _assert_rays_land_in_their_pixels(scene, dm, "train", b)
@@ -245,7 +245,8 @@ def test_the_opacity_loss_auto_is_on_for_renders_only(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """``model.alpha_weight`` is 0 (off) by default on every capture; ``auto``, resolved where the train
+    """``model.net.loss.alpha_weight`` is 0 (off) by default on every capture; ``auto``, resolved where the
+    train
     app builds the model from the capture, is 0.1 for renders, whose batches then carry the pixels' alpha
     (the loss's target), and 0 for photographs, whose batches carry none."""
     import hydra
@@ -255,11 +256,11 @@ def test_the_opacity_loss_auto_is_on_for_renders_only(
 
     path = request.getfixturevalue(capture)
     default = compose_train_config([f"data.path={path}", "experiment=cpu"], tmp_path)
-    assert default.model.alpha_weight == 0.0
+    assert default.model.net.loss.alpha_weight == 0.0
     dm_default = hydra.utils.instantiate(default.data)
     dm_default.setup("fit")
     assert build_model(default, dm_default)[0].alpha_weight == 0.0 and not dm_default.feedback.alpha_targets
-    auto = [f"data.path={path}", "experiment=cpu", "data.batch_size=64", "model.alpha_weight=auto"]
+    auto = [f"data.path={path}", "experiment=cpu", "data.batch_size=64", "model.net.loss.alpha_weight=auto"]
     cfg = compose_train_config(auto, tmp_path)
     dm = hydra.utils.instantiate(cfg.data)
     dm.setup("fit")
@@ -268,7 +269,7 @@ def test_the_opacity_loss_auto_is_on_for_renders_only(
     assert model.alpha_weight == weight and dm.feedback.alpha_targets == (weight > 0)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("opacity loss:")]
     assert lines == [
-        f"opacity loss: model.alpha_weight=auto -> {weight:g} ("
+        f"opacity loss: model.net.loss.alpha_weight=auto -> {weight:g} ("
         + ("renders: empty space charged)" if weight else "photographs: no transparent pixels)")
     ]
     dm.ensure_device(torch.device("cpu"))

@@ -53,6 +53,6 @@ def test_fused_training_rays_equal_the_torch_path(
         torch.testing.assert_close(got, want[key], rtol=0, atol=2e-6)
     batch = present_fields(ts.train_rays(view_ids, ix, iy, ux, uy, bg, with_alpha=True))  # the same keys
     assert set(batch) == set(want)
-    if "alpha" in want:  # RGBA images: the target opacity of model.alpha_weight
+    if "alpha" in want:  # RGBA images: the target opacity of model.net.loss.alpha_weight
         torch.testing.assert_close(batch["alpha"], want["alpha"], rtol=0, atol=0)
     assert ts.undistortion.enabled == (capture == "scene")

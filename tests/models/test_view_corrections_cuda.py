@@ -18,9 +18,11 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU CI
 from nerf_lightning.models.appearance import PerViewExposure  # noqa: E402
 from nerf_lightning.models.camera_opt import CameraOptimizer  # noqa: E402
 from nerf_lightning.models.field import NGPField  # noqa: E402
+from nerf_lightning.models.loss import StepLoss  # noqa: E402
 from nerf_lightning.models.train_step import TrainStep, autocast_for, capture, train_step  # noqa: E402
 from nerf_lightning.volume.occupancy import OccupancyGrid  # noqa: E402
 from nerf_lightning.volume.renderer import Renderer  # noqa: E402
+from tests.nerf_modules import nerf_module  # noqa: E402
 from tests.ray_batches import ray_batch  # noqa: E402
 
 DEV = torch.device("cuda")
@@ -51,7 +53,8 @@ def _setup(seed: int = 0):
         exposure.log_gain.normal_(0.0, 0.1, generator=g)
         exposure.offset.normal_(0.0, 0.01, generator=g)
     step = TrainStep(
-        field, Renderer(grid, ops_backend="cuda"), "huber", 0.1, sample_budget=1 << 16, march_budget=1 << 18,
+        field, Renderer(grid, ops_backend="cuda"), StepLoss("huber", 0.1), sample_budget=1 << 16,
+        march_budget=1 << 18,
         n_rays_init=2048, jitter=False, camera_opt=cam, appearance=exposure,
     ).to(DEV)  # fmt: skip
     groups = [
@@ -158,11 +161,9 @@ def test_the_position_gradient_runs_the_kernels_not_the_reference(monkeypatch) -
 
 def test_module_builds_the_components_into_its_graphed_step() -> None:
     """NeRFModule hands its enabled components to the budgeted step (their parameters are the graph's)."""
-    from nerf_lightning.models.module import NeRFModule
-
     poses = torch.eye(4)[:3].expand(N_VIEWS, 3, 4).clone()
     poses[:, :, 3] = torch.randn(N_VIEWS, 3)
-    module = NeRFModule(
+    module = nerf_module(
         field=functools.partial(NGPField),
         optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
         step=functools.partial(train_step, sample_budget=1 << 16),

@@ -16,6 +16,7 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU CI
     pytest.skip("needs an NVIDIA GPU", allow_module_level=True)
 
 from nerf_lightning.models.field import NGPField  # noqa: E402
+from nerf_lightning.models.loss import StepLoss  # noqa: E402
 from nerf_lightning.models.train_step import TrainStep, capture  # noqa: E402
 from nerf_lightning.ops import cuda as cu  # noqa: E402
 from nerf_lightning.volume.occupancy import OccupancyGrid  # noqa: E402
@@ -106,8 +107,8 @@ def test_budgeted_render_cuda_equals_reference():
 def _step(field, grid, jitter=False, distortion_weight=0.0):
     renderer = Renderer(grid, ops_backend="cuda")
     return TrainStep(
-        field, renderer, "huber", 0.1, sample_budget=1 << 16, march_budget=1 << 18, n_rays_init=2048,
-        jitter=jitter, distortion_weight=distortion_weight,
+        field, renderer, StepLoss("huber", 0.1, distortion_weight=distortion_weight), sample_budget=1 << 16,
+        march_budget=1 << 18, n_rays_init=2048, jitter=jitter,
     ).to(DEV)  # fmt: skip
 
 

@@ -134,7 +134,7 @@ def test_a_grid_tcnn_sizes_differently_is_refused_in_one_line() -> None:
     """16 levels from 2 to 64: tcnn's float32 scale of a dense level falls on the other side of an
     integer than ours, so its table would be laid out differently."""
     with pytest.raises(
-        ValueError, match=r"^model.field.encoding.backend=tcnn: tiny-cuda-nn sizes level \d+ "
+        ValueError, match=r"^model.net.field.encoding.backend=tcnn: tiny-cuda-nn sizes level \d+ "
     ):
         HashEncoding(n_levels=16, base_resolution=2, max_resolution=64, backend="tcnn")
     HashEncoding(n_levels=16, base_resolution=2, max_resolution=64, backend="cuda")  # ours is fine
@@ -201,6 +201,6 @@ def test_checkpoints_move_between_backends_as_they_are() -> None:
 def test_mlp_backend_tcnn_is_refused_in_one_line() -> None:
     from nerf_lightning.models.field import NGPField
 
-    refused = r"^model.field.mlp_backend=tcnn: expected one of auto, torch \(tcnn's FullyFusedMLP has no"
+    refused = r"^model.net.field.mlp_backend=tcnn: expected one of auto, torch \(tcnn's FullyFusedMLP has no"
     with pytest.raises(ValueError, match=refused):
         NGPField(mlp_backend="tcnn")

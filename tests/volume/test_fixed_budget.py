@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from nerf_lightning.models.field import NGPField
+from nerf_lightning.models.loss import StepLoss
 from nerf_lightning.models.train_step import StepStats, TrainStep
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import Renderer, SampleBudget, ray_distortion, render_counts
@@ -90,7 +91,7 @@ def test_budget_step_loss_is_the_mean_over_valid_rays_and_the_ray_count_adapts()
     step = TrainStep(
         field,
         renderer,
-        "mse",
+        StepLoss("mse"),
         sample_budget=300,
         march_budget=1200,
         n_rays_init=24,
@@ -123,8 +124,8 @@ def test_budget_step_adds_the_distortion_loss_of_the_valid_rays() -> None:
     field, renderer, o, d, bg = _setup()
     target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
     kw = dict(sample_budget=300, march_budget=1200, n_rays_init=24, min_rays=2, jitter=False)
-    plain, _, valid, _ = TrainStep(field, renderer, "mse", **kw)(ray_batch(o, d, target, bg))
-    step = TrainStep(field, renderer, "mse", distortion_weight=0.5, **kw)
+    plain, _, valid, _ = TrainStep(field, renderer, StepLoss("mse"), **kw)(ray_batch(o, d, target, bg))
+    step = TrainStep(field, renderer, StepLoss("mse", distortion_weight=0.5), **kw)
     regularized, _, valid_r, _ = step(ray_batch(o, d, target, bg))
     assert torch.equal(valid, valid_r) and 0 < int(valid.sum()) < 24
     fixed = renderer.render_rays(
@@ -142,8 +143,8 @@ def test_budget_step_adds_the_opacity_loss_of_the_valid_rays() -> None:
     gen = torch.Generator().manual_seed(5)
     target, alpha = torch.rand(24, 3, generator=gen), torch.rand(24, generator=gen)
     kw = dict(sample_budget=300, march_budget=1200, n_rays_init=24, min_rays=2, jitter=False)
-    plain, _, valid, _ = TrainStep(field, renderer, "mse", **kw)(ray_batch(o, d, target, bg))
-    step = TrainStep(field, renderer, "mse", alpha_weight=0.5, **kw)
+    plain, _, valid, _ = TrainStep(field, renderer, StepLoss("mse"), **kw)(ray_batch(o, d, target, bg))
+    step = TrainStep(field, renderer, StepLoss("mse", alpha_weight=0.5), **kw)
     views = torch.zeros(24, dtype=torch.int64)
     weighted, _, valid_a, _ = step(ray_batch(o, d, target, bg, views, alpha))
     assert torch.equal(valid, valid_a) and 0 < int(valid.sum()) < 24
@@ -171,9 +172,9 @@ def test_distortion_runs_through_the_renderers_ops(monkeypatch: pytest.MonkeyPat
     field, renderer, o, d, bg = _setup()
     target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
     kw = dict(sample_budget=300, march_budget=1200, n_rays_init=24, min_rays=2, jitter=False)
-    TrainStep(field, renderer, "mse", distortion_weight=0.5, **kw)(ray_batch(o, d, target, bg))
+    TrainStep(field, renderer, StepLoss("mse", distortion_weight=0.5), **kw)(ray_batch(o, d, target, bg))
     assert calls == [(300,)]
-    TrainStep(field, renderer, "mse", **kw)(ray_batch(o, d, target, bg))
+    TrainStep(field, renderer, StepLoss("mse"), **kw)(ray_batch(o, d, target, bg))
     assert len(calls) == 1  # weight 0: not run
 
 
@@ -183,7 +184,8 @@ def test_budget_step_follows_the_batch_rule_capacity_and_the_clock_rate() -> Non
     field, renderer, o, d, bg = _setup()
     target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
     step = TrainStep(
-        field, renderer, "mse", sample_budget=150, march_budget=600, n_rays_init=12, min_rays=2, jitter=False
+        field, renderer, StepLoss("mse"), sample_budget=150, march_budget=600, n_rays_init=12, min_rays=2,
+        jitter=False
     )
     step.set_capacity_scale(2.0)
     step.set_clock_rate(2.0)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from nerf_lightning.run.model_node import instantiate_model
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import Renderer
 
@@ -86,13 +87,12 @@ def test_near_plane_hides_what_lies_closer_to_the_camera(near: float, chord: flo
 
 
 def test_default_config_sets_the_near_plane_of_the_renderer(tmp_path) -> None:
-    import hydra
 
     from nerf_lightning.run.config import compose_train_config
 
     cfg = compose_train_config([], tmp_path)
-    assert cfg.model.renderer.near_plane == 0.2
-    module = hydra.utils.instantiate(cfg.model, aabb_scale=1)
+    assert cfg.model.net.renderer.near_plane == 0.2
+    module = instantiate_model(cfg.model, {"aabb_scale": 1})
     assert module.renderer.near_plane == 0.2
 
 

@@ -87,7 +87,7 @@ class HashEncoding(nn.Module):
         check_arguments(HashEncoding, locals())
         if max_resolution < base_resolution:  # the one rule between two keys
             raise ValueError(
-                f"model.field.encoding.max_resolution={max_resolution}: expected >= base_resolution "
+                f"model.net.field.encoding.max_resolution={max_resolution}: expected >= base_resolution "
                 f"({base_resolution})"
             )
         max_resolution = max_resolution * aabb_scale
@@ -142,7 +142,7 @@ class HashEncoding(nn.Module):
         if theirs != self.offsets:
             level = next(i for i, (a, b) in enumerate(zip(theirs, self.offsets, strict=True)) if a != b) - 1
             raise ValueError(
-                f"model.field.encoding.backend=tcnn: tiny-cuda-nn sizes level {level} of this grid "
+                f"model.net.field.encoding.backend=tcnn: tiny-cuda-nn sizes level {level} of this grid "
                 f"differently ({theirs[level + 1] - theirs[level]} entries, ours "
                 f"{self.offsets[level + 1] - self.offsets[level]}): use backend=cuda, or another "
                 "base_resolution / max_resolution"

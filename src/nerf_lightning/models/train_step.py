@@ -1,7 +1,7 @@
 """The training forward: rays -> loss, one path for every configuration.
 
 :class:`TrainStep` applies the per-view corrections, renders, and computes the loss, the optional
-distortion and opacity terms and the step's statistics. With a sample budget (``model.step``'s
+distortion and opacity terms and the step's statistics. With a sample budget (``model.net.step``'s
 default, instant-ngp's and nerfacc's 2^18 samples per step) the shapes are static: the batch holds
 ``R`` ray slots, the first ``n_active`` are marched, and the renderer keeps rays in order while their
 samples fit. After each call ``n_active`` is re-estimated *on the device* from the measured samples
@@ -13,7 +13,7 @@ once as CUDA graphs and replayed (:func:`capture`): one launch instead of ~150. 
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -21,28 +21,22 @@ from torch import Tensor, nn
 from nerf_lightning.config_keys import check_arguments
 from nerf_lightning.config_schema import Formerly, Injected, KeysOf, Note, Range
 from nerf_lightning.data.ray_batch import RayBatch
+from nerf_lightning.models.loss import StepLoss
 from nerf_lightning.volume.renderer import Renderer, SampleBudget, opacity_error, ray_distortion
 
 __all__ = [
-    "RENDER_ALPHA_WEIGHT",
     "THROUGHPUT_HEADROOM",
     "StepStats",
     "TrainStep",
     "autocast_for",
     "capture",
     "holds_tcnn",
-    "resolve_alpha_weight",
     "train_step",
     "warm_capture_stream",
 ]
 
 #: Under batch_rule=throughput a rank may take up to this many times its even share of the budget.
 THROUGHPUT_HEADROOM = 1.5
-#: ``model.alpha_weight=auto`` on renders: trained over white (the render recipe until 2026-12-07), lego
-#: over black gained 7.4 dB at 20k steps for no loss over white
-#: (docs/investigations/2026-12-03-empty-space-in-renders.md); photographs have no transparent pixels to
-#: learn from.
-RENDER_ALPHA_WEIGHT = 0.1
 
 
 class StepStats(NamedTuple):
@@ -73,7 +67,11 @@ class TrainStep(nn.Module):
         field: the radiance field (``models/field.py``), shared with the LightningModule.
         renderer: the renderer (owns the occupancy grid and the ops backend), shared with the
             LightningModule.
-        loss: ``huber`` (delta ``huber_delta``) or ``mse``, per ray the mean over the channels.
+        loss: the loss's kind and weights (``models/loss.py``: ``model.net.loss``, ``alpha_weight``
+            resolved); None: its defaults. Per ray the mean over the channels; the distortion term
+            (``ops.distortion_loss`` of the renderer's ops, mean over the valid rays) and the opacity
+            term (mean over the valid rays of ``(opacity - alpha)^2`` against the batch's ``alpha``)
+            are added with their weights, and left out of the step at weight 0.
         sample_budget: sample slots of the differentiable pass (instant-ngp: 2^18); None: no budget,
             every ray of the batch is rendered.
         march_budget: sample slots of the marching / no-grad density pass (>= sample_budget).
@@ -81,11 +79,6 @@ class TrainStep(nn.Module):
         min_rays: lower bound of the adapted ray count.
         adapt_momentum: weight of the previous estimate when ``n_active`` is re-estimated.
         jitter: randomize each ray's first sample (training; off only for exact comparisons).
-        distortion_weight: weight of mip-NeRF 360's distortion loss (``ops.distortion_loss`` of the
-            renderer's ops, mean over the valid rays) added to the loss; 0 leaves it out of the step.
-        alpha_weight: weight of the opacity loss, the mean over the valid rays of ``(opacity - alpha)^2``
-            against the batch's ``alpha`` [R] (the training images' alpha), added to the loss; 0
-            leaves it out of the step.
         camera_opt: learned pose corrections (``models/camera_opt.py``) applied to each ray by the
             batch's ``view_ids`` before marching, or None.
         appearance: learned per-view exposure (``models/appearance.py``) applied to each ray's colour
@@ -109,8 +102,7 @@ class TrainStep(nn.Module):
         self,
         field: nn.Module,
         renderer: Renderer,
-        loss: Annotated[Literal["huber", "mse"], Injected("NeRFModule: model.loss")] = "huber",
-        huber_delta: Annotated[float, Range(above=0), Injected("NeRFModule: model.huber_delta")] = 0.1,
+        loss: Annotated[StepLoss | None, Injected("build_nerf: model.net.loss, resolved")] = None,
         *,
         sample_budget: Annotated[
             int | None,
@@ -127,11 +119,9 @@ class TrainStep(nn.Module):
         n_rays_init: Annotated[int, Range(low=1), Formerly("model.n_rays_init")] = 4096,
         min_rays: Annotated[int, Range(low=1)] = 64,
         adapt_momentum: Annotated[float, Range(low=0, below=1)] = 0.5,
-        jitter: Annotated[bool, Injected("NeRFModule: model.jitter")] = True,
-        distortion_weight: Annotated[float, Injected("NeRFModule: model.distortion_weight")] = 0.0,
-        alpha_weight: Annotated[float, Injected("NeRFModule: model.alpha_weight resolved")] = 0.0,
-        camera_opt: Annotated[nn.Module | None, Injected("NeRFModule: model.camera_opt")] = None,
-        appearance: Annotated[nn.Module | None, Injected("NeRFModule: model.appearance")] = None,
+        jitter: Annotated[bool, Formerly("model.jitter")] = True,
+        camera_opt: Annotated[nn.Module | None, Injected("build_nerf: model.net.camera_opt")] = None,
+        appearance: Annotated[nn.Module | None, Injected("build_nerf: model.net.appearance")] = None,
     ) -> None:
         super().__init__()
         check_arguments(TrainStep, locals())
@@ -139,12 +129,15 @@ class TrainStep(nn.Module):
             march_budget = 4 * sample_budget if march_budget is None else march_budget
             if march_budget < sample_budget:  # the one rule between two keys
                 raise ValueError(
-                    f"model.step.march_budget={march_budget}: expected >= model.step.sample_budget "
+                    f"model.net.step.march_budget={march_budget}: expected >= model.net.step.sample_budget "
                     f"({sample_budget})"
                 )
         self.field = field
         self.renderer = renderer
-        self.loss, self.huber_delta = loss, float(huber_delta)
+        loss = loss if loss is not None else StepLoss()
+        if loss.alpha_weight == "auto":
+            raise ValueError("TrainStep: resolve the loss's alpha_weight=auto first (StepLoss.resolved)")
+        self.loss, self.huber_delta = loss.kind, loss.huber_delta
         #: whether the step runs under a fixed sample budget (static shapes)
         self.budgeted = sample_budget is not None
         self.base_sample_budget = self.sample_budget = int(sample_budget or 0)
@@ -153,8 +146,8 @@ class TrainStep(nn.Module):
         self.base_adapt_momentum = self.adapt_momentum = float(adapt_momentum)
         self.n_rays_init = int(n_rays_init)
         self.jitter = bool(jitter)
-        self.distortion_weight = float(distortion_weight)
-        self.alpha_weight = float(alpha_weight)
+        self.distortion_weight = loss.distortion_weight
+        self.alpha_weight = float(loss.alpha_weight)
         self.camera_opt = camera_opt
         self.appearance = appearance
         if self.budgeted:
@@ -268,15 +261,14 @@ class TrainStep(nn.Module):
 
 
 def train_step(
-    field: Annotated[nn.Module, Injected("NeRFModule: its field")],
-    renderer: Annotated[Renderer, Injected("NeRFModule: its renderer")],
-    loss: Annotated[str, Injected("NeRFModule: model.loss")] = "huber",
-    huber_delta: Annotated[float, Injected("NeRFModule: model.huber_delta")] = 0.1,
+    field: Annotated[nn.Module, Injected("build_nerf: its field")],
+    renderer: Annotated[Renderer, Injected("build_nerf: its renderer")],
+    loss: Annotated[StepLoss | None, Injected("build_nerf: model.net.loss, resolved")] = None,
     **kwargs: Annotated[Any, KeysOf(TrainStep)],
 ) -> TrainStep:
-    """The ``model.step`` config node: a :class:`TrainStep` (``sample_budget: null``: no budget, the CPU
-    preset). ``NeRFModule`` passes the field, the renderer, the loss and the per-view components."""
-    return TrainStep(field, renderer, loss, huber_delta, **kwargs)
+    """The ``model.net.step`` config node: a :class:`TrainStep` (``sample_budget: null``: no budget, the
+    CPU preset). ``build_nerf`` passes the field, the renderer, the loss and the per-view components."""
+    return TrainStep(field, renderer, loss, **kwargs)
 
 
 def autocast_for(precision: str | int | None) -> Any:
@@ -410,15 +402,3 @@ def warm_capture_stream(module: nn.Module, args: tuple[Tensor, ...]) -> None:
         first = out[0] if isinstance(out, tuple) else out
         torch.autograd.grad(first, params, allow_unused=True)
     torch.cuda.current_stream().wait_stream(stream)
-
-
-#: ``model.alpha_weight``: the opacity loss's weight, or ``auto`` (:func:`resolve_alpha_weight`)
-AlphaWeight = Annotated[float | Literal["auto"], Range(low=0), Note("auto: 0.1 on renders, 0 on photographs")]
-
-
-def resolve_alpha_weight(alpha_weight: float | str, photograph: bool) -> float:
-    """``model.alpha_weight`` (:data:`AlphaWeight`, checked by ``NeRFModule``): a weight >= 0, or ``auto``
-    (:data:`RENDER_ALPHA_WEIGHT` for renders, 0 for photographs)."""
-    if alpha_weight == "auto":
-        return 0.0 if photograph else RENDER_ALPHA_WEIGHT
-    return float(alpha_weight)

@@ -241,14 +241,14 @@ def hash_encoding_backend(requested: str, x: torch.Tensor) -> str:
         if not x.is_cuda:
             _warn_once(
                 "hash:tcnn",
-                "model.field.encoding.backend=tcnn: the input is not on a CUDA device; using the torch "
+                "model.net.field.encoding.backend=tcnn: the input is not on a CUDA device; using the torch "
                 "hash encoding (the same table).",
             )
             return "torch"
         why = _tcnn_unavailable()
         if why is not None:
             raise RuntimeError(
-                f"model.field.encoding.backend=tcnn: tinycudann does not import ({why}); build it "
+                f"model.net.field.encoding.backend=tcnn: tinycudann does not import ({why}); build it "
                 "(docs/tcnn.md) or use backend=auto"
             )
         return "tcnn"
@@ -257,7 +257,7 @@ def hash_encoding_backend(requested: str, x: torch.Tensor) -> str:
             return "cuda"
         _warn_once(
             "hash:cuda",
-            "model.field.encoding.backend=cuda: the CUDA extension is unavailable or the input is not on "
+            "model.net.field.encoding.backend=cuda: the CUDA extension is unavailable or the input is not on "
             "CUDA; using the torch hash encoding.",
         )
         return "torch"

@@ -10,9 +10,11 @@ rebuild the same way on one device.
 
 The stored config names classes by their import path (``_target_``) at the time of writing; paths that
 have moved since are mapped to their new place when the file is read (:data:`MOVED_TARGETS`). A model
-config of the flat layout (``model.near_plane``, ``model.sample_budget``, ...) gets today's
-``renderer`` and ``step`` nodes, holding its values (:func:`upgrade_model_keys`); keys that were removed
-since are dropped (``run/config.py``'s ``REMOVED_KEYS``).
+config of an earlier layout (the flat ``model.near_plane``, ``model.sample_budget``, ...; the nodes
+``model.field``, ``model.renderer``, ... and loss keys ``model.loss``, ``model.huber_delta``, ... before
+``model.net``) gets today's nodes, holding its values (:func:`upgrade_model_keys`); keys that were
+removed since are dropped (``run/config.py``'s ``REMOVED_KEYS``). The model is rebuilt with the values
+the train app passed (``run/model_node.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from nerf_lightning.run.checkpoint_callbacks import CHECKPOINT_KEY
 from nerf_lightning.run.checkpoint_io import read_checkpoint
 from nerf_lightning.run.config import CONF_DIR, drop_removed_keys
 from nerf_lightning.run.config_tree import key_aliases
+from nerf_lightning.run.model_node import instantiate_model
 
 __all__ = [
     "MOVED_TARGETS",
@@ -80,24 +83,28 @@ def upgrade_targets(node: Any) -> Any:
 
 
 def upgrade_model_keys(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` (plain run config) with a flat-layout ``model`` section moved into today's nodes: each
-    flat key of :func:`~nerf_lightning.run.config_tree.key_aliases` goes to its node, the nodes it lacks
-    come from ``conf/model/ngp.yaml``."""
+    """``config`` (plain run config) with an earlier layout's ``model`` section moved into today's nodes:
+    each old key of :func:`~nerf_lightning.run.config_tree.key_aliases` directly under ``model`` goes to
+    its place (a node's old spelling moves the whole node), the nodes it lacks come from
+    ``conf/model/ngp.yaml``. Whole nodes move first, so that an old flat key lands in the node it names."""
     model = config.get("model")
-    flat = {
-        old.removeprefix("model."): new.removeprefix("model.")
+    moves = {
+        old.removeprefix("model.").rstrip("."): new.removeprefix("model.").rstrip(".")
         for old, new in key_aliases().items()
-        if not old.endswith(".")
     }
+    flat = {old: new for old, new in moves.items() if "." not in old}
     if not isinstance(model, dict) or not any(key in model for key in flat):
         return config
-    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "ngp.yaml"))
-    assert isinstance(defaults, dict)
+    defaults = OmegaConf.load(CONF_DIR / "model" / "ngp.yaml")
     upgraded = OmegaConf.create({k: v for k, v in model.items() if k not in flat})
-    for node in {new.split(".")[0] for new in flat.values()}:
-        if node not in upgraded:
-            upgraded[node] = defaults[node]
-    for old, new in flat.items():
+    for new in flat.values():  # the first node on the way to each key that the config lacks: ngp.yaml's
+        parts = new.split(".")
+        for depth in range(1, len(parts)):
+            prefix = ".".join(parts[:depth])
+            if OmegaConf.select(upgraded, prefix) is None:
+                OmegaConf.update(upgraded, prefix, OmegaConf.select(defaults, prefix), merge=False)
+                break
+    for old, new in sorted(flat.items(), key=lambda item: not isinstance(model.get(item[0]), dict)):
         if old in model:
             OmegaConf.update(upgraded, new, model[old], merge=False)
     return {**config, "model": OmegaConf.to_container(upgraded)}
@@ -150,7 +157,7 @@ class RestoredRun:
     def build_model(self, overrides: Mapping[str, Any] | None = None) -> L.LightningModule:
         """The trained LightningModule (on the CPU, in eval mode)."""
         node = self.node("model", overrides)
-        model = hydra.utils.instantiate(node, **self.instantiate_kwargs.get("model", {}))
+        model = instantiate_model(node, self.instantiate_kwargs.get("model", {}))
         try:
             model.load_state_dict(self.checkpoint["state_dict"], strict=True)
         except RuntimeError as err:

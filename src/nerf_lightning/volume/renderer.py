@@ -103,11 +103,11 @@ def build_renderer(
     ] = LARGE_SCENE_CONE_ANGLE,
     **kwargs: Annotated[Any, KeysOf(Renderer)],
 ) -> Renderer:
-    """The renderer of a scene whose outer box is ``aabb_scale`` (the ``model.renderer`` config node).
+    """The renderer of a scene whose outer box is ``aabb_scale`` (the ``model.net.renderer`` config node).
 
     Args:
         aabb_scale: the capture's outer box (``NeRFModule`` passes it).
-        occupancy: factory of the occupancy grid (``model.renderer.occupancy``), called with
+        occupancy: factory of the occupancy grid (``model.net.renderer.occupancy``), called with
             ``aabb_scale``.
         cone_angle: the marching step grows as ``t * cone_angle``. None follows instant-ngp:
             ``large_scene_cone_angle`` when ``aabb_scale > 1`` (real captures with background), else 0.
@@ -442,7 +442,7 @@ def ray_distortion(out: RenderedRays, ops: Any | None = None) -> Tensor:
 
 def opacity_error(out: RenderedRays, alpha: Tensor) -> Tensor:
     """Squared error [R] of a render result's opacity against the target ``alpha`` [R] (the opacity
-    loss of ``model.alpha_weight``), differentiable."""
+    loss of ``model.net.loss.alpha_weight``), differentiable."""
     return (out.opacity.reshape(-1) - alpha).square()
 
 
