@@ -52,7 +52,7 @@ def test_dry_run_prints_every_jobs_exact_command(capsys: pytest.CaptureFixture[s
         "-m nerf_lightning.train logger=csv callbacks.progress_bar=null "
         "trainer.check_val_every_n_epoch=100000 callbacks.model_checkpoint=null "
         f"callbacks.last_checkpoint=null data.path={data / 'fruit'} "
-        "model.net.renderer.gradient_scaling_distance=null "
+        "model.renderer.gradient_scaling_distance=null "
         f"trainer.max_steps=2000 seed=8 hydra.run.dir={run}"
     ) in out
     assert "(missing under" in out  # no captures in the empty data folder: those jobs would be skipped
