@@ -8,7 +8,7 @@ model that memorizes the views instead of forming geometry. Each variant is the 
 
     python -m benchmarks.capture_ab --path ../shared/data/fruit --steps 2000
     python -m benchmarks.capture_ab --path ../shared/data/fruit --variants baseline,near_0.2
-    python -m benchmarks.capture_ab --path CAPTURE --variant mse="model.loss=mse"
+    python -m benchmarks.capture_ab --path CAPTURE --variant mse="model.net.loss.kind=mse"
     python -m benchmarks.capture_ab --path ../shared/data/fruit --cpu-repro --steps 400
 
 ``--cpu-repro`` adds :data:`CPU_REPRO` to every variant: the fruit failure's reproduction on a CPU at
@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 _SMALL_HASH = [
-    "model.field.encoding.n_levels=8",
-    "model.field.encoding.log2_hashmap_size=15",
-    "model.field.encoding.max_resolution=512",
+    "model.net.field.encoding.n_levels=8",
+    "model.net.field.encoding.log2_hashmap_size=15",
+    "model.net.field.encoding.max_resolution=512",
 ]
 #: the fruit failure on a CPU: 1/16 resolution, 512 rays per step, 32^3 occupancy grid, step 0.03,
 #: cone 1/16, at most 64 samples per ray; the hash grid is left to the variants
@@ -45,20 +45,19 @@ CPU_REPRO = [
     "accelerator=cpu",
     "data.downscale=16",
     "data.batch_size=512",
-    "model.step.sample_budget=null",
-    "model.renderer.ops_backend=torch",
-    "model.field.encoding.backend=torch",
-    "model.renderer.occupancy.resolution=32",
-    "model.renderer.step_size=0.03",
-    "model.renderer.large_scene_cone_angle=0.0625",
-    "model.renderer.max_samples_per_ray=64",
+    "model.net.step.sample_budget=null",
+    "model.net.backend=torch",
+    "model.net.renderer.occupancy.resolution=32",
+    "model.net.renderer.step_size=0.03",
+    "model.net.renderer.large_scene_cone_angle=0.0625",
+    "model.net.renderer.max_samples_per_ray=64",
 ]
 _COARSE_MARCH = [
-    "model.renderer.step_size=0.0067658",
-    "model.renderer.large_scene_cone_angle=0.015625",
-    "model.renderer.max_samples_per_ray=256",
-    "model.renderer.occupancy.resolution=64",
-    "model.renderer.occupancy.warmup_steps=64",
+    "model.net.renderer.step_size=0.0067658",
+    "model.net.renderer.large_scene_cone_angle=0.015625",
+    "model.net.renderer.max_samples_per_ray=256",
+    "model.net.renderer.occupancy.resolution=64",
+    "model.net.renderer.occupancy.warmup_steps=64",
 ]
 #: name -> overrides. Each isolates one candidate cause. On a CPU at 1/16 resolution the fruit capture
 #: fails with the default hash grid and reconstructs with ``small_hash`` (README); ``res_512``,
@@ -71,21 +70,21 @@ VARIANTS: dict[str, list[str]] = {
     "cpu_recipe": [*_SMALL_HASH, *_COARSE_MARCH, "data.batch_size=2048"],
     "small_hash": _SMALL_HASH,
     # the three halves of small_hash, one at a time
-    "res_512": ["model.field.encoding.max_resolution=512"],
-    "table_15": ["model.field.encoding.log2_hashmap_size=15"],
-    "levels_8": ["model.field.encoding.n_levels=8"],
-    "res_64": ["model.field.encoding.max_resolution=64"],
-    "base_512": ["model.field.encoding.base_resolution=512"],
+    "res_512": ["model.net.field.encoding.max_resolution=512"],
+    "table_15": ["model.net.field.encoding.log2_hashmap_size=15"],
+    "levels_8": ["model.net.field.encoding.n_levels=8"],
+    "res_64": ["model.net.field.encoding.max_resolution=64"],
+    "base_512": ["model.net.field.encoding.base_resolution=512"],
     "coarse_march": _COARSE_MARCH,
     "downscale_4": ["data.downscale=4"],
     # samples start 0.2 (NGP units) from the camera: no per-view floaters right in front of a camera
-    "near_0.2": ["++model.renderer.near_plane=0.2"],
+    "near_0.2": ["++model.net.renderer.near_plane=0.2"],
     # smaller outer box: less space behind the scene where one view's rays pass alone
     "aabb_2": ["data.aabb_scale=2"],
     # instant-ngp's initial density (exp(x) with x ~ 0, i.e. sigma ~ 1) instead of exp(x - 1)
-    "bias_0": ["model.field.density_bias=0.0"],
+    "bias_0": ["model.net.field.density_bias=0.0"],
     # every op on the PyTorch reference (the test oracle): rules the CUDA kernels in or out (slow)
-    "torch_ops": ["model.renderer.ops_backend=torch", "model.field.encoding.backend=torch"],
+    "torch_ops": ["model.net.backend=torch"],
 }
 DEFAULT_VARIANTS = "baseline,small_hash,res_512,table_15,levels_8"
 

@@ -71,13 +71,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         model = build_model(cfg, dm)[0].to(device)
         step = model.train_step_fn.to(device)
         optimizer = model.optimizer_factory(params=model.parameters())
-        inputs = model.step_inputs(dm.train_batch(dm.batch_size))
+        batch = dm.train_batch(dm.batch_size)
 
         def data_step() -> None:
             dm.train_batch(dm.batch_size)
 
         def train_step() -> None:
-            loss = step(*inputs)[0]
+            loss = step(batch)[0]
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -54,14 +54,14 @@ DEFAULT: dict[str, tuple[str, ...]] = {"default": ()}
 
 # --------------------------------------------------------------------------------------- variants
 INGP_PIXELS = ("data.pixel_jitter=true",)  # instant-ngp's pixels: random points inside them
-NO_GS = ("model.renderer.gradient_scaling_distance=null",)
-NO_NEAR = ("model.renderer.near_plane=0.0",)
+NO_GS = ("model.net.renderer.gradient_scaling_distance=null",)
+NO_NEAR = ("model.net.renderer.near_plane=0.0",)
 _LW = "data.samplers.loss_weighted"
 LW = ("data.sampler=loss_weighted",)
 LW_STRONG = (*LW, f"{_LW}.alpha=2.0", f"{_LW}.uniform_floor=0.1")
 LW_WEAK = (*LW, f"{_LW}.alpha=0.5", f"{_LW}.uniform_floor=0.5")
 SAMPLERS = {**DEFAULT, "lw": LW}
-_ENC = "model.field.encoding"
+_ENC = "model.net.field.encoding"
 TABLE = {f"t{n}": (f"{_ENC}.log2_hashmap_size={n}",) for n in (19, 20, 21, 24)}
 LEVELS_8 = (f"{_ENC}.n_levels=8",)
 LAYOUTS = {
@@ -70,11 +70,11 @@ LAYOUTS = {
     "6x8": (f"{_ENC}.n_levels=6", f"{_ENC}.n_features_per_level=8"),
 }
 #: candidates for the background of real captures (fruit's garbled wall, blurred bed, floaters)
-PHOTO_BACKGROUND = {**DEFAULT, "t21": TABLE["t21"], "dist_0.001": ("model.distortion_weight=0.001",)}
+PHOTO_BACKGROUND = {**DEFAULT, "t21": TABLE["t21"], "dist_0.001": ("model.net.loss.distortion_weight=0.001",)}
 # 1/512: 2x far samples
-FAR_CONE = {**DEFAULT, "cone_512": ("model.renderer.large_scene_cone_angle=0.001953125",)}
-POSES = ("model.camera_opt.enabled=true",)
-EXPOSURE = ("model.appearance.enabled=true",)
+FAR_CONE = {**DEFAULT, "cone_512": ("model.net.renderer.large_scene_cone_angle=0.001953125",)}
+POSES = ("model.net.camera_opt.enabled=true",)
+EXPOSURE = ("model.net.appearance.enabled=true",)
 VIEWS = {**DEFAULT, "poses": POSES, "exposure": EXPOSURE, "both": (*POSES, *EXPOSURE)}
 VIEW_SEEDS = {"fox": SEEDS, "fruit": (42, 5, 6)}
 PRECISIONS = {"p32": ("precision=32",), "bf16": ("precision=bf16-mixed",), "fp16": ("precision=16-mixed",)}
@@ -84,18 +84,19 @@ GPU_0 = {"CUDA_VISIBLE_DEVICES": "0"}
 #: The CPU test's tiny run (seconds on 2 cores): small grid, coarse marching, a 24x24 scene.
 TINY = (
     "accelerator=cpu", "experiment=cpu", "data.path={exp_dir}/scene", "data.batch_size=128",
-    "data.steps_per_epoch=8", "model.renderer.occupancy.resolution=16",
-    "model.renderer.occupancy.warmup_steps=4",
-    "model.renderer.occupancy.update_every=4", f"{_ENC}.n_levels=4", f"{_ENC}.log2_hashmap_size=12",
-    f"{_ENC}.max_resolution=64", "model.renderer.max_samples_per_ray=32", "model.renderer.step_size=0.054",
+    "data.steps_per_epoch=8", "model.net.renderer.occupancy.resolution=16",
+    "model.net.renderer.occupancy.warmup_steps=4",
+    "model.net.renderer.occupancy.update_every=4", f"{_ENC}.n_levels=4", f"{_ENC}.log2_hashmap_size=12",
+    f"{_ENC}.max_resolution=64", "model.net.renderer.max_samples_per_ray=32",
+    "model.net.renderer.step_size=0.054",
     "model.save_val_images=false",
 )  # fmt: skip
 #: ``make test-repro``'s recipe on the generated fruit-like capture: ``benchmarks.capture_ab.CPU_REPRO``
 #: without the downscale (the generated views have the real capture's 1/16 size).
 GENERATED_RECIPE = (
-    "accelerator=cpu data.batch_size=512 model.step.sample_budget=null model.renderer.ops_backend=torch "
-    f"{_ENC}.backend=torch model.renderer.occupancy.resolution=32 model.renderer.step_size=0.03 "
-    "model.renderer.large_scene_cone_angle=0.0625 model.renderer.max_samples_per_ray=64"
+    "accelerator=cpu data.batch_size=512 model.net.step.sample_budget=null model.net.backend=torch "
+    "model.net.renderer.occupancy.resolution=32 model.net.renderer.step_size=0.03 "
+    "model.net.renderer.large_scene_cone_angle=0.0625 model.net.renderer.max_samples_per_ray=64"
 )
 
 
@@ -257,13 +258,13 @@ add("hash-levels", "8 hash levels against 16: lego and fox 5k steps, fruit 2000 
 add("hash-layout", "hash grids of one size: 16x2 (default), 8x4, 6x8 levels x features; lego, fruit",
     *lanes_ab([("lego", LAYOUTS, (1,), 5000), ("fruit", LAYOUTS, (42,), 2000)]), data=("lego", "fruit"))
 add("distortion", "mip-NeRF 360's distortion loss (weights 0.01, 0.001) on fruit, seeds 8 and 6",
-    *lanes_ab([("fruit", {**DEFAULT, "dist_0.01": ("model.distortion_weight=0.01",),
-                          "dist_0.001": ("model.distortion_weight=0.001",)}, (8, 6), 2000)]),
+    *lanes_ab([("fruit", {**DEFAULT, "dist_0.01": ("model.net.loss.distortion_weight=0.01",),
+                          "dist_0.001": ("model.net.loss.distortion_weight=0.001",)}, (8, 6), 2000)]),
     data=("fruit",))
 add("sample-budget", "lego 20k steps alone: 2^18 samples per step (default) against a fixed 8192 rays",
     train("budget", "lego", steps=20000, seed=1, shared=False),
-    train("rays_8192", "lego", "model.step.sample_budget=null", "data.batch_size=8192", steps=20000, seed=1,
-          baseline="budget", expected_s=240, timeout_s=420), data=("lego",))
+    train("rays_8192", "lego", "model.net.step.sample_budget=null", "data.batch_size=8192", steps=20000,
+          seed=1, baseline="budget", expected_s=240, timeout_s=420), data=("lego",))
 
 add("views-5k", "learned camera poses / exposure / both against neither: fox and fruit 5k steps, 3 seeds "
     "(~10 min)",
@@ -284,7 +285,7 @@ add("views-speed", "steps/s alone, 3000 steps: lego and fox by default (both off
 
 add("precision", "lego and fox 5k steps alone: 32 (the baseline), bf16-mixed, 16-mixed; lego bf16 with "
     "torch MLPs",
-    *ab("lego", {**PRECISIONS, "bf16_torch_mlp": ("precision=bf16-mixed", "model.field.mlp_backend=torch")},
+    *ab("lego", {**PRECISIONS, "bf16_torch_mlp": ("precision=bf16-mixed", "model.net.backend=torch")},
         (1,), 5000, baseline="p32", shared=False),
     *ab("fox", PRECISIONS, (1,), 5000, baseline="p32", shared=False), data=("lego", "fox"))
 add("step-census", "the graphed lego step outside Lightning per precision: wall, GPU span, kernels",
@@ -514,9 +515,10 @@ add("fruit-generated", "the generated fruit-like capture on the CPU: neither fix
            expected_s=20, timeout_s=300),
     module("capture_ab", "benchmarks.capture_ab", "--path", "{exp_dir}/capture", "--steps", "400",
            "--variants", "baseline,table_15",
-           "--variant", "neither=model.renderer.near_plane=0.0 model.renderer.gradient_scaling_distance=null",
-           "--variant", "near_plane_only=model.renderer.gradient_scaling_distance=null",
-           "--variant", "scaling_only=model.renderer.near_plane=0.0", "--common", GENERATED_RECIPE,
+           "--variant",
+           "neither=model.net.renderer.near_plane=0.0 model.net.renderer.gradient_scaling_distance=null",
+           "--variant", "near_plane_only=model.net.renderer.gradient_scaling_distance=null",
+           "--variant", "scaling_only=model.net.renderer.near_plane=0.0", "--common", GENERATED_RECIPE,
            "--out", "{run_dir}/capture_ab.json", read=readers.capture_ab_json, gpus=0,
            expected_s=600, timeout_s=1800))
 FOX_20K = ("trainer.max_steps=20000", "hydra.run.dir={run_dir}")

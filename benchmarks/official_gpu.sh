@@ -94,8 +94,8 @@ screen)
     # past a minute, where the field fits its training views and not the test views
     # (docs/benchmarks/2026-12-07.md). The screen of 2026-12-07 ran, at 20,400 steps, the training
     # background, the opacity loss at 1.0, a 2^21 table and a tenth of the occupancy threshold.
-    DEFAULT_CANDIDATES="default=;alpha_0.1=model.alpha_weight=0.1;t18=model.field.encoding.log2_hashmap_size=18"
-    DEFAULT_CANDIDATES+=";res1024=model.field.encoding.max_resolution=1024;sh3=model.field.sh_degree=3"
+    DEFAULT_CANDIDATES="default=;alpha_0.1=model.net.loss.alpha_weight=0.1;t18=model.net.field.encoding.log2_hashmap_size=18"
+    DEFAULT_CANDIDATES+=";res1024=model.net.field.encoding.max_resolution=1024;sh3=model.net.field.sh_degree=3"
     DEFAULT_CANDIDATES+=";decay_03=model.scheduler.decay_start=0.3"
     IFS=';' read -r -a cands <<<"${CANDIDATES:-$DEFAULT_CANDIDATES}"
     lanes=${LANES:-3}

@@ -29,7 +29,7 @@ class BudgetedStep:
         self.model = build_model(cfg, dm)[0].to(self.device)  # as the train app: the capture's seams
         self.fn = self.model.train_step_fn
         if not self.fn.budgeted:
-            raise ValueError("bench: the step needs a sample budget (model.step.sample_budget is null)")
+            raise ValueError("bench: the step needs a sample budget (model.net.step.sample_budget is null)")
         self.fn.to(self.device)
         self.fn.set_capacity_scale(scale)
         self.n_rays = max(1, int(dm.batch_size * scale))
@@ -39,9 +39,7 @@ class BudgetedStep:
         )
         self.graphed = self.device.type == "cuda"
         if self.graphed:  # the step's graph reads the batch graph's buffers, as in training
-            b = dm.draw(self.n_rays)
-            args = self.model.step_inputs(b)
-            self.fn = capture(self.fn, args, precision, share_inputs=True)
+            self.fn = capture(self.fn, dm.draw(self.n_rays), precision, share_inputs=True)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.graphed and precision == "16-mixed")
 
     def forward_backward(self) -> torch.Tensor:
@@ -50,7 +48,7 @@ class BudgetedStep:
 
         b = self.dm.draw(self.n_rays)
         with autocast_for(self.precision) if self.graphed else nullcontext():
-            loss, _, _, stats = self.fn(*self.model.step_inputs(b))
+            loss, _, _, stats = self.fn(b)
         self.scaler.scale(loss).backward()
         return stats
 

@@ -3,7 +3,7 @@
     python -m benchmarks.tcnn [--quick] [--json PATH] [--markdown PATH] [--lego PATH]
         [--lego-seconds 60] [--dry-run]
 
-Rows, each for ``model.backend`` cuda (ours) and tcnn, fp32 and fp16 tables:
+Rows, each for ``model.net.backend`` cuda (ours) and tcnn, fp32 and fp16 tables:
 
 - hash encoding forward+backward (instant-ngp's grid: L=16, F=2, T=2^19, 16..2048) at 2^18 and 2^20
   points, points/s (medians of CUDA-event timings after warm-up);
@@ -83,6 +83,7 @@ def make_step(
     backend: str, device: torch.device, precision: str, graphed: bool, budget: int, grid: dict
 ) -> Callable[[], None]:
     """One optimizer step of the budgeted training step on a shell-shaped occupancy grid."""
+    from nerf_lightning.data.ray_batch import RayBatch
     from nerf_lightning.models.field import NGPField
     from nerf_lightning.models.train_step import TrainStep, autocast_for, capture
     from nerf_lightning.volume.occupancy import OccupancyGrid
@@ -106,13 +107,16 @@ def make_step(
     d = torch.nn.functional.normalize(
         0.5 + 0.3 * torch.rand(n_slots, 3, device=device, generator=gen) - o, dim=-1
     )
-    args = (o, d, torch.rand(n_slots, 3, device=device, generator=gen), torch.rand(n_slots, 3, device=device))
+    zeros = torch.zeros(n_slots, dtype=torch.int64, device=device)
+    rgb = torch.rand(n_slots, 3, device=device, generator=gen)
+    background = torch.rand(n_slots, 3, device=device)
+    batch = RayBatch(o, d, rgb, background, zeros, px=zeros, py=zeros)
     opt = torch.optim.Adam(field.parameters(), lr=1e-2, betas=(0.9, 0.99), eps=1e-15)
-    run: Any = capture(step, args, precision) if graphed else step
+    run: Any = capture(step, batch, precision) if graphed else step
 
     def one() -> None:
         with autocast_for(precision):
-            loss = run(*args)[0]
+            loss = run(batch)[0]
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -156,7 +160,7 @@ def bench_lego(path: str, seconds: float, out: Path, graph_ok: dict[str, bool]) 
             "experiment=blender",
             f"data.path={path}",
             "logger=csv",
-            f"model.backend={backend}",
+            f"model.net.backend={backend}",
         ]
         if not graph_ok.get(backend, True):
             overrides.append("model.cuda_graph=false")

@@ -11,15 +11,15 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 #: a short CPU training on a small rendering of the default scene (its objects, at 40x40 pixels)
 TINY = [
     "data.batch_size=512",
-    "model.step.sample_budget=null",  # fixed rays per step
+    "model.net.step.sample_budget=null",  # fixed rays per step
     "data.steps_per_epoch=60",
-    "model.renderer.occupancy.resolution=32",
-    "model.renderer.occupancy.warmup_steps=16",
-    "model.field.encoding.n_levels=8",
-    "model.field.encoding.log2_hashmap_size=14",
-    "model.field.encoding.max_resolution=256",
-    "model.renderer.step_size=0.0135",
-    "model.renderer.max_samples_per_ray=128",
+    "model.net.renderer.occupancy.resolution=32",
+    "model.net.renderer.occupancy.warmup_steps=16",
+    "model.net.field.encoding.n_levels=8",
+    "model.net.field.encoding.log2_hashmap_size=14",
+    "model.net.field.encoding.max_resolution=256",
+    "model.net.renderer.step_size=0.0135",
+    "model.net.renderer.max_samples_per_ray=128",
     "trainer.check_val_every_n_epoch=1000",
     "trainer.log_every_n_steps=10",
     "callbacks.progress_bar=null",
@@ -27,7 +27,7 @@ TINY = [
     "logger=csv",
     # the opacity loss (off by default) on these renders: the mesh export of the 120-step run needs it
     # (texture 25.2 dB against 24.9 without it, and the objects' full extent)
-    "model.alpha_weight=auto",
+    "model.net.loss.alpha_weight=auto",
 ]
 TRAINED_STEPS = 120
 
@@ -38,13 +38,13 @@ TINY_TRAIN = [
     "logger=csv",
     "data.batch_size=512",
     "data.steps_per_epoch=20",
-    "model.renderer.occupancy.resolution=32",
-    "model.renderer.occupancy.warmup_steps=16",
-    "model.field.encoding.n_levels=4",
-    "model.field.encoding.log2_hashmap_size=12",
-    "model.field.encoding.max_resolution=64",
-    "model.renderer.step_size=0.0135",
-    "model.renderer.max_samples_per_ray=64",
+    "model.net.renderer.occupancy.resolution=32",
+    "model.net.renderer.occupancy.warmup_steps=16",
+    "model.net.field.encoding.n_levels=4",
+    "model.net.field.encoding.log2_hashmap_size=12",
+    "model.net.field.encoding.max_resolution=64",
+    "model.net.renderer.step_size=0.0135",
+    "model.net.renderer.max_samples_per_ray=64",
     "callbacks.progress_bar=null",
     "trainer.enable_model_summary=false",
 ]

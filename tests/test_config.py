@@ -20,7 +20,7 @@ def test_default_config_resolves(compose_cfg) -> None:
     cfg = compose_cfg()
     container = OmegaConf.to_container(cfg, resolve=True)
     assert container["data"]["path"] is None
-    assert container["model"]["field"]["encoding"]["n_levels"] == 16
+    assert container["model"]["net"]["field"]["encoding"]["n_levels"] == 16
     # precision=auto, resolved per machine: 32-true without an Ampere+ GPU (utils/precision.py)
     expected = (
         "bf16-mixed"
@@ -91,7 +91,7 @@ def test_cpu_preset_composes(compose_cfg) -> None:
     cfg = compose_cfg("experiment=cpu", "data.downscale=8", "trainer.max_steps=200")
     assert cfg.accelerator == "cpu"
     assert cfg.data.downscale == 8 and cfg.trainer.max_steps == 200  # user overrides win over the preset
-    assert cfg.model.backend == "torch"
+    assert cfg.model.net.backend == "torch"
 
 
 def test_auto_precision_is_bf16_mixed_on_ampere_and_later_gpus_only(monkeypatch) -> None:
@@ -119,15 +119,15 @@ def test_experiment_presets(compose_cfg, monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.setenv("NERF_LIGHTNING_FOX", str(tmp_path))
     cfg = compose_cfg("experiment=fox")
     assert cfg.data.path == str(tmp_path) and cfg.data.format == "ngp"
-    assert cfg.model.renderer.cone_angle == pytest.approx(1 / 256)
+    assert cfg.model.net.renderer.cone_angle == pytest.approx(1 / 256)
     assert compose_cfg("experiment=fox", "data.path=/data/fox").data.path == "/data/fox"
 
     blender = compose_cfg("experiment=blender", "data.path=/data/lego")
-    assert (blender.data.format, blender.model.renderer.cone_angle) == ("blender", 0.0)
+    assert (blender.data.format, blender.model.net.renderer.cone_angle) == ("blender", 0.0)
     fast, quality, default = compose_cfg("experiment=fast"), compose_cfg("experiment=quality"), compose_cfg()
     assert fast.trainer.max_steps < default.trainer.max_steps < quality.trainer.max_steps
-    assert (fast.model.field.encoding.log2_hashmap_size < default.model.field.encoding.log2_hashmap_size
-            < quality.model.field.encoding.log2_hashmap_size)
+    sizes = [c.model.net.field.encoding.log2_hashmap_size for c in (fast, default, quality)]
+    assert sizes[0] < sizes[1] < sizes[2]
 
 
 def test_grad_exchange_bf16_reaches_ddp_and_fsdp(compose_cfg) -> None:

@@ -22,31 +22,34 @@ from nerf_lightning.run.checkpoint_callbacks import LastCheckpoint
 from nerf_lightning.viewer.callback import ViewerCallback
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import Renderer, build_renderer
+from tests.nerf_modules import nerf_module
 
 
 def _module(**kwargs: Any) -> NeRFModule:
-    return NeRFModule(field=functools.partial(NGPField), optimizer=torch.optim.Adam, **kwargs)
+    return nerf_module(field=functools.partial(NGPField), optimizer=torch.optim.Adam, **kwargs)
 
 
 @pytest.mark.parametrize(
     ("build", "line"),
     [
         (lambda: Renderer(OccupancyGrid(resolution=8), near_plane=-1.0),
-         "model.renderer.near_plane=-1.0: expected a number >= 0"),
+         "model.net.renderer.near_plane=-1.0: expected a number >= 0"),
         (lambda: build_renderer(cone_angle=-0.5),
-         "model.renderer.cone_angle=-0.5: expected a number >= 0 or null"),
+         "model.net.renderer.cone_angle=-0.5: expected a number >= 0 or null"),
         (lambda: HashEncoding(log2_hashmap_size=31),
-         "model.field.encoding.log2_hashmap_size=31: expected an integer >= 1 and <= 30 (log2 of the entries "
+         "model.net.field.encoding.log2_hashmap_size=31: expected an integer >= 1 and <= 30 (log2 of the "
+         "entries "
          "per level)"),
         (lambda: HashEncoding(backend="jax"),
-         "model.backend=jax: expected one of auto, cuda, tcnn, torch"),
+         "model.net.backend=jax: expected one of auto, cuda, tcnn, torch"),
         (lambda: NGPField(sh_degree=5),
-         "model.field.sh_degree=5: expected an integer >= 1 and <= 4 (spherical-harmonics bands)"),
-        (lambda: _module(loss="l1"), "model.loss=l1: expected one of huber, mse"),
+         "model.net.field.sh_degree=5: expected an integer >= 1 and <= 4 (spherical-harmonics bands)"),
+        (lambda: _module(loss="l1"), "model.net.loss.kind=l1: expected one of huber, mse"),
         (lambda: _module(alpha_weight=-1.0),
-         "model.alpha_weight=-1.0: expected a number >= 0 or auto (auto: 0.1 on renders, 0 on photographs)"),
+         "model.net.loss.alpha_weight=-1.0: expected a number >= 0 or auto (auto: 0.1 on renders, 0 on "
+         "photographs)"),
         (lambda: CameraOptimizer(2, gauge="rigid"),
-         "model.camera_opt.gauge=rigid: expected one of similarity, none"),
+         "model.net.camera_opt.gauge=rigid: expected one of similarity, none"),
         (lambda: LossWeightedRaySampler([4], [4], ema_decay=1.0),
          "data.samplers.loss_weighted.ema_decay=1.0: expected a number >= 0 and < 1"),
         (lambda: LastCheckpoint(".", check_every_n_steps=0),
@@ -70,9 +73,9 @@ def test_a_refused_argument_is_named_by_its_key(build: Any, line: str) -> None:
     ("build", "line"),
     [
         (lambda: HashEncoding(base_resolution=64, max_resolution=32),
-         "model.field.encoding.max_resolution=32: expected >= base_resolution (64)"),
+         "model.net.field.encoding.max_resolution=32: expected >= base_resolution (64)"),
         (lambda: TrainStep(None, None, sample_budget=1024, march_budget=512),  # type: ignore[arg-type]
-         "model.step.march_budget=512: expected >= model.step.sample_budget (1024)"),
+         "model.net.step.march_budget=512: expected >= model.net.step.sample_budget (1024)"),
     ],
 )  # fmt: skip
 def test_a_rule_between_two_keys_is_one_line(build: Any, line: str) -> None:
@@ -88,8 +91,8 @@ def test_values_on_the_bounds_pass() -> None:
 
 
 def test_the_keys_follow_the_yaml() -> None:
-    assert config_key(HashEncoding, "n_levels") == "model.field.encoding.n_levels"  # KeysOf(HashEncoding)
-    assert config_key(Renderer, "step_size") == "model.renderer.step_size"  # **kwargs: KeysOf(Renderer)
+    assert config_key(HashEncoding, "n_levels") == "model.net.field.encoding.n_levels"  # KeysOf(HashEncoding)
+    assert config_key(Renderer, "step_size") == "model.net.renderer.step_size"  # **kwargs: KeysOf(Renderer)
     assert config_key(ViewerCallback, "port") == "viewer.port"
     assert config_key(ViewerCallback, "export_dir") == "paths.output_dir"
     assert config_key(LossWeightedRaySampler, "alpha") == "data.samplers.loss_weighted.alpha"

@@ -24,9 +24,9 @@ def test_user_errors_of_train_are_one_line(compose_cfg, tiny_scene: Path, capsys
     line = user_error_line(capsys, lambda: train(compose_cfg("data.path=/no/such/capture", "logger=none")))
     assert "/no/such/capture: capture path does not exist" in line
 
-    cfg = compose_cfg(f"data.path={tiny_scene}", "model.loss=l1", "logger=none", "accelerator=cpu")
+    cfg = compose_cfg(f"data.path={tiny_scene}", "model.net.loss.kind=l1", "logger=none", "accelerator=cpu")
     line = user_error_line(capsys, lambda: train(cfg))
-    assert line == "error: model.loss=l1: expected one of huber, mse"
+    assert line == "error: model.net.loss.kind=l1: expected one of huber, mse"
 
     monkeypatch.delenv("NERF_LIGHTNING_FOX", raising=False)
     line = user_error_line(capsys, lambda: train(compose_cfg("experiment=fox", "logger=none")))
@@ -38,14 +38,23 @@ def test_user_errors_of_train_are_one_line(compose_cfg, tiny_scene: Path, capsys
 
 
 def test_the_opacity_loss_on_photographs_is_a_user_error(compose_cfg, tmp_path: Path, capsys) -> None:
-    """``model.alpha_weight`` needs images with alpha: on opaque photographs the run stops before training."""
+    """``model.net.loss.alpha_weight`` needs images with alpha: on opaque photographs the run stops before
+    training."""
     from nerf_lightning.data.synthetic import generate_scene
 
     photos = generate_scene(tmp_path / "phone", n_views=9, width=24, height=20, supersample=1, rig="phone")
-    overrides = (f"data.path={photos.parent}", "model.alpha_weight=0.5", "logger=none", "accelerator=cpu")
+    overrides = (
+        f"data.path={photos.parent}",
+        "model.net.loss.alpha_weight=0.5",
+        "logger=none",
+        "accelerator=cpu",
+    )
     cfg = compose_cfg(*overrides)
     line = user_error_line(capsys, lambda: train(cfg))
-    assert f"model.alpha_weight=0.5: the training images of {photos.parent} carry no alpha channel" in line
+    assert (
+        f"model.net.loss.alpha_weight=0.5: the training images of {photos.parent} carry no alpha channel"
+        in line
+    )
     assert not (Path(cfg.paths.output_dir) / "checkpoints").exists()
 
 

@@ -7,7 +7,7 @@ A constructor built from the config calls :func:`check_arguments` first::
 
 The first argument its annotation refuses (``config_schema.spec_of``) raises one line that names the key
 a user sets, read from the YAML under ``conf/`` where the constructor is the ``_target_`` of a node
-(:func:`config_key`): ``model.renderer.step_size=0: expected a number > 0``. So a range is written once,
+(:func:`config_key`): ``model.net.renderer.step_size=0: expected a number > 0``. So a range is written once,
 in the annotation, and its message follows the key wherever the YAML moves it. A rule between two
 arguments (``max_resolution >= base_resolution``) is no annotation: the constructor states it itself.
 
@@ -120,8 +120,8 @@ def nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]]:
 @functools.cache
 def homes() -> dict[str, tuple[str, DictConfig]]:
     """``{_target_: (key, node)}``: the first node of ``conf/`` that builds each target, and the node
-    that a project target hands to a ``KeysOf`` receiver (``model.field.encoding`` for ``HashEncoding``;
-    ``**kwargs: KeysOf(Renderer)`` passes ``model.renderer`` itself on)."""
+    that a project target hands to a ``KeysOf`` receiver (``model.net.field.encoding`` for ``HashEncoding``;
+    ``**kwargs: KeysOf(Renderer)`` passes ``model.net.renderer`` itself on)."""
     found: dict[str, tuple[str, DictConfig]] = {}
     for _, package, content in node_files():
         for path, node in nodes(content, package):

@@ -30,9 +30,10 @@ def test_numeric_precision_override_is_accepted() -> None:
 def test_encoding_alias() -> None:
     assert normalize_argv(
         ["model.encoding.log2_hashmap_size=15,17,19", "+model.encoding.x=1", "~model.encoding.y",
-         "model.field.encoding.n_levels=8", "data.path=/data/model.encoding.z", "precision=32"]
-    ) == ["model.field.encoding.log2_hashmap_size=15,17,19", "+model.field.encoding.x=1",
-          "~model.field.encoding.y", "model.field.encoding.n_levels=8", "data.path=/data/model.encoding.z",
+         "model.net.field.encoding.n_levels=8", "data.path=/data/model.encoding.z", "precision=32"]
+    ) == ["model.net.field.encoding.log2_hashmap_size=15,17,19", "+model.net.field.encoding.x=1",
+          "~model.net.field.encoding.y", "model.net.field.encoding.n_levels=8",
+          "data.path=/data/model.encoding.z",
           "precision='32'"]  # fmt: skip
 
 
@@ -47,7 +48,7 @@ def test_checkpoint_app_argv() -> None:
         "++model.val_chunk=8",
         "+data.k=1",
         "precision='32'",
-        "++model.field.encoding.n_levels=4",
+        "++model.net.field.encoding.n_levels=4",
     ]
     assert normalize_argv(["ckpt=run"], positional="what") == ["ckpt=run"]
     assert normalize_argv(["-m", "mesh"], positional="what") == ["-m", "mesh"]  # only a leading word

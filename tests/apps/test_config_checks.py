@@ -30,8 +30,8 @@ NO_DATA = "data.path=/no/such/capture"
         ("trainer.max_steps=2.5", "trainer.max_steps=2.5: expected an integer >= -1"),
         ("data.batch_size=0", "data.batch_size=0: expected an integer >= 1 (rays per step)"),
         ("data.batch_size=-5", "data.batch_size=-5: expected an integer >= 1"),
-        ("model.renderer.step_size=0", "model.renderer.step_size=0: expected a number > 0"),
-        ("model.renderer.step_size=nan", "model.renderer.step_size=nan: expected a number > 0"),
+        ("model.net.renderer.step_size=0", "model.net.renderer.step_size=0: expected a number > 0"),
+        ("model.net.renderer.step_size=nan", "model.net.renderer.step_size=nan: expected a number > 0"),
         ("data.max_val_views=0", "data.max_val_views=0: expected an integer >= 1 or null"),
         ("data.aabb_scale=3", "data.aabb_scale=3: expected a power of two <= 128 or null"),
         ("model.optimizer.lr=-0.01", "model.optimizer.lr=-0.01: expected a number > 0"),
@@ -40,11 +40,11 @@ NO_DATA = "data.path=/no/such/capture"
         ("resume=sometimes", "resume=sometimes: expected one of never, auto"),
         ("grad_exchange=fp16", "grad_exchange=fp16: expected one of fp32, bf16"),
         (
-            "model.alpha_weight=sometimes",
-            "model.alpha_weight=sometimes: expected a number >= 0 or auto "
+            "model.net.loss.alpha_weight=sometimes",
+            "model.net.loss.alpha_weight=sometimes: expected a number >= 0 or auto "
             "(auto: 0.1 on renders, 0 on photographs)",
         ),
-        ("model.alpha_weight=-1", "model.alpha_weight=-1: expected a number >= 0 or auto"),
+        ("model.net.loss.alpha_weight=-1", "model.net.loss.alpha_weight=-1: expected a number >= 0 or auto"),
         ("devices=4", "devices=4: strategy=single trains on one device; for 4 processes use strategy=ddp"),
         ("devices=two", "devices=two: expected auto, a number of devices >= 1"),
         # numpy's global generator (seeded by Lightning) takes 32 bits
@@ -90,7 +90,7 @@ def test_a_gpu_that_is_not_there_is_refused(compose_cfg) -> None:
         ["strategy=ddp", "devices=2"],
         ["strategy=fsdp", "devices=2", "accelerator=cpu"],
         ["trainer.max_steps=0"],
-        ["model.step.sample_budget=null", "data.max_val_views=3", "model.renderer.cone_angle=null"],
+        ["model.net.step.sample_budget=null", "data.max_val_views=3", "model.net.renderer.cone_angle=null"],
     ],
 )
 def test_every_shipped_preset_passes(compose_cfg, overrides: list[str]) -> None:

@@ -22,13 +22,13 @@ pytestmark = pytest.mark.slow
 FIT = ["model.heldout_fit.steps=4", "model.heldout_fit.rays=256"]
 #: learned poses and exposures, and the fit in the final evaluation
 CORRECTED = [
-    "model.camera_opt.enabled=true", "model.appearance.enabled=true", "model.heldout_fit.enabled=true"
+    "model.net.camera_opt.enabled=true", "model.net.appearance.enabled=true", "model.heldout_fit.enabled=true"
 ]  # fmt: skip
 #: the budgeted step of a GPU run, sized for the 40-pixel scene (as tests/apps/test_exit_codes.py)
 GPU = [
-    "accelerator=gpu", "logger=none", "callbacks.progress_bar=null", "model.step.sample_budget=4096",
-    "model.step.march_budget=16384", "model.step.n_rays_init=256", "data.batch_size=2048",
-    "model.renderer.occupancy.resolution=32", "trainer.check_val_every_n_epoch=1000",
+    "accelerator=gpu", "logger=none", "callbacks.progress_bar=null", "model.net.step.sample_budget=4096",
+    "model.net.step.march_budget=16384", "model.net.step.n_rays_init=256", "data.batch_size=2048",
+    "model.net.renderer.occupancy.resolution=32", "trainer.check_val_every_n_epoch=1000",
     "trainer.enable_model_summary=false",
 ]  # fmt: skip
 

@@ -365,8 +365,9 @@ def test_sigterm_and_divergence_under_the_cuda_graphed_step(tiny_scene: Path, co
 
     gpu = [
         f"data.path={tiny_scene}", "accelerator=gpu", "logger=none", "callbacks.progress_bar=null",
-        "model.step.sample_budget=4096", "model.step.march_budget=16384", "model.step.n_rays_init=256",
-        "data.batch_size=2048", "model.renderer.occupancy.resolution=32", "trainer.max_steps=60",
+        "model.net.step.sample_budget=4096", "model.net.step.march_budget=16384",
+        "model.net.step.n_rays_init=256",
+        "data.batch_size=2048", "model.net.renderer.occupancy.resolution=32", "trainer.max_steps=60",
         "trainer.log_every_n_steps=10", "trainer.check_val_every_n_epoch=1000",
         "trainer.enable_model_summary=false",
     ]  # fmt: skip

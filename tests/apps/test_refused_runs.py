@@ -80,9 +80,9 @@ def nan_ckpt(trained_run, tmp_path: Path) -> tuple[Path, str]:
     [
         ("a bad value", ["data.shard=maybe"], EXIT_USER_ERROR,
          r"error: data\.shard=maybe: expected one of True, False, auto \(auto: with several ranks\)$"),
-        ("another model", ["model.field.encoding.log2_hashmap_size=12"], EXIT_USER_ERROR,
+        ("another model", ["model.net.field.encoding.log2_hashmap_size=12"], EXIT_USER_ERROR,
          r"error: ckpt_path=last: {last}: its weights do not fit this run's model \(.*\); this command "
-         r"changes model\.field\.encoding\.log2_hashmap_size=12 \(the checkpoint's run: 14\): drop that "
+         r"changes model\.net\.field\.encoding\.log2_hashmap_size=12 \(the checkpoint's run: 14\): drop that "
          r"override to continue the run$"),
         ("other image sizes", ["data.downscale=2"], EXIT_USER_ERROR,
          r"error: ckpt_path=last: {last}: its training views differ from this run's \(the checkpoint's "

@@ -99,7 +99,11 @@ def test_budgeted_training_learns_and_adapts_its_ray_count(tiny_scene: Path, com
     """The GPU default (a fixed sample budget, static shapes) on the CPU reference path."""
     scene = tiny_scene
     torch.set_num_threads(2)
-    budget = ["model.step.sample_budget=3072", "model.step.march_budget=8192", "model.step.n_rays_init=128"]
+    budget = [
+        "model.net.step.sample_budget=3072",
+        "model.net.step.march_budget=8192",
+        "model.net.step.n_rays_init=128",
+    ]
     untrained = train(compose_cfg(f"data.path={scene}", "trainer.max_steps=0", *TINY, *budget))
     rays = _RayCount()
     metrics = train(

@@ -20,10 +20,10 @@ def test_curve_runs_each_checkpoint_and_writes_json_and_plot(tmp_path: Path) -> 
     out = tmp_path / "curve"
     overrides = [
         "experiment=cpu", "logger=none", f"data.path={scene}", "data.batch_size=256",
-        "model.renderer.occupancy.resolution=16", "model.field.encoding.n_levels=4",
-        "model.field.encoding.max_resolution=64",
-        "model.renderer.step_size=0.03", "model.renderer.max_samples_per_ray=32",
-        "model.renderer.occupancy.warmup_steps=4",
+        "model.net.renderer.occupancy.resolution=16", "model.net.field.encoding.n_levels=4",
+        "model.net.field.encoding.max_resolution=64",
+        "model.net.renderer.step_size=0.03", "model.net.renderer.max_samples_per_ray=32",
+        "model.net.renderer.occupancy.warmup_steps=4",
         "callbacks.progress_bar=null", "trainer.log_every_n_steps=2",
     ]  # fmt: skip
     # an earlier curve to compare with

@@ -13,11 +13,11 @@ REPO = Path(__file__).resolve().parents[2]
 #: the CPU preset at its smallest (a 24x24 scene: seconds a run); the held-out fit 2 steps a view
 TINY = (
     "accelerator=cpu experiment=cpu data.batch_size=128 data.steps_per_epoch=8 "
-    "model.renderer.occupancy.resolution=16 model.renderer.occupancy.warmup_steps=4 "
-    "model.renderer.occupancy.update_every=4 model.field.encoding.n_levels=4 "
-    "model.field.encoding.log2_hashmap_size=12 model.field.encoding.max_resolution=64 "
-    "model.renderer.max_samples_per_ray=32 model.renderer.step_size=0.054 model.save_val_images=false "
-    "model.heldout_fit.steps=2 trainer.log_every_n_steps=2"
+    "model.net.renderer.occupancy.resolution=16 model.net.renderer.occupancy.warmup_steps=4 "
+    "model.net.renderer.occupancy.update_every=4 model.net.field.encoding.n_levels=4 "
+    "model.net.field.encoding.log2_hashmap_size=12 model.net.field.encoding.max_resolution=64 "
+    "model.net.renderer.max_samples_per_ray=32 model.net.renderer.step_size=0.054 "
+    "model.save_val_images=false model.heldout_fit.steps=2 trainer.log_every_n_steps=2"
 )
 
 

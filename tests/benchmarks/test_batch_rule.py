@@ -221,12 +221,12 @@ def test_step_scaling_runs_on_the_cpu_and_its_rows_feed_the_prediction(
     from benchmarks import step_scaling
 
     tiny = [
-        f"data.path={tiny_scene}", "data.batch_size=128", "model.step.sample_budget=2048",
-        "model.renderer.occupancy.resolution=16",
-        "model.field.encoding.n_levels=4", "model.field.encoding.log2_hashmap_size=10",
-        "model.field.encoding.max_resolution=64", "model.renderer.step_size=0.0135",
-        "model.renderer.max_samples_per_ray=64",
-        "model.renderer.ops_backend=torch", "model.field.encoding.backend=torch",
+        f"data.path={tiny_scene}", "data.batch_size=128", "model.net.step.sample_budget=2048",
+        "model.net.renderer.occupancy.resolution=16",
+        "model.net.field.encoding.n_levels=4", "model.net.field.encoding.log2_hashmap_size=10",
+        "model.net.field.encoding.max_resolution=64", "model.net.renderer.step_size=0.0135",
+        "model.net.renderer.max_samples_per_ray=64",
+        "model.net.backend=torch",
     ]  # fmt: skip
     out = tmp_path / "step_scaling.json"
     threads = torch.get_num_threads()

@@ -11,11 +11,12 @@ from benchmarks.batch_rules import overrides as imitate
 from benchmarks.capture_ab import run_variant
 from nerf_lightning.data.synthetic import generate_scene
 
-_ENC = "model.field.encoding"
+_ENC = "model.net.field.encoding"
 TINY = [
-    "accelerator=cpu", "experiment=cpu", "data.batch_size=64", "model.renderer.occupancy.resolution=16",
+    "accelerator=cpu", "experiment=cpu", "data.batch_size=64", "model.net.renderer.occupancy.resolution=16",
     f"{_ENC}.n_levels=4", f"{_ENC}.log2_hashmap_size=10", f"{_ENC}.max_resolution=32",
-    "model.renderer.max_samples_per_ray=16", "model.renderer.step_size=0.1", "model.save_val_images=false",
+    "model.net.renderer.max_samples_per_ray=16", "model.net.renderer.step_size=0.1",
+    "model.save_val_images=false",
 ]  # fmt: skip
 
 

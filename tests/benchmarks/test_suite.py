@@ -52,7 +52,7 @@ def test_dry_run_prints_every_jobs_exact_command(capsys: pytest.CaptureFixture[s
         "-m nerf_lightning.train logger=csv callbacks.progress_bar=null "
         "trainer.check_val_every_n_epoch=100000 callbacks.model_checkpoint=null "
         f"callbacks.last_checkpoint=null data.path={data / 'fruit'} "
-        "model.renderer.gradient_scaling_distance=null "
+        "model.net.renderer.gradient_scaling_distance=null "
         f"trainer.max_steps=2000 seed=8 hydra.run.dir={run}"
     ) in out
     assert "(missing under" in out  # no captures in the empty data folder: those jobs would be skipped
@@ -113,7 +113,7 @@ def test_every_training_override_of_the_table_composes(tmp_path: Path) -> None:
             cfg = compose_train_config(normalize_argv(overrides), tmp_path / f"c{i}")
         finally:
             GlobalHydra.instance().clear()
-        assert cfg.model.field.encoding.log2_hashmap_size in (10, 12, 19, 20, 21, 24)
+        assert cfg.model.net.field.encoding.log2_hashmap_size in (10, 12, 19, 20, 21, 24)
 
 
 def test_the_gpu_tests_leave_the_viewer_out_where_viser_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -219,12 +219,12 @@ def test_in_lanes_balances_expected_time_in_order() -> None:
 
 
 def test_ab_pairs_each_variant_with_the_default_at_its_seed() -> None:
-    jobs = ab("fox", {"default": (), "x": ("model.loss=mse",)}, (1, 2), 100)
+    jobs = ab("fox", {"default": (), "x": ("model.net.loss.kind=mse",)}, (1, 2), 100)
     assert [(j.name, j.baseline) for j in jobs] == [
         ("fox_default_s1", None), ("fox_x_s1", "fox_default_s1"),
         ("fox_default_s2", None), ("fox_x_s2", "fox_default_s2"),
     ]  # fmt: skip
-    assert "model.loss=mse" in jobs[1].argv and "seed=2" in jobs[3].argv
+    assert "model.net.loss.kind=mse" in jobs[1].argv and "seed=2" in jobs[3].argv
 
 
 # ------------------------------------------------------------------------------ baselines, readers

@@ -18,6 +18,7 @@ import torch
 
 from nerf_lightning.data.datamodule import NeRFDataModule
 from nerf_lightning.data.synthetic import generate_scene, project
+from tests.ray_batches import present_fields
 
 W, H = 24, 20
 
@@ -89,9 +90,9 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     assert len(dm.train_set.frames) == n_views - len(range(0, n_views, 8))  # every 8th held out
     assert dm.train_set.undistortion.enabled == (capture == "scene")
     dm.ensure_device(torch.device("cpu"))
-    dm.feedback.alpha_targets = True  # as a model with model.alpha_weight > 0 says it reads
+    dm.feedback.alpha_targets = True  # as a model with model.net.loss.alpha_weight > 0 says it reads
     torch.manual_seed(0)
-    b = dm.train_batch(512)
+    b = present_fields(dm.train_batch(512))
     assert b["rays_o"].shape == (512, 3) and b["rgb"].shape == (512, 3)
     assert b["view_ids"].unique().numel() == len(dm.train_set.frames)  # every view drawn
     assert b["px"].max() == W - 1 and b["py"].max() == H - 1  # both sides of the image drawn to the edge
@@ -102,7 +103,7 @@ def test_train_batch_targets_and_rays(capture: str, request: pytest.FixtureReque
     expected = rgba[:, :3] * alpha + b["background"].double().numpy() * (1 - alpha)
     np.testing.assert_allclose(b["rgb"].double().numpy(), expected, rtol=0, atol=1e-6)
     assert (alpha < 1).any() and (alpha > 0).any()  # both object and background pixels drawn
-    # the pixels' own alpha, the target of model.alpha_weight's opacity loss
+    # the pixels' own alpha, the target of model.net.loss.alpha_weight's opacity loss
     np.testing.assert_allclose(b["alpha"].double().numpy(), alpha[:, 0], rtol=0, atol=1e-6)
     # every ray goes through its own pixel, at a random position inside it (area-averaged targets)
     frac = _assert_rays_land_in_their_pixels(scene, dm, "train", b)
@@ -114,7 +115,7 @@ def _batch_with_seed(path: Path, tmp_path: Path, n: int = 128, **recipe) -> tupl
     dm.setup("fit")
     dm.ensure_device(torch.device("cpu"))
     torch.manual_seed(7)
-    return dm, dm.train_batch(n)
+    return dm, present_fields(dm.train_batch(n))
 
 
 def test_pixel_centres_over_random_backgrounds(scene: Path, tmp_path: Path) -> None:
@@ -244,7 +245,8 @@ def test_the_opacity_loss_auto_is_on_for_renders_only(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """``model.alpha_weight`` is 0 (off) by default on every capture; ``auto``, resolved where the train
+    """``model.net.loss.alpha_weight`` is 0 (off) by default on every capture; ``auto``, resolved where the
+    train
     app builds the model from the capture, is 0.1 for renders, whose batches then carry the pixels' alpha
     (the loss's target), and 0 for photographs, whose batches carry none."""
     import hydra
@@ -254,11 +256,11 @@ def test_the_opacity_loss_auto_is_on_for_renders_only(
 
     path = request.getfixturevalue(capture)
     default = compose_train_config([f"data.path={path}", "experiment=cpu"], tmp_path)
-    assert default.model.alpha_weight == 0.0
+    assert default.model.net.loss.alpha_weight == 0.0
     dm_default = hydra.utils.instantiate(default.data)
     dm_default.setup("fit")
     assert build_model(default, dm_default)[0].alpha_weight == 0.0 and not dm_default.feedback.alpha_targets
-    auto = [f"data.path={path}", "experiment=cpu", "data.batch_size=64", "model.alpha_weight=auto"]
+    auto = [f"data.path={path}", "experiment=cpu", "data.batch_size=64", "model.net.loss.alpha_weight=auto"]
     cfg = compose_train_config(auto, tmp_path)
     dm = hydra.utils.instantiate(cfg.data)
     dm.setup("fit")
@@ -267,15 +269,15 @@ def test_the_opacity_loss_auto_is_on_for_renders_only(
     assert model.alpha_weight == weight and dm.feedback.alpha_targets == (weight > 0)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("opacity loss:")]
     assert lines == [
-        f"opacity loss: model.alpha_weight=auto -> {weight:g} ("
+        f"opacity loss: model.net.loss.alpha_weight=auto -> {weight:g} ("
         + ("renders: empty space charged)" if weight else "photographs: no transparent pixels)")
     ]
     dm.ensure_device(torch.device("cpu"))
-    batch = dm.train_batch(64)
+    batch = present_fields(dm.train_batch(64))
     assert ("alpha" in batch) == (weight > 0)
     if weight:  # the renders' own alpha: some background, some object
         assert batch["alpha"].min() == 0.0 and batch["alpha"].max() == 1.0
-        assert len(model.step_inputs(batch)) == 6  # rays, targets, background, views, alpha
+        assert "alpha" in model.train_step_fn.graph_fields()  # the step reads the batch's alpha
 
 
 def test_alphas_are_the_colours_alpha_channel(scene: Path, tmp_path: Path) -> None:
@@ -294,7 +296,7 @@ def test_draw_is_the_eager_batch_off_a_gpu(scene: Path, tmp_path: Path) -> None:
     seed."""
     dm, eager = _batch_with_seed(scene, tmp_path, 64)
     torch.manual_seed(7)
-    drawn = dm.draw(64)
+    drawn = present_fields(dm.draw(64))
     assert drawn.keys() == eager.keys()
     for key, value in eager.items():
         assert torch.equal(drawn[key], value), key
@@ -308,12 +310,12 @@ def test_draw_replays_the_batch_graph_on_a_gpu(scene: Path, tmp_path: Path) -> N
     dm = NeRFDataModule(path=str(scene), batch_size=256, cache_dir=str(tmp_path / "cache"))
     dm.setup("fit")
     dm.ensure_device(torch.device("cuda"))
-    first = dm.draw(256)
+    first = present_fields(dm.draw(256))
     rays = first["rays_d"].clone()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        second = dm.draw(256)
+        second = present_fields(dm.draw(256))
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert dm._batch_graphs.captured() == {256: True}

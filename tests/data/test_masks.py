@@ -204,7 +204,7 @@ def test_the_datamodule_trains_on_kept_pixels_and_scores_held_out_views_on_them(
     dm.ensure_device(torch.device("cpu"))
     assert dm.sampler is not None and dm.sampler.kept is not None
     batch = dm.train_batch(4096)
-    assert int(torch.from_numpy(moved)[batch["py"], batch["px"]].sum()) == 0
+    assert int(torch.from_numpy(moved)[batch.py, batch.px].sum()) == 0
     val = dm.val_batch(0)
     assert torch.equal(val["keep"], torch.from_numpy(~moved.reshape(-1)))
 

@@ -11,6 +11,7 @@ import torch
 
 from nerf_lightning.data.datamodule import NeRFDataModule
 from nerf_lightning.data.synthetic import generate_scene
+from tests.ray_batches import present_fields
 
 pytestmark = pytest.mark.cuda
 
@@ -47,11 +48,11 @@ def test_fused_training_rays_equal_the_torch_path(
     bg = torch.rand(4096, 3, device=DEV, generator=g)
     fused = ts._fused_rays(view_ids, ix, iy, ux, uy, bg)
     assert fused is not None, "this camera model should take the fused kernel"
-    want = ts.batch(view_ids, ix, iy, ix.float() + ux, iy.float() + uy, bg, with_alpha=True)
+    want = present_fields(ts.batch(view_ids, ix, iy, ix.float() + ux, iy.float() + uy, bg, with_alpha=True))
     for got, key in zip(fused, ("rays_o", "rays_d", "rgb"), strict=True):
         torch.testing.assert_close(got, want[key], rtol=0, atol=2e-6)
-    batch = ts.train_rays(view_ids, ix, iy, ux, uy, bg, with_alpha=True)  # the fused path's: the same keys
+    batch = present_fields(ts.train_rays(view_ids, ix, iy, ux, uy, bg, with_alpha=True))  # the same keys
     assert set(batch) == set(want)
-    if "alpha" in want:  # RGBA images: the target opacity of model.alpha_weight
+    if "alpha" in want:  # RGBA images: the target opacity of model.net.loss.alpha_weight
         torch.testing.assert_close(batch["alpha"], want["alpha"], rtol=0, atol=0)
     assert ts.undistortion.enabled == (capture == "scene")

@@ -22,6 +22,7 @@ from runs import run_ranks
 from nerf_lightning.data.datamodule import NeRFDataModule
 from nerf_lightning.data.sampler import LossWeightedRaySampler, UniformRaySampler
 from nerf_lightning.data.shards import ShardDraw, balanced_shards
+from tests.ray_batches import present_fields
 
 N_FRAMES, SIZE = 26, (16, 12)  # test_every=8 holds out frames 0, 8, 16, 24: 22 training views
 N_TRAIN = 22
@@ -52,7 +53,7 @@ def _worker(rank: int, world: int, init_file: str, path: str, out_dir: str) -> N
         counts = torch.zeros(N_TRAIN, dtype=torch.float64)
         for _ in range(40):
             batch = dm.train_batch(2000)
-            counts += torch.bincount(batch["view_ids"], minlength=N_TRAIN).double()
+            counts += torch.bincount(batch.view_ids, minlength=N_TRAIN).double()
         held = dm.train_pixels.held_views
         torch.save(
             {
@@ -164,7 +165,7 @@ def test_host_storage_gives_the_device_batches(make_ngp) -> None:
         dm.ensure_device(torch.device("cpu"))
         assert (dm.train_pixels.host is not None) == (storage == "host")
         torch.manual_seed(7)
-        batches[storage] = [dm.train_batch(500) for _ in range(3)]
+        batches[storage] = [present_fields(dm.train_batch(500)) for _ in range(3)]
     for a, b in zip(batches["device"], batches["host"], strict=True):
         assert a.keys() == b.keys()
         for key in a:
@@ -193,7 +194,7 @@ def test_sampler_state_of_two_ranks_resumes_on_one(make_ngp) -> None:
     assert two.train_set.pixels.shape[0] == (N_TRAIN // 2) * SIZE[0] * SIZE[1]
     two.ensure_device(torch.device("cpu"))
     batch = two.train_batch(256)
-    two.sampler.update(batch["view_ids"], batch["px"], batch["py"], batch["rgb"].sum(1))
+    two.sampler.update(batch.view_ids, batch.px, batch.py, batch.rgb.sum(1))
     for step in range(300):
         two.sampler.step(step)
     state = two.state_dict()

@@ -83,12 +83,12 @@ def test_no_test_split_evaluates_all_held_out_views(make_ngp, tmp_path: Path) ->
 
 
 TINY = [
-    "model.renderer.occupancy.resolution=8",
-    "model.field.encoding.n_levels=2",
-    "model.field.encoding.log2_hashmap_size=10",
-    "model.field.encoding.max_resolution=32",
-    "model.renderer.step_size=0.05",
-    "model.renderer.max_samples_per_ray=32",
+    "model.net.renderer.occupancy.resolution=8",
+    "model.net.field.encoding.n_levels=2",
+    "model.net.field.encoding.log2_hashmap_size=10",
+    "model.net.field.encoding.max_resolution=32",
+    "model.net.renderer.step_size=0.05",
+    "model.net.renderer.max_samples_per_ray=32",
     "callbacks=none",
     "accelerator=cpu",
     "logger=none",

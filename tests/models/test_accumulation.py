@@ -11,20 +11,21 @@ import pytest
 import torch
 
 from nerf_lightning.apps.train import build_datamodule, build_model
+from nerf_lightning.data.ray_batch import RayBatch
 from nerf_lightning.data.synthetic import generate_scene
 
 SMALL = [
     "accelerator=cpu",
     "logger=none",
     "callbacks=none",
-    "model.step.sample_budget=null",
-    "model.jitter=false",
-    "model.renderer.occupancy.resolution=16",
-    "model.field.encoding.n_levels=4",
-    "model.field.encoding.log2_hashmap_size=12",
-    "model.field.encoding.max_resolution=64",
-    "model.renderer.step_size=0.02",
-    "model.renderer.max_samples_per_ray=64",
+    "model.net.step.sample_budget=null",
+    "model.net.step.jitter=false",
+    "model.net.renderer.occupancy.resolution=16",
+    "model.net.field.encoding.n_levels=4",
+    "model.net.field.encoding.log2_hashmap_size=12",
+    "model.net.field.encoding.max_resolution=64",
+    "model.net.renderer.step_size=0.02",
+    "model.net.renderer.max_samples_per_ray=64",
     "+trainer.enable_progress_bar=false",
     "trainer.enable_model_summary=false",
     "trainer.max_steps=2",
@@ -50,18 +51,18 @@ class _Grads(L.Callback):
         self.steps.append([p.grad.detach().clone() for p in pl_module.parameters()])
 
 
-def _first_step_grads(scene: Path, compose_cfg, accumulate: int, batch: dict[str, torch.Tensor]):
+def _first_step_grads(scene: Path, compose_cfg, accumulate: int, batch: RayBatch):
     cfg = compose_cfg(f"data.path={scene}", f"accumulate_grad_batches={accumulate}", *SMALL)
     dm = build_datamodule(cfg)
     dm.prepare_data()
     dm.setup("fit")
-    n = batch["rays_o"].shape[0] // accumulate
+    n = batch.n_rays // accumulate
 
-    def micro_batch(step_index: Any, dataloader_idx: int) -> dict[str, Any]:
+    def micro_batch(step_index: Any, dataloader_idx: int) -> RayBatch | dict[str, Any]:
         if not dm.trainer.training:
             return dm.val_batch(int(step_index))
         i = int(step_index) % accumulate
-        return {k: v[i * n : (i + 1) * n] for k, v in batch.items()}
+        return batch.rows(i * n, (i + 1) * n)
 
     dm.on_after_batch_transfer = micro_batch
     torch.manual_seed(0)
@@ -82,7 +83,7 @@ def test_accumulated_micro_batches_equal_one_batch(scene: Path, compose_cfg) -> 
     dm.feedback.alpha_targets = True  # the batch carries the opacity loss's target, as the model asks
     torch.manual_seed(1)
     batch = dm.train_batch(256)
-    assert "alpha" in batch
+    assert batch.alpha is not None
     whole = _first_step_grads(scene, compose_cfg, 1, batch)
     for k in (2, 4):
         split = _first_step_grads(scene, compose_cfg, k, batch)

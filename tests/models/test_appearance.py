@@ -47,5 +47,5 @@ def test_group_follows_the_main_schedule_unless_given_a_learning_rate() -> None:
     assert group.params == [exp.log_gain]
     assert PerViewExposure(3, enabled=True, lr=1e-3, bias=True).parameter_group(100).as_dict()["lr"] == 1e-3
     assert not PerViewExposure(3).enabled and PerViewExposure(3, enabled="auto", photograph=True).enabled
-    with pytest.raises(ValueError, match="model.appearance.enabled"):
+    with pytest.raises(ValueError, match="model.net.appearance.enabled"):
         PerViewExposure(3, enabled="yes")

@@ -1,9 +1,10 @@
-"""One key, ``model.backend``, chooses the ops of the whole training step; one ``model.cuda_graph``.
+"""One key, ``model.net.backend``, chooses the ops of the whole training step; one ``model.cuda_graph``.
 
-NeRFModule reads ``model.backend`` once into an ``ops.Backend`` and hands it to the field (hash and SH
-encodings, MLPs) and the renderer (marching, compositing, occupancy grid, the step's loss kernels).
-The old keys that each covered part of the step are read as the new one, on the command line and in a
-checkpoint's stored config.
+``build_nerf`` (the ``model.net`` node) reads ``model.net.backend`` once into an ``ops.Backend`` and hands
+it to the field (hash and SH encodings, MLPs) and the renderer (marching, compositing, occupancy grid, the
+step's loss kernels). The old keys that each covered part of the step are read as the new one, on the
+command line and in a checkpoint's stored config (of the layout before ``model.net`` and of the one with
+the three keys under ``model.net``).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import hydra
 import pytest
 import torch
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
+from ray_batches import ray_batch
 from runs import fork_app
 
 import nerf_lightning.models.encoding as encoding_module
@@ -25,15 +26,16 @@ from nerf_lightning.errors import EXIT_USER_ERROR
 from nerf_lightning.ops import OP_NAMES, Backend, reference, registry
 from nerf_lightning.run.checkpoint_callbacks import CHECKPOINT_KEY
 from nerf_lightning.run.config import compose_train_config
+from nerf_lightning.run.model_node import instantiate_model
 from nerf_lightning.run.restore import load_run, upgrade_moved_keys
 
 #: a small CPU model (the CPU preset, smaller still)
 SMALL = [
     "experiment=cpu",
-    "model.field.encoding.n_levels=4",
-    "model.field.encoding.log2_hashmap_size=10",
-    "model.field.encoding.max_resolution=64",
-    "model.renderer.occupancy.resolution=16",
+    "model.net.field.encoding.n_levels=4",
+    "model.net.field.encoding.log2_hashmap_size=10",
+    "model.net.field.encoding.max_resolution=64",
+    "model.net.renderer.occupancy.resolution=16",
 ]
 #: ops one training step runs: the field's, the renderer's and the step's loss
 STEP_OPS = {
@@ -45,7 +47,7 @@ STEP_OPS = {
 def _model(tmp_path: Path, *overrides: str) -> torch.nn.Module:
     cfg = compose_train_config([*SMALL, *overrides], tmp_path)
     try:
-        return hydra.utils.instantiate(cfg.model, aabb_scale=1)
+        return instantiate_model(cfg.model, {"aabb_scale": 1})
     finally:
         GlobalHydra.instance().clear()
 
@@ -68,13 +70,13 @@ def _recorded(op: Callable[..., Any], name: str, calls: list[str]) -> Callable[.
 
 
 @pytest.mark.filterwarnings("ignore:ops backend 'cuda' requested:RuntimeWarning")
-@pytest.mark.filterwarnings("ignore:model.backend=cuda:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:model.net.backend=cuda:RuntimeWarning")
 @pytest.mark.parametrize(("backend", "fuses_mlp"), [("torch", False), ("cuda", True), ("auto", True)])
 def test_model_backend_reaches_every_op_of_the_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, fuses_mlp: bool
 ) -> None:
-    module = _model(tmp_path, f"model.backend={backend}")
-    one = module.backend
+    module = _model(tmp_path, f"model.net.backend={backend}")
+    one = module.field.backend
     assert one == Backend(backend)
     holders = [module.field, module.field.encoding, module.field.direction_encoding, module.renderer]
     assert all(m.backend is one for m in holders) and module.occupancy._ops is one
@@ -91,7 +93,7 @@ def test_model_backend_reaches_every_op_of_the_step(
     fused = encoding_module.hash_encode_fused
     monkeypatch.setattr(encoding_module, "hash_encode_fused", lambda *a: ran.append("hash_grid") or fused(*a))
 
-    loss, *_ = module.train_step_fn(*_rays())
+    loss, *_ = module.train_step_fn(ray_batch(*_rays()))
     loss.backward()
     module.occupancy.update(0, module.field.density)
 
@@ -104,30 +106,49 @@ def test_model_backend_reaches_every_op_of_the_step(
 
 def test_old_keys_are_read_as_the_one_backend_and_the_one_cuda_graph(tmp_path: Path) -> None:
     for old in ("model.renderer.ops_backend", "model.field.encoding.backend", "model.field.mlp_backend"):
-        cfg = compose_train_config(["model.backend=auto", f"{old}=torch", "data.cuda_graph=false"], tmp_path)
+        overrides = ["model.net.backend=auto", f"{old}=torch", "data.cuda_graph=false"]
+        cfg = compose_train_config(overrides, tmp_path)
         try:
-            assert cfg.model.backend == "torch" and cfg.model.cuda_graph is False, old
-            assert "cuda_graph" not in cfg.data and "ops_backend" not in cfg.model.renderer
+            assert cfg.model.net.backend == "torch" and cfg.model.cuda_graph is False, old
+            assert "cuda_graph" not in cfg.data and "ops_backend" not in cfg.model.net.renderer
             assert build_datamodule(cfg).cuda_graph is False  # the train app hands model.cuda_graph over
-            module = hydra.utils.instantiate(cfg.model, aabb_scale=1)
+            module = instantiate_model(cfg.model, {"aabb_scale": 1})
         finally:
             GlobalHydra.instance().clear()
         assert module.field.encoding.backend.name == "torch" and module.renderer.backend.name == "torch"
 
 
-def test_a_checkpoint_with_the_three_backend_keys_restores_and_renders_the_same(tmp_path: Path) -> None:
+def _before_net(model: dict[str, Any]) -> dict[str, Any]:
+    """``model`` (plain config) in the layout before ``model.net`` (336a14e's): its nodes directly under
+    ``model``, the loss keys flat, ``jitter`` the module's."""
+    net = {k: v for k, v in model.pop("net").items() if k not in ("_target_", "_partial_", "backend")}
+    loss = {k: v for k, v in net.pop("loss").items() if k != "_target_"}
+    jitter = net["step"].pop("jitter")
+    return {**model, **net, "jitter": jitter, "loss": loss.pop("kind"), **loss}
+
+
+@pytest.mark.parametrize("layout", ["before_net", "under_net"])
+def test_a_checkpoint_with_the_three_backend_keys_restores_and_renders_the_same(
+    tmp_path: Path, layout: str
+) -> None:
     cfg = compose_train_config(SMALL, tmp_path)
     try:
         plain = OmegaConf.to_container(cfg, resolve=True)
-        model = hydra.utils.instantiate(cfg.model, aabb_scale=1)
+        model = instantiate_model(cfg.model, {"aabb_scale": 1})
     finally:
         GlobalHydra.instance().clear()
     plain.pop("hydra")
-    # the layout before model.backend: three keys, and a cuda_graph under data as well as model
-    del plain["model"]["backend"]
-    plain["model"]["renderer"]["ops_backend"] = "auto"
-    plain["model"]["field"]["encoding"]["backend"] = "torch"
-    plain["model"]["field"]["mlp_backend"] = "auto"
+    assert plain["model"]["net"]["backend"] == "torch"  # the CPU preset's
+    # the layouts before model.net.backend: three keys, and a cuda_graph under data as well as model
+    if layout == "before_net":
+        plain["model"] = _before_net(plain["model"])
+        parts = plain["model"]
+    else:
+        del plain["model"]["net"]["backend"]
+        parts = plain["model"]["net"]
+    parts["renderer"]["ops_backend"] = "auto"
+    parts["field"]["encoding"]["backend"] = "torch"
+    parts["field"]["mlp_backend"] = "auto"
     plain["data"]["cuda_graph"] = False
     section = {"config": plain, "instantiate_kwargs": {"model": {"aabb_scale": 1}}}
     with torch.no_grad():
@@ -136,11 +157,13 @@ def test_a_checkpoint_with_the_three_backend_keys_restores_and_renders_the_same(
     torch.save({"state_dict": model.state_dict(), "global_step": 2, CHECKPOINT_KEY: section}, ckpt)
 
     run = load_run(ckpt)
-    assert run.config.model.backend == "torch"  # the one old value that is not auto
-    assert "ops_backend" not in run.config.model.renderer and "backend" not in run.config.model.field.encoding
-    assert "mlp_backend" not in run.config.model.field and "cuda_graph" not in run.config.data
+    net = run.config.model.net
+    assert net.backend == "torch"  # the one old value that is not auto
+    assert "ops_backend" not in net.renderer and "backend" not in net.field.encoding
+    assert "mlp_backend" not in net.field and "cuda_graph" not in run.config.data
     assert run.config.model.cuda_graph == "auto"  # today's key was there: it keeps its value
     restored = run.build_model()
+    assert restored.field.backend.name == "torch" and restored.renderer.backend.name == "torch"
     o, d, _, bg = _rays()
     with torch.no_grad():
         before = model.eval().renderer.render_rays(model.field, o, d, bg, jitter=False).rgb
@@ -151,16 +174,16 @@ def test_a_checkpoint_with_the_three_backend_keys_restores_and_renders_the_same(
 def test_the_first_old_backend_that_is_not_auto_wins() -> None:
     def old(ops: str, encoding: str, mlp: str) -> dict:
         field = {"encoding": {"backend": encoding, "n_levels": 4}, "mlp_backend": mlp}
-        return {"model": {"renderer": {"ops_backend": ops}, "field": field}}
+        return {"model": {"net": {"renderer": {"ops_backend": ops}, "field": field}}}
 
-    assert upgrade_moved_keys(old("auto", "tcnn", "auto"))["model"]["backend"] == "tcnn"
-    assert upgrade_moved_keys(old("cuda", "tcnn", "torch"))["model"]["backend"] == "cuda"
-    assert upgrade_moved_keys(old("auto", "auto", "torch"))["model"]["backend"] == "torch"
-    upgraded = upgrade_moved_keys(old("auto", "auto", "auto"))
-    assert upgraded == {"model": {"renderer": {}, "field": {"encoding": {"n_levels": 4}}, "backend": "auto"}}
+    assert upgrade_moved_keys(old("auto", "tcnn", "auto"))["model"]["net"]["backend"] == "tcnn"
+    assert upgrade_moved_keys(old("cuda", "tcnn", "torch"))["model"]["net"]["backend"] == "cuda"
+    assert upgrade_moved_keys(old("auto", "auto", "torch"))["model"]["net"]["backend"] == "torch"
+    upgraded = upgrade_moved_keys(old("auto", "auto", "auto"))["model"]["net"]
+    assert upgraded == {"renderer": {}, "field": {"encoding": {"n_levels": 4}}, "backend": "auto"}
 
 
-@pytest.mark.parametrize("key", ["model.backend", "model.renderer.ops_backend"])
+@pytest.mark.parametrize("key", ["model.net.backend", "model.renderer.ops_backend"])
 def test_a_bad_backend_is_one_error_line_and_exit_2(tmp_path: Path, key: str) -> None:
     log, err = tmp_path / "train.out", tmp_path / "train.err"
     argv = [f"{key}=gpu", "data.path=/no/such/capture", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]
@@ -170,6 +193,6 @@ def test_a_bad_backend_is_one_error_line_and_exit_2(tmp_path: Path, key: str) ->
     stderr = err.read_text()
     assert "Traceback" not in stderr
     assert [line for line in stderr.splitlines() if "error" in line] == [
-        "error: model.backend=gpu: expected one of auto, cuda, tcnn, torch "
+        "error: model.net.backend=gpu: expected one of auto, cuda, tcnn, torch "
         "(auto: our CUDA kernels for CUDA tensors, else torch)"
     ]

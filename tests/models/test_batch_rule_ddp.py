@@ -36,6 +36,7 @@ from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.training.lr_schedules import ngp_exponential_decay
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import build_renderer
+from tests.nerf_modules import nerf_module
 
 RULE = "auto"  # what strategy=ddp trains with by default
 SEVERAL = "large_batch"  # what auto is on several ranks
@@ -95,7 +96,7 @@ def _parts(scene: Path, cache: Path, multiple: int, rule: str = RULE) -> tuple[N
         feedback=TrainingFeedback(TrainingClock(batch_rule)),
     )  # fmt: skip
     dm.setup("fit")
-    model = NeRFModule(
+    model = nerf_module(
         field=functools.partial(
             NGPField, encoding=dict(n_levels=4, log2_hashmap_size=12, max_resolution=64),
             hidden_dim=16,

@@ -145,9 +145,9 @@ def test_group_learning_rate_decays_log_linearly_after_a_warmup() -> None:
 
 
 def test_bad_settings_are_named() -> None:
-    with pytest.raises(ValueError, match="model.camera_opt.mode"):
+    with pytest.raises(ValueError, match="model.net.camera_opt.mode"):
         CameraOptimizer(2, enabled=True, mode="SE2")
-    with pytest.raises(ValueError, match="model.camera_opt.enabled"):
+    with pytest.raises(ValueError, match="model.net.camera_opt.enabled"):
         CameraOptimizer(2, enabled="sometimes")
     with pytest.raises(ValueError, match="number of training views"):
         CameraOptimizer(0, enabled=True)

@@ -1,4 +1,4 @@
-"""tiny-cuda-nn's HashGrid (``model.field.encoding.backend=tcnn``) against our reference on the same
+"""tiny-cuda-nn's HashGrid (``model.net.field.encoding.backend=tcnn``) against our reference on the same
 table. GPU only, and only where ``tinycudann`` imports: ``pytest -m cuda tests/models/test_encoding_tcnn.py``.
 
 Tolerances come from the one documented difference (``ops/tcnn.py``): tcnn's level scale is

@@ -13,11 +13,12 @@ from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.module import NeRFModule
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import build_renderer
+from tests.nerf_modules import nerf_module
 
 
 def _tiny_module(seed: int) -> NeRFModule:
     torch.manual_seed(seed)
-    return NeRFModule(
+    return nerf_module(
         field=functools.partial(
             NGPField,
             encoding=dict(n_levels=4, log2_hashmap_size=10, max_resolution=64),

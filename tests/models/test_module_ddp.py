@@ -26,9 +26,9 @@ from nerf_lightning.data.synthetic import generate_scene
 from nerf_lightning.models.appearance import PerViewExposure
 from nerf_lightning.models.camera_opt import CameraOptimizer
 from nerf_lightning.models.field import NGPField
-from nerf_lightning.models.module import NeRFModule
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import build_renderer
+from tests.nerf_modules import nerf_module
 
 
 class _SaveRankState(L.Callback):
@@ -78,7 +78,7 @@ def test_two_rank_training_keeps_grid_sampler_and_weights_identical(tmp_path: Pa
         cache_dir=str(tmp_path / "cache"),
     )
     dm.setup("fit")
-    model = NeRFModule(
+    model = nerf_module(
         field=functools.partial(
             NGPField,
             encoding=dict(n_levels=2, log2_hashmap_size=8, max_resolution=32),

@@ -1,5 +1,6 @@
 """Empty space in renders: random training backgrounds charge the faint density a fixed background would
-leave there, with or without ``model.alpha_weight`` (the opacity loss against the training images' alpha;
+leave there, with or without ``model.net.loss.alpha_weight`` (the opacity loss against the training images'
+alpha;
 the budgeted step's term is in ``tests/volume/test_fixed_budget.py``, its CUDA graph in
 ``tests/models/test_view_corrections_cuda.py``)."""
 
@@ -12,12 +13,13 @@ import pytest
 from benchmarks.capture_ab import run_variant
 from nerf_lightning.data.synthetic import generate_scene
 
-_ENC = "model.field.encoding"
+_ENC = "model.net.field.encoding"
 #: the render recipe (pixel centres, random backgrounds), a small model
 SMALL = [
-    "accelerator=cpu", "experiment=cpu", "data.batch_size=256", "model.renderer.occupancy.resolution=16",
+    "accelerator=cpu", "experiment=cpu", "data.batch_size=256", "model.net.renderer.occupancy.resolution=16",
     f"{_ENC}.n_levels=4", f"{_ENC}.log2_hashmap_size=12", f"{_ENC}.max_resolution=64",
-    "model.renderer.max_samples_per_ray=32", "model.renderer.step_size=0.05", "model.save_val_images=false",
+    "model.net.renderer.max_samples_per_ray=32", "model.net.renderer.step_size=0.05",
+    "model.save_val_images=false",
     "data.pixel_jitter=false",
 ]  # fmt: skip
 
@@ -39,7 +41,7 @@ def test_random_backgrounds_leave_no_density_in_empty_space(renders: Path, tmp_p
     (measured: 20.57 / 19.65 and 20.76 / 19.68 dB at 600 steps, seed 0). Trained over white without the
     loss (the render recipe until 2026-12-07) the two were 6 dB apart here (20.2 against 14.0 dB)."""
     for name, weight in (("default", "0"), ("charged", "1")):
-        m = run_variant(str(renders), [*SMALL, f"model.alpha_weight={weight}"], steps=600, seed=0,
+        m = run_variant(str(renders), [*SMALL, f"model.net.loss.alpha_weight={weight}"], steps=600, seed=0,
                         out_dir=tmp_path / name)  # fmt: skip
         print(f"{name}: over white {m['heldout_psnr']:.2f} dB, over black {m['heldout_psnr_ngp']:.2f} dB")
         assert abs(m["heldout_psnr"] - m["heldout_psnr_ngp"]) < 1.5, (name, m)

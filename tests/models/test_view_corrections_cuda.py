@@ -18,9 +18,12 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU CI
 from nerf_lightning.models.appearance import PerViewExposure  # noqa: E402
 from nerf_lightning.models.camera_opt import CameraOptimizer  # noqa: E402
 from nerf_lightning.models.field import NGPField  # noqa: E402
+from nerf_lightning.models.loss import StepLoss  # noqa: E402
 from nerf_lightning.models.train_step import TrainStep, autocast_for, capture, train_step  # noqa: E402
 from nerf_lightning.volume.occupancy import OccupancyGrid  # noqa: E402
 from nerf_lightning.volume.renderer import Renderer  # noqa: E402
+from tests.nerf_modules import nerf_module  # noqa: E402
+from tests.ray_batches import ray_batch  # noqa: E402
 
 DEV = torch.device("cuda")
 N_VIEWS = 12
@@ -50,7 +53,8 @@ def _setup(seed: int = 0):
         exposure.log_gain.normal_(0.0, 0.1, generator=g)
         exposure.offset.normal_(0.0, 0.01, generator=g)
     step = TrainStep(
-        field, Renderer(grid, backend="cuda"), "huber", 0.1, sample_budget=1 << 16, march_budget=1 << 18,
+        field, Renderer(grid, backend="cuda"), StepLoss("huber", 0.1), sample_budget=1 << 16,
+        march_budget=1 << 18,
         n_rays_init=2048, jitter=False, camera_opt=cam, appearance=exposure,
     ).to(DEV)  # fmt: skip
     groups = [
@@ -67,11 +71,12 @@ def test_graph_replay_with_pose_and_exposure_equals_eager_steps(precision) -> No
     results = []
     for graphed in (False, True):
         step, cam, exposure, opt, args = _setup(seed=4)
-        fn = capture(step, args, precision, alias_gradients=True, share_inputs=True) if graphed else step
+        batch = ray_batch(*args)
+        fn = capture(step, batch, precision, alias_gradients=True, share_inputs=True) if graphed else step
         losses, first_grads = [], None
         for _ in range(3):
             with autocast_for(precision):
-                loss, per_ray, valid, stats = fn(*args)
+                loss, per_ray, valid, stats = fn(ray_batch(*args))
             loss.backward()
             if first_grads is None:
                 first_grads = [
@@ -102,10 +107,11 @@ def test_graph_replay_with_the_opacity_loss_equals_eager_steps() -> None:
         params = list(step.field.parameters())
         opt = torch.optim.Adam(params, lr=1e-2, eps=1e-15, fused=True)
         args = (o, d, target, bg, view_ids, alpha)
-        fn = capture(step, args, "32-true", alias_gradients=True, share_inputs=True) if graphed else step
+        batch = ray_batch(*args)
+        fn = capture(step, batch, "32-true", alias_gradients=True, share_inputs=True) if graphed else step
         losses = []
         for _ in range(3):
-            loss, *_ = fn(*args)
+            loss, *_ = fn(ray_batch(*args))
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -119,14 +125,14 @@ def test_graph_replay_with_the_opacity_loss_equals_eager_steps() -> None:
 
 def test_step_with_pose_and_exposure_never_syncs_with_the_host() -> None:
     step, cam, exposure, opt, args = _setup()
-    loss, *_ = step(*args)  # first call: extension load, cuBLAS handles
+    loss, *_ = step(ray_batch(*args))  # first call: extension load, cuBLAS handles
     loss.backward()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(3):
             with autocast_for("bf16-mixed"):
-                loss, *_ = step(*args)
+                loss, *_ = step(ray_batch(*args))
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=False)
@@ -148,18 +154,16 @@ def test_the_position_gradient_runs_the_kernels_not_the_reference(monkeypatch) -
         monkeypatch.setattr(wrappers, "reference_for", refuse)
     step, cam, exposure, opt, args = _setup()
     with autocast_for("bf16-mixed"):
-        loss, *_ = step(*args)
+        loss, *_ = step(ray_batch(*args))
     loss.backward()
     assert float(cam.adjustment.grad.norm()) > 0
 
 
 def test_module_builds_the_components_into_its_graphed_step() -> None:
     """NeRFModule hands its enabled components to the budgeted step (their parameters are the graph's)."""
-    from nerf_lightning.models.module import NeRFModule
-
     poses = torch.eye(4)[:3].expand(N_VIEWS, 3, 4).clone()
     poses[:, :, 3] = torch.randn(N_VIEWS, 3)
-    module = NeRFModule(
+    module = nerf_module(
         field=functools.partial(NGPField),
         optimizer=functools.partial(torch.optim.Adam, lr=1e-2),
         step=functools.partial(train_step, sample_budget=1 << 16),

@@ -31,6 +31,7 @@ from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.module import NeRFModule
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import build_renderer
+from tests.nerf_modules import nerf_module
 
 #: four 120-step trainings and their evaluations (minutes on 2 cores): make test-repro
 pytestmark = pytest.mark.repro
@@ -67,7 +68,7 @@ def _train(path: Path, steps: int, rays: int, **components) -> tuple[NeRFModule,
     torch.manual_seed(0)
     dm = NeRFDataModule(path=str(path), batch_size=rays, steps_per_epoch=steps, cache_dir=str(path / "cache"))
     dm.setup("fit")
-    model = NeRFModule(
+    model = nerf_module(
         field=functools.partial(
             NGPField,
             encoding=dict(n_levels=8, log2_hashmap_size=14, max_resolution=256),

@@ -15,6 +15,7 @@ from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.module import NeRFModule
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import build_renderer
+from tests.nerf_modules import nerf_module
 
 QUIET = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
 
@@ -50,7 +51,7 @@ def fit_on_one_thread(trainer: L.Trainer, model: L.LightningModule, dm: L.Lightn
 def tiny_module(dm: NeRFDataModule, **components: Any) -> NeRFModule:
     """The small model of :func:`train_tiny` for the capture ``dm`` has set up for ``fit``, untrained
     (``components`` as there)."""
-    return NeRFModule(
+    return nerf_module(
         field=functools.partial(
             NGPField,
             encoding=dict(n_levels=8, log2_hashmap_size=14, max_resolution=256),

@@ -16,10 +16,12 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU CI
     pytest.skip("needs an NVIDIA GPU", allow_module_level=True)
 
 from nerf_lightning.models.field import NGPField  # noqa: E402
+from nerf_lightning.models.loss import StepLoss  # noqa: E402
 from nerf_lightning.models.train_step import TrainStep, capture  # noqa: E402
 from nerf_lightning.ops import cuda as cu  # noqa: E402
 from nerf_lightning.volume.occupancy import OccupancyGrid  # noqa: E402
 from nerf_lightning.volume.renderer import Renderer, SampleBudget  # noqa: E402
+from tests.ray_batches import ray_batch  # noqa: E402
 
 DEV = torch.device("cuda")
 
@@ -89,7 +91,7 @@ def test_budgeted_render_cuda_equals_reference():
     for backend in ("cuda", "torch"):
         field.encoding.backend = backend
         field.zero_grad(set_to_none=True)
-        r = Renderer(grid, ops_backend=backend)
+        r = Renderer(grid, backend=backend)
         out = r.render_rays(
             field, o, d, bg, jitter=False, budget=SampleBudget(1 << 19, 1 << 17)
         )
@@ -103,10 +105,10 @@ def test_budgeted_render_cuda_equals_reference():
 
 
 def _step(field, grid, jitter=False, distortion_weight=0.0):
-    renderer = Renderer(grid, ops_backend="cuda")
+    renderer = Renderer(grid, backend="cuda")
     return TrainStep(
-        field, renderer, "huber", 0.1, sample_budget=1 << 16, march_budget=1 << 18, n_rays_init=2048,
-        jitter=jitter, distortion_weight=distortion_weight,
+        field, renderer, StepLoss("huber", 0.1, distortion_weight=distortion_weight), sample_budget=1 << 16,
+        march_budget=1 << 18, n_rays_init=2048, jitter=jitter,
     ).to(DEV)  # fmt: skip
 
 
@@ -114,13 +116,13 @@ def test_budget_step_and_occupancy_update_never_sync_with_the_host():
     field, grid, o, d, bg, target = _scene()
     step = _step(field, grid, jitter=True)
     opt = torch.optim.Adam(field.parameters(), lr=1e-2, eps=1e-15, fused=True)
-    loss, *_ = step(o, d, target, bg)  # first call: extension load, cuBLAS handles
+    loss, *_ = step(ray_batch(o, d, target, bg))  # first call: extension load, cuBLAS handles
     loss.backward()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         for i in range(3):
-            loss, per_ray, valid, stats = step(o, d, target, bg)
+            loss, per_ray, valid, stats = step(ray_batch(o, d, target, bg))
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=False)
@@ -143,7 +145,8 @@ def test_graph_replay_equals_eager_steps(precision, alias, share):
         opt = torch.optim.Adam(field.parameters(), lr=1e-2, eps=1e-15, fused=True)
         fn = step
         if graphed:
-            fn = capture(step, (o, d, target, bg), precision, alias_gradients=alias, share_inputs=share)
+            batch = ray_batch(o, d, target, bg)
+            fn = capture(step, batch, precision, alias_gradients=alias, share_inputs=share)
         losses = []
         for i in range(3):
             if share:
@@ -151,7 +154,7 @@ def test_graph_replay_equals_eager_steps(precision, alias, share):
             rays_o = o if share else o0 + 0.001 * i
             ctx = torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
             with ctx if precision == "bf16-mixed" else torch.autocast("cuda", enabled=False):
-                loss, per_ray, valid, stats = fn(rays_o, d, target, bg)
+                loss, per_ray, valid, stats = fn(ray_batch(rays_o, d, target, bg))
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=alias)
@@ -178,13 +181,13 @@ def test_budget_step_with_distortion_runs_the_kernel_without_host_syncs(monkeypa
     field, grid, o, d, bg, target = _scene()
     step = _step(field, grid, jitter=True, distortion_weight=0.01)
     opt = torch.optim.Adam(field.parameters(), lr=1e-2, eps=1e-15, fused=True)
-    loss, *_ = step(o, d, target, bg)
+    loss, *_ = step(ray_batch(o, d, target, bg))
     loss.backward()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(3):
-            loss, per_ray, valid, stats = step(o, d, target, bg)
+            loss, per_ray, valid, stats = step(ray_batch(o, d, target, bg))
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=False)
@@ -198,7 +201,7 @@ def test_budgeted_render_distortion_cuda_equals_reference():
     from nerf_lightning.volume.renderer import ray_distortion
 
     field, grid, o, d, bg, _ = _scene(seed=3)
-    r = Renderer(grid, ops_backend="cuda")
+    r = Renderer(grid, backend="cuda")
     out = r.render_rays(field, o, d, bg, jitter=False, budget=SampleBudget(1 << 19, 1 << 16))
     n_used = int(out.packed_info[:, 1].sum())
     assert n_used <= out.weights.shape[0] and not bool(out.ray_valid.all())
@@ -222,10 +225,10 @@ def test_graph_replay_with_distortion_equals_eager_steps(monkeypatch):
         field, grid, o, d, bg, target = _scene(seed=4)
         step = _step(field, grid, distortion_weight=0.01)
         opt = torch.optim.Adam(field.parameters(), lr=1e-2, eps=1e-15, fused=True)
-        fn = capture(step, (o, d, target, bg), "32-true") if graphed else step
+        fn = capture(step, ray_batch(o, d, target, bg), "32-true") if graphed else step
         losses = []
         for i in range(3):
-            loss, per_ray, valid, stats = fn(o + 0.001 * i, d, target, bg)
+            loss, per_ray, valid, stats = fn(ray_batch(o + 0.001 * i, d, target, bg))
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -241,12 +244,12 @@ def test_graph_replay_with_distortion_equals_eager_steps(monkeypatch):
 def test_graph_replay_accumulates_gradients_over_micro_batches():
     field, grid, o, d, bg, target = _scene(seed=6)
     step = _step(field, grid)
-    fn = capture(step, (o, d, target, bg), "32-true", alias_gradients=False)
+    fn = capture(step, ray_batch(o, d, target, bg), "32-true", alias_gradients=False)
     for p in field.parameters():
         p.grad.zero_()
-    fn(o, d, target, bg)[0].backward()
+    fn(ray_batch(o, d, target, bg))[0].backward()
     once = [p.grad.clone() for p in field.parameters()]
-    fn(o, d, target, bg)[0].backward()
+    fn(ray_batch(o, d, target, bg))[0].backward()
     for p, g in zip(field.parameters(), once, strict=True):
         torch.testing.assert_close(p.grad, 2 * g, rtol=1e-4, atol=1e-8)
     assert math.isfinite(sum(float(g.norm()) for g in once))

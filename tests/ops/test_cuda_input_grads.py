@@ -181,7 +181,7 @@ def test_budgeted_render_ray_gradients_cuda_equal_reference() -> None:
     for backend in ("cuda", "torch"):
         field.encoding.backend = backend
         ro, rd = o.clone().requires_grad_(), d.clone().requires_grad_()
-        out = Renderer(grid, ops_backend=backend).render_rays(
+        out = Renderer(grid, backend=backend).render_rays(
             field, ro, rd, bg, jitter=False, budget=SampleBudget(1 << 19, 1 << 17)
         )
         loss = (out.rgb * up * out.ray_valid[:, None]).sum()

@@ -367,7 +367,7 @@ def test_no_op_falls_back_to_the_reference(backend, monkeypatch):
     grid = OccupancyGrid(aabb_scale=2, resolution=32, ops=backend).to(DEV)
     grid.update(0, field.density)  # warm-up: every cell
     grid.update(1000, field.density, threshold=0.0)  # sampled cells, among them occupied ones
-    renderer = Renderer(grid, ops_backend=backend)
+    renderer = Renderer(grid, backend=backend)
     gen = torch.Generator(device=DEV).manual_seed(1)
     o, d = random_rays(1024, 3.0, gen)
     bg = torch.rand(1024, 3, device=DEV, generator=gen)
@@ -414,7 +414,7 @@ def test_renderer_and_field_cuda_path_equals_torch_path():
     for backend in ("cuda", "torch"):
         field.encoding.backend = backend
         field.zero_grad(set_to_none=True)
-        out = Renderer(grid, ops_backend=backend).render_rays(field, o, d, bg, jitter=False)
+        out = Renderer(grid, backend=backend).render_rays(field, o, d, bg, jitter=False)
         out.rgb.square().sum().backward()
         grads = [p.grad.detach().clone() for p in field.parameters()]
         outs.append((out.rgb.detach(), out.depth.detach(), grads))

@@ -92,7 +92,7 @@ def test_the_field_keeps_the_torch_layers_off_cuda_autocast_and_checks_its_backe
     assert field._fused_dtype(x) is None  # CPU tensors: nn.Linear layers, fp32
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert field._fused_dtype(x) is None  # only CUDA autocast selects the kernels
-    with pytest.raises(ValueError, match="model.backend=fast: expected one of auto, cuda, tcnn, torch"):
+    with pytest.raises(ValueError, match="model.net.backend=fast: expected one of auto, cuda, tcnn, torch"):
         NGPField(backend="fast")
     # networks beyond the kernels' shapes keep the torch layers under mixed precision
     assert field._fusable

@@ -133,7 +133,7 @@ def test_hashgrid_config_is_ours() -> None:
 def test_a_grid_tcnn_sizes_differently_is_refused_in_one_line() -> None:
     """16 levels from 2 to 64: tcnn's float32 scale of a dense level falls on the other side of an
     integer than ours, so its table would be laid out differently."""
-    with pytest.raises(ValueError, match=r"^model.backend=tcnn: tiny-cuda-nn sizes level \d+ "):
+    with pytest.raises(ValueError, match=r"^model.net.backend=tcnn: tiny-cuda-nn sizes level \d+ "):
         HashEncoding(n_levels=16, base_resolution=2, max_resolution=64, backend="tcnn")
     HashEncoding(n_levels=16, base_resolution=2, max_resolution=64, backend="cuda")  # ours is fine
 
@@ -198,7 +198,7 @@ def test_checkpoints_move_between_backends_as_they_are() -> None:
 
 def test_backend_tcnn_swaps_the_hash_grid_only() -> None:
     """tiny-cuda-nn's FullyFusedMLP has no bias terms and our field's layers have them: under
-    ``model.backend=tcnn`` the MLPs stay ours (fused under mixed precision), and so do the other ops."""
+    ``model.net.backend=tcnn`` the MLPs stay ours (fused under mixed precision), and so do the other ops."""
     from nerf_lightning.models.field import NGPField
     from nerf_lightning.ops import get_ops
 

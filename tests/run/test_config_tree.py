@@ -73,6 +73,6 @@ def test_old_spellings_come_from_formerly_on_the_parameters() -> None:
 
 
 def test_a_project_constructor_s_plain_types_are_checked(compose_cfg) -> None:
-    # model.field.density_bias carries no marker: NGPField's ``float`` alone says what it holds
-    with pytest.raises(UserError, match=r"^model\.field\.density_bias=wide: expected a number$"):
-        check_config(compose_cfg("model.field.density_bias=wide"))
+    # model.net.field.density_bias carries no marker: NGPField's ``float`` alone says what it holds
+    with pytest.raises(UserError, match=r"^model\.net\.field\.density_bias=wide: expected a number$"):
+        check_config(compose_cfg("model.net.field.density_bias=wide"))

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from nerf_lightning.run.checkpoint_callbacks import CHECKPOINT_KEY
 from nerf_lightning.run.config import compose_train_config
+from nerf_lightning.run.model_node import instantiate_model
 from nerf_lightning.run.restore import MOVED_TARGETS, load_run
 
 # Where these classes lived when a checkpoint stored them (config key -> import path of that version).
@@ -28,7 +29,7 @@ def _composed(overrides: list[str], folder: Path, aabb_scale: int) -> tuple[dict
     cfg = compose_train_config(overrides, folder)
     try:
         plain = OmegaConf.to_container(cfg, resolve=True)
-        model = hydra.utils.instantiate(cfg.model, aabb_scale=aabb_scale)
+        model = instantiate_model(cfg.model, {"aabb_scale": aabb_scale})
     finally:
         GlobalHydra.instance().clear()
     plain.pop("hydra")
@@ -72,9 +73,13 @@ def test_moved_targets_point_at_importable_objects() -> None:
 def test_a_checkpoint_of_the_flat_model_layout_restores(tmp_path: Path) -> None:
     """A run config whose model keys were flat (``model.grid_resolution``, ``model.sample_budget``, ...)
     rebuilds the same model: its values land in the renderer and step nodes."""
-    overrides = ["experiment=cpu", "model.renderer.occupancy.resolution=16", "model.renderer.near_plane=0.1"]
+    overrides = [
+        "experiment=cpu",
+        "model.net.renderer.occupancy.resolution=16",
+        "model.net.renderer.near_plane=0.1",
+    ]
     plain, model = _composed(overrides, tmp_path, aabb_scale=2)
-    renderer, step = plain["model"].pop("renderer"), plain["model"].pop("step")
+    renderer, step = plain["model"]["net"].pop("renderer"), plain["model"]["net"].pop("step")
     grid = renderer.pop("occupancy")
     flat = {f"grid_{k}": v for k, v in grid.items() if k in ("update_every", "warmup_steps", "decay")}
     flat |= {"grid_resolution": grid["resolution"], "grid_threshold": grid["density_threshold"]}
@@ -87,7 +92,9 @@ def test_a_checkpoint_of_the_flat_model_layout_restores(tmp_path: Path) -> None:
     torch.save({"state_dict": model.state_dict(), "global_step": 3, CHECKPOINT_KEY: section}, ckpt)
 
     run = load_run(ckpt)
-    assert "grid_resolution" not in run.config.model and run.config.model.renderer.occupancy.resolution == 16
+    assert (
+        "grid_resolution" not in run.config.model and run.config.model.net.renderer.occupancy.resolution == 16
+    )
     restored = run.build_model()  # strict: the grid has the checkpoint's 16^3 cells
     assert restored.renderer.near_plane == 0.1 and restored.occupancy.resolution == 16
     assert not restored.train_step_fn.budgeted  # the CPU preset's sample_budget: null

@@ -49,7 +49,7 @@ def test_kill_9_then_same_command_resumes_exactly(tiny_scene: Path, tmp_path: Pa
         f"trainer.max_steps={STEPS}",
         f"data.steps_per_epoch={EVERY}",
         f"callbacks.last_checkpoint.every_n_train_steps={EVERY}",
-        f"model.renderer.occupancy.update_every={EVERY}",
+        f"model.net.renderer.occupancy.update_every={EVERY}",
         "data.batch_size=256",
         "data.sampler=loss_weighted",  # its per-view weights are state that must survive the kill
         "trainer.log_every_n_steps=4",
@@ -286,12 +286,12 @@ def test_resume_with_learned_poses_and_exposure_is_exact(tiny_scene: Path, tmp_p
         f"data.path={tiny_scene}",
         "trainer.max_steps=12",
         "data.batch_size=256",
-        "model.step.sample_budget=4096",  # the fixed-budget step: view ids are one of its inputs
-        "model.step.n_rays_init=128",
-        "model.camera_opt.enabled=true",
-        "model.camera_opt.decay_steps=8",
-        "model.appearance.enabled=true",
-        "model.appearance.bias=true",
+        "model.net.step.sample_budget=4096",  # the fixed-budget step: view ids are one of its inputs
+        "model.net.step.n_rays_init=128",
+        "model.net.camera_opt.enabled=true",
+        "model.net.camera_opt.decay_steps=8",
+        "model.net.appearance.enabled=true",
+        "model.net.appearance.bias=true",
         "model.heldout_fit.enabled=false",  # what is resumed, not the final evaluation's fit of its views
         "trainer.check_val_every_n_epoch=1000",
     ]

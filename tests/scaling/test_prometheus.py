@@ -114,7 +114,7 @@ def test_scrape_during_a_run(scraped: dict[str, Any]) -> None:
     # the latest window (steps 5..10): rays/s x s/step = rays per step
     assert s["nerf_rays_per_second"][r0] * s["nerf_step_time_seconds"][r0] == pytest.approx(BATCH, rel=1e-9)
     assert s["nerf_step_time_seconds"][r0] > 0
-    assert 1.0 < s["nerf_samples_per_ray"][r0] <= 32  # model.renderer.max_samples_per_ray=32
+    assert 1.0 < s["nerf_samples_per_ray"][r0] <= 32  # model.net.renderer.max_samples_per_ray=32
     assert s["nerf_samples_per_second"][r0] == pytest.approx(
         s["nerf_rays_per_second"][r0] * s["nerf_samples_per_ray"][r0], rel=1e-9
     )

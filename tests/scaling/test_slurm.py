@@ -85,7 +85,7 @@ def test_submitit_launcher_config_composes_into_an_sbatch_submission(
         # only the submission itself is replaced.
         monkeypatch.setattr(submitit.AutoExecutor, "map_array", capture)
         with pytest.raises(_Submitted) as sub:
-            launcher.launch([["model.field.encoding.log2_hashmap_size=17"]], initial_job_idx=0)
+            launcher.launch([["model.net.field.encoding.log2_hashmap_size=17"]], initial_job_idx=0)
     finally:
         GlobalHydra.instance().clear()
     script = str(sub.value)

@@ -28,14 +28,14 @@ def test_sweep_summary_csv(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
         metrics = None if psnr is None else {"val/psnr": psnr, "train/samples_per_s": 1e6 * (num + 1)}
         if metrics is not None:  # nested per-view tables and the split name, as train.py writes them
             metrics.update({"val/per_view": {"view": [0], "psnr": [psnr]}, "eval/split": "val"})
-        _fake_job(sweep, num, [*common, f"model.field.encoding.log2_hashmap_size={size}"], metrics)
+        _fake_job(sweep, num, [*common, f"model.net.field.encoding.log2_hashmap_size={size}"], metrics)
     csv_path = write_sweep_summary(sweep, "val/psnr", "maximize")
     with csv_path.open() as f:
         rows = list(csv.DictReader(f))
     assert [r["job"] for r in rows] == ["0", "1", "10"]  # numeric order, not "0, 1, 10" by luck of strings
     assert [r["status"] for r in rows] == ["ok", "ok", "failed"]
-    assert rows[1]["sweep_overrides"] == "model.field.encoding.log2_hashmap_size=17"
-    assert rows[1]["overrides"] == " ".join([*common, "model.field.encoding.log2_hashmap_size=17"])
+    assert rows[1]["sweep_overrides"] == "model.net.field.encoding.log2_hashmap_size=17"
+    assert rows[1]["overrides"] == " ".join([*common, "model.net.field.encoding.log2_hashmap_size=17"])
     assert [r["val/psnr"] for r in rows] == ["20.0", "24.5", ""]
     assert list(rows[0])[4] == "val/psnr"  # the optimized metric is the first metric column
     assert "val/per_view" not in rows[0] and rows[0]["eval/split"] == "val"  # no dict-valued columns
@@ -49,7 +49,8 @@ def test_optuna_config(compose_cfg) -> None:
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
     assert sweeper.sampler._target_ == "optuna.samplers.TPESampler"
-    assert set(sweeper.params) == {"model.field.encoding.log2_hashmap_size", "model.field.encoding.n_levels",
+    assert set(sweeper.params) == {"model.net.field.encoding.log2_hashmap_size",
+    "model.net.field.encoding.n_levels",
                                    "model.optimizer.lr"}
     assert cfg.optimized_metric == "val/psnr" and cfg.hydra.mode == RunMode.MULTIRUN
     callbacks = cfg.hydra.callbacks

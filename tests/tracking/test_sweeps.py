@@ -34,13 +34,13 @@ def tiny_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_overrides(scene: Path) -> list[str]:
     return [
         f"data.path={scene}", "data.batch_size=256", "data.steps_per_epoch=6", "trainer.max_steps=6",
-        "model.renderer.occupancy.resolution=16", "model.field.encoding.n_levels=4",
-        "model.field.encoding.max_resolution=64", "model.renderer.step_size=0.02",
-        "model.renderer.max_samples_per_ray=64",
-        "model.renderer.occupancy.warmup_steps=4", "trainer.check_val_every_n_epoch=1000",
+        "model.net.renderer.occupancy.resolution=16", "model.net.field.encoding.n_levels=4",
+        "model.net.field.encoding.max_resolution=64", "model.net.renderer.step_size=0.02",
+        "model.net.renderer.max_samples_per_ray=64",
+        "model.net.renderer.occupancy.warmup_steps=4", "trainer.check_val_every_n_epoch=1000",
         "callbacks.progress_bar=null",
         "accelerator=cpu", "trainer.log_every_n_steps=3", "trainer.enable_model_summary=false",
-        "callbacks.model_checkpoint=null", "model.step.sample_budget=null",
+        "callbacks.model_checkpoint=null", "model.net.step.sample_budget=null",
     ]
 
 
@@ -68,7 +68,7 @@ def sweep_dir(cwd: Path) -> Path:
 
 
 def test_multirun_offline_wandb_and_summary(tiny_scene: Path, tmp_path: Path) -> None:
-    # The spelling `model.encoding.*` is accepted for `model.field.encoding.*`.
+    # The spelling `model.encoding.*` is accepted for `model.net.field.encoding.*`.
     out = run_train(["-m", "model.encoding.log2_hashmap_size=11,12", "logger=wandb",
                      *tiny_overrides(tiny_scene)], tmp_path)
     sweep = sweep_dir(tmp_path)
@@ -78,7 +78,7 @@ def test_multirun_offline_wandb_and_summary(tiny_scene: Path, tmp_path: Path) ->
     groups = set()
     for job, size in zip(jobs, (11, 12), strict=True):
         overrides = list(OmegaConf.load(job / ".hydra" / "overrides.yaml"))
-        assert f"model.field.encoding.log2_hashmap_size={size}" in overrides
+        assert f"model.net.field.encoding.log2_hashmap_size={size}" in overrides
         metrics = json.loads((job / "metrics.json").read_text())
         assert metrics["steps"] == 6 and math.isfinite(metrics["val/psnr"])
         assert metrics["train/samples_per_s"] > 0 and metrics["perf/step_time_ms"] > 0
@@ -88,7 +88,8 @@ def test_multirun_offline_wandb_and_summary(tiny_scene: Path, tmp_path: Path) ->
         run = read_offline_run(runs[0])
         groups.add(run["group"])
         assert run["name"].startswith(f"{job.name}:") and f"log2_hashmap_size={size}" in run["name"]
-        assert run["config"]["model"]["field"]["encoding"]["log2_hashmap_size"] == size  # resolved config
+        # resolved config
+        assert run["config"]["model"]["net"]["field"]["encoding"]["log2_hashmap_size"] == size
         perf = [row for row in run["history"] if "perf/samples_per_s" in row]
         assert len(perf) == 2 and all(row["perf/samples_per_s"] > 0 for row in perf)  # steps 3 and 6
         assert any("train/loss" in row for row in run["history"])
@@ -101,8 +102,8 @@ def test_multirun_offline_wandb_and_summary(tiny_scene: Path, tmp_path: Path) ->
     with (sweep / "summary.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [r["job"] for r in rows] == ["0", "1"]
-    assert [r["sweep_overrides"] for r in rows] == ["model.field.encoding.log2_hashmap_size=11",
-                                                    "model.field.encoding.log2_hashmap_size=12"]
+    assert [r["sweep_overrides"] for r in rows] == ["model.net.field.encoding.log2_hashmap_size=11",
+                                                    "model.net.field.encoding.log2_hashmap_size=12"]
     for r, job in zip(rows, jobs, strict=True):
         assert r["status"] == "ok"
         metrics = json.loads((job / "metrics.json").read_text())
@@ -117,8 +118,8 @@ def test_optuna_two_trials(tiny_scene: Path, tmp_path: Path) -> None:
     # hparams_search=optuna's TPE sampler, direction and lr space; hash-grid ranges narrowed for CPU.
     run_train(["hparams_search=optuna", "hydra.sweeper.n_trials=2",
                "hydra.sweeper.sampler.n_startup_trials=1",
-               "model.field.encoding.log2_hashmap_size=choice(10,11)",
-               "model.field.encoding.n_levels=choice(2,4)", "logger=none",
+               "model.net.field.encoding.log2_hashmap_size=choice(10,11)",
+               "model.net.field.encoding.n_levels=choice(2,4)", "logger=none",
                *[o for o in tiny_overrides(tiny_scene) if "n_levels" not in o]], tmp_path)
     sweep = sweep_dir(tmp_path)
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / "metrics.json").exists())
@@ -127,8 +128,8 @@ def test_optuna_two_trials(tiny_scene: Path, tmp_path: Path) -> None:
     for job in jobs:
         overrides = dict(o.split("=", 1) for o in OmegaConf.load(job / ".hydra" / "overrides.yaml"))
         assert 1e-3 <= float(overrides["model.optimizer.lr"]) <= 3e-2
-        assert overrides["model.field.encoding.log2_hashmap_size"] in ("10", "11")
-        assert overrides["model.field.encoding.n_levels"] in ("2", "4")
+        assert overrides["model.net.field.encoding.log2_hashmap_size"] in ("10", "11")
+        assert overrides["model.net.field.encoding.n_levels"] in ("2", "4")
         psnrs.append(json.loads((job / "metrics.json").read_text())["val/psnr"])
     results = OmegaConf.load(sweep / "optimization_results.yaml")
     assert results.best_value == pytest.approx(max(psnrs))  # the task returned val/psnr, maximized

@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from nerf_lightning.models.field import NGPField
+from nerf_lightning.models.loss import StepLoss
 from nerf_lightning.models.train_step import StepStats, TrainStep
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import Renderer, SampleBudget, ray_distortion, render_counts
+from tests.ray_batches import ray_batch
 
 ENC = dict(n_levels=4, log2_hashmap_size=12, base_resolution=4, max_resolution=32)
 
@@ -90,14 +92,14 @@ def test_budget_step_loss_is_the_mean_over_valid_rays_and_the_ray_count_adapts()
     step = TrainStep(
         field,
         renderer,
-        "mse",
+        StepLoss("mse"),
         sample_budget=300,
         march_budget=1200,
         n_rays_init=24,
         min_rays=2,
         jitter=False,
     )
-    loss, per_ray_loss, valid, stats_tensor = step(o, d, target, bg)
+    loss, per_ray_loss, valid, stats_tensor = step(ray_batch(o, d, target, bg))
     stats = StepStats.of(stats_tensor)
     dyn = renderer.render_rays(field, o, d, bg, jitter=False)
     expected = per_ray(dyn.rgb, target)[valid].mean()
@@ -123,9 +125,9 @@ def test_budget_step_adds_the_distortion_loss_of_the_valid_rays() -> None:
     field, renderer, o, d, bg = _setup()
     target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
     kw = dict(sample_budget=300, march_budget=1200, n_rays_init=24, min_rays=2, jitter=False)
-    plain, _, valid, _ = TrainStep(field, renderer, "mse", **kw)(o, d, target, bg)
-    step = TrainStep(field, renderer, "mse", distortion_weight=0.5, **kw)
-    regularized, _, valid_r, _ = step(o, d, target, bg)
+    plain, _, valid, _ = TrainStep(field, renderer, StepLoss("mse"), **kw)(ray_batch(o, d, target, bg))
+    step = TrainStep(field, renderer, StepLoss("mse", distortion_weight=0.5), **kw)
+    regularized, _, valid_r, _ = step(ray_batch(o, d, target, bg))
     assert torch.equal(valid, valid_r) and 0 < int(valid.sum()) < 24
     fixed = renderer.render_rays(
         field, o, d, bg, jitter=False, budget=SampleBudget(1200, 300, torch.tensor(24))
@@ -142,17 +144,17 @@ def test_budget_step_adds_the_opacity_loss_of_the_valid_rays() -> None:
     gen = torch.Generator().manual_seed(5)
     target, alpha = torch.rand(24, 3, generator=gen), torch.rand(24, generator=gen)
     kw = dict(sample_budget=300, march_budget=1200, n_rays_init=24, min_rays=2, jitter=False)
-    plain, _, valid, _ = TrainStep(field, renderer, "mse", **kw)(o, d, target, bg)
-    step = TrainStep(field, renderer, "mse", alpha_weight=0.5, **kw)
+    plain, _, valid, _ = TrainStep(field, renderer, StepLoss("mse"), **kw)(ray_batch(o, d, target, bg))
+    step = TrainStep(field, renderer, StepLoss("mse", alpha_weight=0.5), **kw)
     views = torch.zeros(24, dtype=torch.int64)
-    weighted, _, valid_a, _ = step(o, d, target, bg, views, alpha)
+    weighted, _, valid_a, _ = step(ray_batch(o, d, target, bg, views, alpha))
     assert torch.equal(valid, valid_a) and 0 < int(valid.sum()) < 24
     opacity = renderer.render_rays(field, o, d, bg, jitter=False).opacity[:, 0]
     expected = ((opacity - alpha)[valid] ** 2).mean()
     assert float(expected) > 1e-3
     torch.testing.assert_close(weighted, plain + 0.5 * expected, rtol=1e-5, atol=1e-7)
     with pytest.raises(ValueError, match="alpha_weight > 0 needs the rays' target alpha"):
-        step(o, d, target, bg)
+        step(ray_batch(o, d, target, bg))
 
 
 def test_distortion_runs_through_the_renderers_ops(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -171,9 +173,9 @@ def test_distortion_runs_through_the_renderers_ops(monkeypatch: pytest.MonkeyPat
     field, renderer, o, d, bg = _setup()
     target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
     kw = dict(sample_budget=300, march_budget=1200, n_rays_init=24, min_rays=2, jitter=False)
-    TrainStep(field, renderer, "mse", distortion_weight=0.5, **kw)(o, d, target, bg)
+    TrainStep(field, renderer, StepLoss("mse", distortion_weight=0.5), **kw)(ray_batch(o, d, target, bg))
     assert calls == [(300,)]
-    TrainStep(field, renderer, "mse", **kw)(o, d, target, bg)
+    TrainStep(field, renderer, StepLoss("mse"), **kw)(ray_batch(o, d, target, bg))
     assert len(calls) == 1  # weight 0: not run
 
 
@@ -183,12 +185,13 @@ def test_budget_step_follows_the_batch_rule_capacity_and_the_clock_rate() -> Non
     field, renderer, o, d, bg = _setup()
     target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
     step = TrainStep(
-        field, renderer, "mse", sample_budget=150, march_budget=600, n_rays_init=12, min_rays=2, jitter=False
+        field, renderer, StepLoss("mse"), sample_budget=150, march_budget=600, n_rays_init=12, min_rays=2,
+        jitter=False
     )
     step.set_capacity_scale(2.0)
     step.set_clock_rate(2.0)
     assert (step.sample_budget, step.march_budget, int(step.n_active)) == (300, 1200, 24)
-    stats = StepStats.of(step(o, d, target, bg)[3])
+    stats = StepStats.of(step(ray_batch(o, d, target, bg))[3])
     n_valid, marched = float(stats.rays), float(stats.marched_samples)
     rendered = float(stats.rendered_samples)
     target_rays = min(0.98 * 300 / (rendered / n_valid), 0.98 * 1200 / (marched / n_valid))

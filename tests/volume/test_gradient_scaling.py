@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from nerf_lightning.run.model_node import instantiate_model
 from nerf_lightning.volume.gradient_scaling import scale_near_gradients
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import Renderer, SampleBudget
@@ -100,13 +101,12 @@ def test_rendering_without_gradients_is_unaffected_and_bad_distances_are_refused
 
 
 def test_the_config_key_reaches_the_renderer(tmp_path) -> None:
-    import hydra
 
     from nerf_lightning.run.config import compose_train_config
 
-    cfg = compose_train_config(["model.renderer.gradient_scaling_distance=0.75"], tmp_path)
-    module = hydra.utils.instantiate(cfg.model, aabb_scale=1)
+    cfg = compose_train_config(["model.net.renderer.gradient_scaling_distance=0.75"], tmp_path)
+    module = instantiate_model(cfg.model, {"aabb_scale": 1})
     assert module.renderer.gradient_scaling_distance == 0.75
-    assert compose_train_config([], tmp_path).model.renderer.gradient_scaling_distance == 1.0
-    off = compose_train_config(["model.renderer.gradient_scaling_distance=null"], tmp_path)
-    assert hydra.utils.instantiate(off.model, aabb_scale=1).renderer.gradient_scaling_distance is None
+    assert compose_train_config([], tmp_path).model.net.renderer.gradient_scaling_distance == 1.0
+    off = compose_train_config(["model.net.renderer.gradient_scaling_distance=null"], tmp_path)
+    assert instantiate_model(off.model, {"aabb_scale": 1}).renderer.gradient_scaling_distance is None

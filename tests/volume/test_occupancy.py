@@ -35,7 +35,7 @@ def test_construction_and_properties() -> None:
     assert grid.density_threshold == pytest.approx(0.01 * 1024 / math.sqrt(3), abs=5e-3)
     with pytest.raises(ValueError, match=r"^OccupancyGrid.aabb_scale=3: expected a power of two <= 128"):
         OccupancyGrid(aabb_scale=3)
-    with pytest.raises(ValueError, match=r"^model.renderer.occupancy.resolution=15: .*multiple of 2"):
+    with pytest.raises(ValueError, match=r"^model.net.renderer.occupancy.resolution=15: .*multiple of 2"):
         OccupancyGrid(resolution=15)
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from nerf_lightning.run.model_node import instantiate_model
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import Renderer
 
@@ -86,13 +87,12 @@ def test_near_plane_hides_what_lies_closer_to_the_camera(near: float, chord: flo
 
 
 def test_default_config_sets_the_near_plane_of_the_renderer(tmp_path) -> None:
-    import hydra
 
     from nerf_lightning.run.config import compose_train_config
 
     cfg = compose_train_config([], tmp_path)
-    assert cfg.model.renderer.near_plane == 0.2
-    module = hydra.utils.instantiate(cfg.model, aabb_scale=1)
+    assert cfg.model.net.renderer.near_plane == 0.2
+    module = instantiate_model(cfg.model, {"aabb_scale": 1})
     assert module.renderer.near_plane == 0.2
 
 
@@ -199,7 +199,9 @@ def test_renderer_deep_copy_owns_its_buffers() -> None:
         assert torch.equal(v, state[k]), k
     torch.testing.assert_close(renderer.render_rays(field, o, d, torch.ones(3), jitter=False).rgb, before)
     assert int(clone.render_rays(field, o, d, torch.ones(3), jitter=False).n_samples) == 0
-    with pytest.raises(ValueError, match=r"^model.backend=nope: expected one of auto, cuda, tcnn, torch$"):
+    with pytest.raises(
+        ValueError, match=r"^model.net.backend=nope: expected one of auto, cuda, tcnn, torch$"
+    ):
         Renderer(OccupancyGrid(resolution=8), backend="nope")
 
 

@@ -1,7 +1,7 @@
 """The apps' config values checked before any work starts: a bad value fails in a second, by its key.
 
 A value of the wrong type or range (``trainer.max_steps=abc``, ``data.batch_size=0``,
-``model.renderer.step_size=0``, ``render width=0``, ``export resolution=0``) would otherwise fail deep
+``model.net.renderer.step_size=0``, ``render width=0``, ``export resolution=0``) would otherwise fail deep
 inside the run — after the capture has loaded, with a traceback that names no key — or, worse, run and
 produce a meaningless result (zero rays trained, a 16x16 video). Each app checks its config first
 (:func:`check_config`): the first bad value ends the run with one line,

@@ -53,8 +53,8 @@ def normalize_argv(
 
     - a leading bare word -> ``<positional>=word`` (``python -m nerf_lightning.export mesh ...``);
     - an old key (``Formerly`` on its parameter: ``run/config_tree.key_aliases``) -> the config's key
-      (``model.encoding.x`` -> ``model.field.encoding.x``, ``model.renderer.near_plane`` ->
-      ``model.renderer.near_plane``);
+      (``model.encoding.x`` -> ``model.net.field.encoding.x``, ``model.renderer.near_plane`` ->
+      ``model.net.renderer.near_plane``);
     - ``precision=32`` -> ``precision='32'`` (a choice of the ``precision`` group; Hydra would parse an int);
     - ``<node>.k=v`` for a node of ``open_nodes`` -> ``++<node>.k=v`` (adds the key when it is new).
     """

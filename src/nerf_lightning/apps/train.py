@@ -3,7 +3,7 @@
     python -m nerf_lightning.train [overrides]
     python -m nerf_lightning.train data.path=../shared/data/fox data.downscale=4
     python -m nerf_lightning.train strategy=ddp devices=4 precision=bf16-mixed
-    python -m nerf_lightning.train -m model.field.encoding.log2_hashmap_size=15,17,19
+    python -m nerf_lightning.train -m model.net.field.encoding.log2_hashmap_size=15,17,19
 
 Returns the value of ``optimized_metric`` (val/psnr) so Hydra sweepers can optimize it.
 """
@@ -38,6 +38,7 @@ from nerf_lightning.run.elastic import restart_hazard
 from nerf_lightning.run.folder_commit import commit_run_folder
 from nerf_lightning.run.folder_guard import delete_old_run
 from nerf_lightning.run.loop import QuietProfiler, drop_inert_callbacks, progress_bar
+from nerf_lightning.run.model_node import instantiate_model
 from nerf_lightning.run.resume import resolve_ckpt_path, select_run_dir
 from nerf_lightning.run.resume_check import check_resumable, finished_note
 from nerf_lightning.run.run_dir import rank_tag
@@ -133,29 +134,26 @@ def build_model(cfg: DictConfig, datamodule: Any) -> tuple[L.LightningModule, di
     training views and their given poses (not stored: the state dict holds what the model keeps of
     them); the feedback it shares with the DataModule (the training clock of ``batch_rule``, where the
     step's per-ray losses and this rank's work share go). What the capture draws for
-    the model: the training pixels' alpha when the model's opacity loss (``model.alpha_weight``, ``auto``:
-    renders only) is on (the model says so through the feedback).
+    the model: the training pixels' alpha when the model's opacity loss (``model.net.loss.alpha_weight``,
+    ``auto``: renders only) is on (the model says so through the feedback).
     """
     model_kwargs = {
         "aabb_scale": datamodule.aabb_scale,
         "n_train_views": datamodule.n_train_views,
         "photograph": datamodule.is_photograph,
     }
-    model: L.LightningModule = hydra.utils.instantiate(
-        cfg.model,
-        **model_kwargs,
-        train_poses=datamodule.train_poses,
-        feedback=datamodule.feedback,
-    )
+    run_values = {**model_kwargs, "train_poses": datamodule.train_poses}
+    model: L.LightningModule = instantiate_model(cfg.model, run_values, feedback=datamodule.feedback)
     opacity_loss = model.alpha_weight > 0
-    if cfg.model.get("alpha_weight") == "auto":  # the choice and why, as setup logs the recipe's
+    configured = OmegaConf.select(cfg, "model.net.loss.alpha_weight")
+    if configured == "auto":  # the choice and why, as setup logs the recipe's
         photo = datamodule.is_photograph
         why = "photographs: no transparent pixels" if photo else "renders: empty space charged"
-        log.info("opacity loss: model.alpha_weight=auto -> %g (%s)", model.alpha_weight, why)
+        log.info("opacity loss: model.net.loss.alpha_weight=auto -> %g (%s)", model.alpha_weight, why)
     if opacity_loss and not datamodule.has_alpha:
         raise UserError(
-            f"model.alpha_weight={cfg.model.alpha_weight}: the training images of {cfg.data.path} carry no "
-            "alpha channel, and the opacity loss needs one (RGBA renders); set model.alpha_weight=0"
+            f"model.net.loss.alpha_weight={configured}: the training images of {cfg.data.path} carry no "
+            "alpha channel, and the opacity loss needs one (RGBA renders); set model.net.loss.alpha_weight=0"
         )
     return model, model_kwargs
 
@@ -283,7 +281,7 @@ def collect_metrics(
 def write_refined_poses(
     trainer: L.Trainer, model: L.LightningModule, datamodule: Any, output_dir: Path
 ) -> None:
-    """With learned camera poses (``model.camera_opt``), the capture with its refined training poses
+    """With learned camera poses (``model.net.camera_opt``), the capture with its refined training poses
     under ``<run>/refined`` (rank 0 only)."""
     if model.camera_opt is not None and trainer.is_global_zero:
         refined = write_refined_capture(

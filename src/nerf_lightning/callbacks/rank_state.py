@@ -88,8 +88,10 @@ class RankStateDump(L.Callback):
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, *args: Any
     ) -> None:
-        if self._first_batch is None and isinstance(batch, dict) and "rays_d" in batch:
-            self._first_batch = tensor_digest(batch["rays_o"], batch["rays_d"])
+        # a training batch (``data/ray_batch.py``'s RayBatch) has rays; other batches are not digested
+        rays_o, rays_d = getattr(batch, "rays_o", None), getattr(batch, "rays_d", None)
+        if self._first_batch is None and rays_o is not None and rays_d is not None:
+            self._first_batch = tensor_digest(rays_o, rays_d)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         step = trainer.global_step

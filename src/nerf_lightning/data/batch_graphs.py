@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import torch
+
+from nerf_lightning.data.ray_batch import RayBatch
 
 __all__ = ["BatchGraphs"]
 
@@ -16,19 +17,20 @@ log = logging.getLogger("nerf_lightning.data.datamodule")
 class BatchGraphs:
     """``draw(n_rays)`` replayed from a CUDA graph captured on first use, one graph per ray count.
 
-    The returned tensors are the graph's static outputs: the next replay overwrites them, so a step
-    must consume its batch before asking for the next one (the training loop does).
+    The returned :class:`RayBatch` holds the graph's static outputs: the next replay overwrites the same
+    tensors in place, so a step must consume its batch before asking for the next one (the training loop
+    does).
 
     Args:
         draw: draws one training batch of ``n_rays`` rays on the current CUDA device (no host sync).
         strict: raise when a capture fails (``model.cuda_graph=true``); else warn and draw eagerly.
     """
 
-    def __init__(self, draw: Callable[[int], dict[str, Any]], strict: bool) -> None:
+    def __init__(self, draw: Callable[[int], RayBatch], strict: bool) -> None:
         self.draw, self.strict = draw, strict
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, dict[str, Any]] | None] = {}
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, RayBatch] | None] = {}
 
-    def batch(self, n_rays: int) -> dict[str, Any]:
+    def batch(self, n_rays: int) -> RayBatch:
         if n_rays not in self._graphs:
             self._graphs[n_rays] = self._capture(n_rays)
         entry = self._graphs[n_rays]
@@ -42,7 +44,7 @@ class BatchGraphs:
         """Ray count -> whether its batches replay a graph (False: its capture failed)."""
         return {n: entry is not None for n, entry in self._graphs.items()}
 
-    def _capture(self, n_rays: int) -> tuple[torch.cuda.CUDAGraph, dict[str, Any]] | None:
+    def _capture(self, n_rays: int) -> tuple[torch.cuda.CUDAGraph, RayBatch] | None:
         try:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())

@@ -2,18 +2,17 @@
 
 Batches (what ``on_after_batch_transfer`` hands the LightningModule):
 
-training ``dict``:
-    ``rays_o`` [R, 3] f32, ``rays_d`` [R, 3] f32 unit (NGP space), ``rgb`` [R, 3] f32 target (RGBA
-    captures: composited over ``background``), ``background`` [R, 3] (a random colour per ray),
-    ``alpha`` [R] f32 (the target pixels' alpha, only when the model's opacity loss reads it,
-    ``TrainingFeedback.alpha_targets``, on images that carry alpha),
-    ``view_ids`` / ``px`` / ``py`` [R] int64 (for the loss-weighted sampler: the full-resolution pixel
-    the ray goes through).
+training :class:`~nerf_lightning.data.ray_batch.RayBatch` (``data/ray_batch.py`` documents each field):
+    ``rays_o`` / ``rays_d`` (NGP space), the target ``rgb`` (RGBA captures: composited over
+    ``background``, a random colour per ray), ``view_ids`` / ``px`` / ``py`` (for the loss-weighted
+    sampler: the full-resolution pixel the ray goes through) and ``alpha`` (only when the model's opacity
+    loss reads it, ``TrainingFeedback.alpha_targets``, on images that carry alpha; else None).
 validation / test ``dict`` (one whole held-out view):
-    same keys for all ``H * W`` pixels in row-major order plus ``alpha`` [R] f32 (the image's alpha, 1
-    for RGB captures), ``height``, ``width`` (ints), ``view`` (int, index into that split's frames) and
-    ``train_view`` (int: the frame's index among the training views when it is one, e.g. under
-    ``val_split=train``, else -1; its learned pose and exposure apply).
+    the training batch's fields as keys for all ``H * W`` pixels in row-major order (``view_ids``: the
+    view), with ``alpha`` [R] f32 (the image's alpha, 1 for RGB captures), plus ``height``, ``width``
+    (ints), ``view`` (int, index into that split's frames) and ``train_view`` (int: the frame's index
+    among the training views when it is one, e.g. under ``val_split=train``, else -1; its learned pose
+    and exposure apply).
 
 Splits: ``val`` is what validation during training renders (the capture's val split, else its test
 split, at most ``max_val_views`` of them); ``test`` is the final evaluation (``trainer.test``): the
@@ -49,6 +48,7 @@ from nerf_lightning.data.image_sizes import check_downscale
 from nerf_lightning.data.images import load_images
 from nerf_lightning.data.loaders import StepIndices, StepLoader, ViewIndices, rank_views
 from nerf_lightning.data.masks import load_masks, packed_keep
+from nerf_lightning.data.ray_batch import RayBatch
 from nerf_lightning.data.ray_batches import image_batch, resolve_recipe
 from nerf_lightning.data.sampler import RaySampler, UniformRaySampler
 from nerf_lightning.data.shards import classify_shards, rank_and_world
@@ -333,7 +333,7 @@ class NeRFDataModule(L.LightningDataModule):
         self.sampler.to(device)
         self._device = device
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> RayBatch | dict[str, Any]:
         trainer = self.trainer
         if isinstance(batch, Tensor):
             device = batch.device
@@ -351,7 +351,7 @@ class NeRFDataModule(L.LightningDataModule):
         return self.feedback.rays_per_step(self.batch_size)
 
     # ------------------------------------------------------------------ batch drawing
-    def draw(self, n_rays: int) -> dict[str, Any]:
+    def draw(self, n_rays: int) -> RayBatch:
         """A training batch as the training loop gets it: on a GPU replayed from its batch graph (captured
         on first use; ``model.cuda_graph=false``: drawn eagerly), whose tensors the next draw overwrites;
         elsewhere :meth:`train_batch`. The data must be on their device (``ensure_device``)."""
@@ -360,7 +360,7 @@ class NeRFDataModule(L.LightningDataModule):
             return self._batch_graphs.batch(n_rays)
         return self.train_batch(n_rays)
 
-    def train_batch(self, n_rays: int) -> dict[str, Any]:
+    def train_batch(self, n_rays: int) -> RayBatch:
         """Draw ``n_rays`` training rays on the data's device (no host sync): ``data/ray_batches.py``.
         Their ``view_ids`` are global training views."""
         pixels, sampler = self.train_pixels, self.sampler

@@ -1,7 +1,7 @@
 """The batches a DataModule hands the model: training rays drawn from a sampler, whole held-out views.
 
-Both are built on the data's device without a host sync; the keys are the ones
-``data/datamodule.py`` documents.
+Both are built on the data's device without a host sync: a training batch is a
+:class:`~nerf_lightning.data.ray_batch.RayBatch`, a view's batch the dict ``data/datamodule.py`` documents.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from torch import Tensor
 
 from nerf_lightning.data.capture_kind import CaptureKind
 from nerf_lightning.data.host_pixels import HostPixels
+from nerf_lightning.data.ray_batch import RayBatch
 from nerf_lightning.data.sampler import RaySampler
 from nerf_lightning.data.shards import ShardDraw, draw_pixels
 from nerf_lightning.data.view_set import ViewSet
@@ -45,7 +46,7 @@ def training_rays(
     with_alpha: bool,
     shard: ShardDraw | None = None,
     host: HostPixels | None = None,
-) -> dict[str, Any]:
+) -> RayBatch:
     """Draw ``n_rays`` training rays of ``views`` on their device (no host sync), each over a random
     background colour (as instant-ngp): the target is its pixel composited over that colour, so
     leftover transparency is charged and the field renders the same over whatever background
@@ -73,8 +74,7 @@ def training_rays(
         batch = views.batch(local, ix, iy, px, py, background, with_alpha, pixels=pixels)
     else:
         batch = views.train_rays(local, ix, iy, ux, uy, background, with_alpha=with_alpha)
-    batch["view_ids"] = view_ids
-    return batch
+    return batch.replace(view_ids=view_ids)
 
 
 def image_batch(views: ViewSet, view: int, eval_background: Tensor, train_view: int) -> dict[str, Any]:
@@ -88,10 +88,9 @@ def image_batch(views: ViewSet, view: int, eval_background: Tensor, train_view: 
     ix, iy = ix.reshape(-1), iy.reshape(-1)
     view_ids = torch.full_like(ix, view)
     background = eval_background.expand(ix.shape[0], 3)
-    batch = views.batch(view_ids, ix, iy, ix.float() + 0.5, iy.float() + 0.5, background, with_alpha=True)
-    alpha = batch.pop("alpha", None)
-    alpha = torch.ones_like(ix, dtype=torch.float32) if alpha is None else alpha
-    out = {**batch, "alpha": alpha, "height": h, "width": w, "view": view, "train_view": train_view}
+    rays = views.batch(view_ids, ix, iy, ix.float() + 0.5, iy.float() + 0.5, background, with_alpha=True)
+    alpha = torch.ones_like(ix, dtype=torch.float32) if rays.alpha is None else rays.alpha
+    out = {**rays.tensors(), "alpha": alpha, "height": h, "width": w, "view": view, "train_view": train_view}
     if views.keep is not None:
         start = int(views.offsets[view])
         out["keep"] = views.keep[start : start + h * w]

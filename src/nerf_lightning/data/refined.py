@@ -1,6 +1,6 @@
 """The capture with its training poses replaced by the learned ones, as a capture ``train`` reads back.
 
-After a run with learned camera poses (``model.camera_opt``), ``<run>/refined/`` holds a copy of the
+After a run with learned camera poses (``model.net.camera_opt``), ``<run>/refined/`` holds a copy of the
 capture's transforms file(s) (``transforms.json``; a Blender capture's ``transforms_{train,val,test}.json``)
 in which:
 

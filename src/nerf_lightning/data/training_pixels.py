@@ -20,6 +20,7 @@ from nerf_lightning.data.formats import CaptureError
 from nerf_lightning.data.host_pixels import HostPixels, place_views
 from nerf_lightning.data.images import load_images
 from nerf_lightning.data.masks import KeptPixels, load_masks
+from nerf_lightning.data.ray_batch import RayBatch
 from nerf_lightning.data.ray_batches import training_rays
 from nerf_lightning.data.sampler import RaySampler
 from nerf_lightning.data.shards import ShardDraw, balanced_shards
@@ -112,7 +113,7 @@ class TrainingPixels:
         not sharded). Its one writer."""
         self.feedback.shard_weight = self.shard.weight if self.shard is not None else None
 
-    def rays(self, sampler: RaySampler, n_rays: int, **recipe: Any) -> dict[str, Any]:
+    def rays(self, sampler: RaySampler, n_rays: int, **recipe: Any) -> RayBatch:
         """``n_rays`` training rays of this rank's views (``data/ray_batches.training_rays``; ``recipe``:
         its keyword arguments). Their ``view_ids`` are global training views."""
         assert self.views is not None, "load() first"

@@ -1,7 +1,7 @@
 """The frames of one split held on one device, and the training rays drawn from them.
 
 :class:`ViewSet` keeps a split's uint8 pixels, poses, intrinsics and sizes on the training device and
-turns pixel positions into rays and targets (the training batch's keys: ``data/datamodule.py``).
+turns pixel positions into rays and targets (``data/ray_batch.py``'s :class:`RayBatch`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from torch import Tensor
 
 from nerf_lightning.data.cameras import UndistortionTable, intrinsics_tensor, pixel_rays, poses_tensor
 from nerf_lightning.data.images import ImageSet
+from nerf_lightning.data.ray_batch import RayBatch
 from nerf_lightning.data.types import Frame
 from nerf_lightning.ops import data_kernel
 
@@ -56,7 +57,7 @@ class ViewSet:
     def train_rays(
         self, view_ids: Tensor, ix: Tensor, iy: Tensor, ux: Tensor, uy: Tensor, background: Tensor,
         with_alpha: bool = False,
-    ) -> dict[str, Tensor]:  # fmt: skip
+    ) -> RayBatch:  # fmt: skip
         """:meth:`batch` at the sub-pixel positions ``(ix + ux, iy + uy)``. On a GPU with the CUDA
         extension, pinhole and tabulated (distorted) cameras take one kernel (``ops.cuda.training_rays``)
         instead of about 25 small ones; :meth:`batch` is its contract and test oracle."""
@@ -92,7 +93,7 @@ class ViewSet:
         background: Tensor,
         with_alpha: bool = False,
         pixels: Tensor | None = None,
-    ) -> dict[str, Tensor]:
+    ) -> RayBatch:
         """Rays through (px, py) of integer pixels (ix, iy), targets composited over ``background``;
         ``with_alpha``: also the pixels' ``alpha`` (images that carry it). ``pixels``: those pixels'
         uint8 [R, C] values when gathered elsewhere (``data/host_pixels.py``), else read here."""
@@ -127,17 +128,7 @@ def training_batch(
     ix: Tensor,
     iy: Tensor,
     alpha: Tensor | None = None,
-) -> dict[str, Tensor]:
-    """A training batch's dict (keys: the module docstring's); ``alpha`` only for images that carry it."""
-    batch = {
-        "rays_o": rays_o,
-        "rays_d": rays_d,
-        "rgb": rgb,
-        "background": background,
-        "view_ids": view_ids,
-        "px": ix,
-        "py": iy,
-    }
-    if alpha is not None:
-        batch["alpha"] = alpha
-    return batch
+) -> RayBatch:
+    """A :class:`~nerf_lightning.data.ray_batch.RayBatch` of these rays; ``alpha`` only for images that
+    carry it."""
+    return RayBatch(rays_o, rays_d, rgb, background, view_ids, px=ix, py=iy, alpha=alpha)

@@ -67,7 +67,9 @@ class PerViewExposure(nn.Module):
         check_arguments(PerViewExposure, locals())
         self.enabled = resolve_enabled(enabled, photograph)
         if self.enabled and n_views < 1:
-            raise ValueError(f"model.appearance: needs the number of training views (>= 1), got {n_views}")
+            raise ValueError(
+                f"model.net.appearance: needs the number of training views (>= 1), got {n_views}"
+            )
         self.n_views = int(n_views)
         self.lr = None if lr is None else float(lr)
         self.weight_decay = float(weight_decay)

@@ -48,9 +48,9 @@ from nerf_lightning.training.lr_schedules import exponential_lr_factor
 
 __all__ = ["CameraOptimizer", "so3_exp", "se3_left_jacobian_apply", "gauge_basis"]
 
-#: ``model.camera_opt.mode``
+#: ``model.net.camera_opt.mode``
 Mode = Literal["SO3xR3", "SE3"]
-#: ``model.camera_opt.gauge``
+#: ``model.net.camera_opt.gauge``
 Gauge = Literal["similarity", "none"]
 #: below this squared angle the Taylor series replace the closed forms (float64)
 _SMALL = 1e-6
@@ -173,9 +173,13 @@ class CameraOptimizer(nn.Module):
         check_arguments(CameraOptimizer, locals())
         self.enabled = resolve_enabled(enabled, photograph)
         if self.enabled and n_views < 1:
-            raise ValueError(f"model.camera_opt: needs the number of training views (>= 1), got {n_views}")
+            raise ValueError(
+                f"model.net.camera_opt: needs the number of training views (>= 1), got {n_views}"
+            )
         if poses is not None and tuple(poses.shape) != (n_views, 3, 4):
-            raise ValueError(f"model.camera_opt: poses must be [{n_views}, 3, 4], got {tuple(poses.shape)}")
+            raise ValueError(
+                f"model.net.camera_opt: poses must be [{n_views}, 3, 4], got {tuple(poses.shape)}"
+            )
         self.n_views = int(n_views)
         self.mode, self.gauge_mode = mode, gauge
         self.lr, self.lr_final = float(lr), float(lr_final)

@@ -3,7 +3,7 @@
 Both follow tiny-cuda-nn's conventions (``encodings/grid.h`` and ``encodings/spherical_harmonics.h``)
 so that parameters and outputs can move between our backends and tcnn's.
 
-Implementations of :class:`HashEncoding`, chosen per input by the step's one backend (``model.backend``,
+Implementations of :class:`HashEncoding`, chosen per input by the step's one backend (``model.net.backend``,
 the :class:`~nerf_lightning.ops.Backend` the field hands it; the registry says what ``auto`` chose, once):
 
 - ``"torch"``: vectorized PyTorch on any device (``ops/hashgrid_torch.py``: one gather, one scatter;
@@ -62,7 +62,7 @@ class HashEncoding(nn.Module):
         base_resolution: coarsest grid resolution.
         max_resolution: finest grid resolution per unit cube; per_level_scale = (max/base)^(1/(L-1)) over
             the box (:attr:`max_resolution`: ``max_resolution * aabb_scale``).
-        backend: the step's :class:`~nerf_lightning.ops.Backend` (``model.backend``), or its name
+        backend: the step's :class:`~nerf_lightning.ops.Backend` (``model.net.backend``), or its name
             (``auto`` | ``cuda`` | ``tcnn`` | ``torch``; see the module docstring).
         aabb_scale: the side of the box the positions are normalized over, in unit cubes.
         param_dtype: dtype of the table, ``torch.float32`` or ``torch.float16`` (or their names).
@@ -78,7 +78,7 @@ class HashEncoding(nn.Module):
         log2_hashmap_size: Annotated[int, Range(low=1, high=30), Note("log2 of the entries per level")] = 19,
         base_resolution: Annotated[int, Range(low=1)] = 16,
         max_resolution: Annotated[int, Range(low=1), Note("per unit cube; >= base_resolution")] = 2048,
-        backend: Annotated[Backend | str, Injected("NGPField: model.backend")] = "auto",
+        backend: Annotated[Backend | str, Injected("NGPField: model.net.backend")] = "auto",
         aabb_scale: Annotated[int, Injected("NGPField: the capture's box")] = 1,
         param_dtype: Annotated[
             torch.dtype | str, Injected("benchmarks and tests: float32 or float16 tables")
@@ -88,7 +88,7 @@ class HashEncoding(nn.Module):
         check_arguments(HashEncoding, locals())
         if max_resolution < base_resolution:  # the one rule between two keys
             raise ValueError(
-                f"model.field.encoding.max_resolution={max_resolution}: expected >= base_resolution "
+                f"model.net.field.encoding.max_resolution={max_resolution}: expected >= base_resolution "
                 f"({base_resolution})"
             )
         max_resolution = max_resolution * aabb_scale
@@ -143,9 +143,9 @@ class HashEncoding(nn.Module):
         if theirs != self.offsets:
             level = next(i for i, (a, b) in enumerate(zip(theirs, self.offsets, strict=True)) if a != b) - 1
             raise ValueError(
-                f"model.backend=tcnn: tiny-cuda-nn sizes level {level} of this grid "
+                f"model.net.backend=tcnn: tiny-cuda-nn sizes level {level} of this grid "
                 f"differently ({theirs[level + 1] - theirs[level]} entries, ours "
-                f"{self.offsets[level + 1] - self.offsets[level]}): use model.backend=cuda, or another "
+                f"{self.offsets[level + 1] - self.offsets[level]}): use model.net.backend=cuda, or another "
                 "base_resolution / max_resolution"
             )
         mismatch = tcnn.scale_mismatch(self.scales, self.n_levels, self.base_resolution, self.per_level_scale)
@@ -203,7 +203,7 @@ class SHEncoding(nn.Module):
     def __init__(
         self,
         degree: SHDegree = 4,
-        backend: Annotated[Backend | str, Injected("NGPField: model.backend")] = "auto",
+        backend: Annotated[Backend | str, Injected("NGPField: model.net.backend")] = "auto",
     ) -> None:
         super().__init__()
         check_arguments(SHEncoding, locals())

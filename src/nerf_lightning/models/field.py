@@ -57,7 +57,7 @@ class NGPField(nn.Module):
         density_hidden_layers / color_hidden_layers: 1 and 2 in instant-ngp.
         sh_degree: spherical-harmonics degree of the view encoding (4 -> 16 coefficients).
         density_bias: added to the density logit before ``trunc_exp`` (start mostly transparent).
-        backend: the step's :class:`~nerf_lightning.ops.Backend` (``model.backend``, NeRFModule passes
+        backend: the step's :class:`~nerf_lightning.ops.Backend` (``model.net.backend``, build_nerf passes
             it), or its name; the encodings get the same one. Its ops run the box normalisation and the
             density activation. The MLPs: under CUDA autocast to float16 / bfloat16
             (``precision=16-mixed`` / ``bf16-mixed``) both run as fused tensor-core kernels
@@ -78,7 +78,7 @@ class NGPField(nn.Module):
         color_hidden_layers: Annotated[int, Range(low=0)] = 2,
         sh_degree: SHDegree = 4,
         density_bias: float = -1.0,
-        backend: Annotated[Backend | str, Injected("NeRFModule: model.backend")] = "auto",
+        backend: Annotated[Backend | str, Injected("build_nerf: model.net.backend")] = "auto",
     ) -> None:
         super().__init__()
         check_arguments(NGPField, locals())

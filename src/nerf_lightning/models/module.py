@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -17,6 +16,7 @@ from torch import Tensor, nn
 
 from nerf_lightning.config_keys import check_arguments
 from nerf_lightning.config_schema import Formerly, Injected, KeysOf, Note, Range
+from nerf_lightning.data.ray_batch import RayBatch
 from nerf_lightning.lightning_compat import (
     FastHookNames,
     logs_this_step,
@@ -30,22 +30,11 @@ from nerf_lightning.models.evaluation import render_view, save_panel
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.heldout_fit import HeldoutFit, HeldoutScores
 from nerf_lightning.models.metrics import METRICS, ViewMetrics
-from nerf_lightning.models.per_view import build_if_enabled
-from nerf_lightning.models.train_step import (
-    AlphaWeight,
-    StepStats,
-    TrainStep,
-    autocast_for,
-    batch_alpha,
-    capture,
-    resolve_alpha_weight,
-    train_step,
-)
-from nerf_lightning.ops import Backend, BackendName
+from nerf_lightning.models.nerf import NeRF
+from nerf_lightning.models.train_step import StepStats, TrainStep, autocast_for, capture
 from nerf_lightning.run.strategies import fsdp_full_copy, full_parameters
 from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.volume.occupancy import OccupancyGrid, all_reduce_max
-from nerf_lightning.volume.renderer import Renderer, build_renderer
 
 log = logging.getLogger(__name__)
 
@@ -58,57 +47,33 @@ class Unowned:
 
     #: the training step (``TrainStep``: it shares the field and the renderer), or its CUDA-graphed replay
     step: Any
-    #: the field's factory: under FSDP, evaluation renders with a plain full copy it builds
-    field_factory: Callable[..., NGPField]
+    #: builds a field of the same shape: under FSDP, evaluation renders with a plain full copy
+    new_field: Callable[[], NGPField]
     #: that copy while an evaluation epoch runs under FSDP (None: the field itself)
     eval_field: nn.Module | None = None
 
 
 class NeRFModule(FastHookNames, L.LightningModule):
-    """instant-ngp NeRF training as a LightningModule.
+    """instant-ngp NeRF training as a LightningModule: it runs the :class:`~nerf_lightning.models.nerf.NeRF`
+    that Hydra builds (``model.net``), captures its step as CUDA graphs, logs, keeps the training clock
+    and the checkpoint's run state.
 
     Args:
-        field: factory (Hydra ``_partial_``) of the radiance field, called with ``aabb_scale``.
+        net: the field, renderer, per-view parts, training step and loss (``models/nerf.py``'s
+            ``build_nerf``, the ``model.net`` node, called by the train app with the capture's values:
+            ``run/model_node.py``). Its parts are this module's ``field``, ``renderer``, ``camera_opt``
+            and ``appearance`` (the state dict's names).
         optimizer: factory of the optimizer, called with parameter groups.
-        renderer: factory of the :class:`~nerf_lightning.volume.renderer.Renderer` (``model.renderer``:
-            ``volume/renderer.py``'s ``build_renderer`` with its ``occupancy`` grid, whose update schedule
-            this module follows), called with ``aabb_scale``. None: instant-ngp's defaults.
         scheduler: factory called with ``(optimizer, total_steps)``; stepped every optimizer step.
-        step: factory of the training step (``model.step``: ``models/train_step.py``'s ``train_step``),
-            called with the field, the renderer, the loss and the per-view components. None: a step
-            without a sample budget (``data.batch_size`` rays per step, data-dependent shapes).
-        aabb_scale: outer box size (from the capture; see ``data/types.py``).
-        loss: ``huber`` (instant-ngp's NeRF default, delta 0.1) or ``mse``.
-        distortion_weight: weight of mip-NeRF 360's distortion loss (mean over the rays) added to the
-            photometric loss; 0 leaves it out.
-        alpha_weight: weight of the opacity loss, the mean over the rays of ``(opacity - alpha)^2``
-            against the training images' alpha (the batch's ``alpha``: captures whose images carry
-            alpha only). 0 (off) by default: random training backgrounds already charge faint density in
-            empty space. ``auto``: ``RENDER_ALPHA_WEIGHT`` of ``train_step.py`` for renders, 0 for
-            photographs. The resolved weight: :attr:`alpha_weight`.
-        backend: the ops backend of the whole step (``ops/registry.py``): read here, once, and handed
-            to the field (encodings, MLPs) and the renderer (marching, compositing, occupancy grid,
-            the step's loss kernels). ``auto``: our CUDA kernels for CUDA tensors when the extension
-            loads, else the PyTorch reference; ``cuda``; ``tcnn`` (the hash grid on tiny-cuda-nn);
-            ``torch``.
         cuda_graph: ``auto`` (capture the budgeted step as CUDA graphs on a GPU, except under FSDP,
             whose parameters are re-gathered every step), ``true`` or ``false``. The one switch of
             CUDA graphs: the train app hands it to the DataModule too (its graphed batch draw).
-        jitter: shift each training ray's first sample by a random fraction of a step.
         sigterm_check_every: under DDP/FSDP, run Lightning's cross-rank SIGTERM check (a host sync)
             every N optimizer steps instead of every step.
         val_chunk: rays per chunk when rendering validation images; save_val_images: write
             ``val/view{v}_step{s}.png`` (GT | prediction | depth | error).
         lpips: LPIPS in the evaluation metrics: ``null`` (VGG, as nerfacc, when its weights are local),
             ``false``, or a torchmetrics net name (``vgg``, ``alex``, ``squeeze``).
-        camera_opt: factory of the learned camera-pose corrections (``models/camera_opt.py``), called
-            with ``n_views``, ``poses`` and ``photograph``; kept only when it is enabled. None: off.
-        appearance: factory of the learned per-view exposure (``models/appearance.py``), called with
-            ``n_views`` and ``photograph``; kept only when it is enabled. None: off.
-        n_train_views: training views of the capture (``train`` passes it): the per-view components' sizes.
-        train_poses: float [V, 3, 4] NGP-space given poses of the training views (``train`` passes
-            them; the camera corrections' gauge). None when the state is loaded from a checkpoint next.
-        photograph: whether the capture is photographs (``enabled`` and ``alpha_weight``: auto).
         heldout_fit: the fair held-out protocol's switch and budget (``models/heldout_fit.py``), in the
             evaluation passes outside ``fit`` (the final evaluation, ``eval``). None: its defaults.
         feedback: the run's :class:`~nerf_lightning.training.feedback.TrainingFeedback`, shared with the
@@ -124,37 +89,16 @@ class NeRFModule(FastHookNames, L.LightningModule):
 
     def __init__(
         self,
-        field: Callable[..., NGPField],
+        net: NeRF,
         optimizer: Callable[..., torch.optim.Optimizer],
-        renderer: Callable[..., Renderer] | None = None,
         scheduler: Callable[..., Any] | None = None,
-        step: Callable[..., TrainStep] | None = None,
-        aabb_scale: Annotated[int, Injected("the train app: the capture's box")] = 1,
-        loss: Literal["huber", "mse"] = "huber",
-        huber_delta: Annotated[float, Range(above=0)] = 0.1,
-        distortion_weight: Annotated[float, Range(low=0)] = 0.0,
-        alpha_weight: AlphaWeight = 0.0,
-        backend: Annotated[
-            BackendName,
-            Note("auto: our CUDA kernels for CUDA tensors, else torch"),
-            Formerly("model.renderer.ops_backend"),
-            Formerly("model.ops_backend"),
-            Formerly("model.field.encoding.backend"),
-            Formerly("model.field.mlp_backend"),
-        ] = "auto",
         cuda_graph: Annotated[
             bool | Literal["auto"], Note("auto: on a GPU, not under FSDP"), Formerly("data.cuda_graph")
         ] = "auto",
-        jitter: bool = True,
         sigterm_check_every: Annotated[int, Range(low=1)] = 100,
         val_chunk: Annotated[int, Range(low=1)] = 32768,
         save_val_images: bool = True,
         lpips: bool | str | None = None,
-        camera_opt: Callable[..., CameraOptimizer] | None = None,
-        appearance: Callable[..., PerViewExposure] | None = None,
-        n_train_views: Annotated[int, Injected("the train app: the capture's training views")] = 0,
-        train_poses: Annotated[Tensor | None, Injected("the train app: the training views' poses")] = None,
-        photograph: Annotated[bool, Injected("the train app: whether the capture is photographs")] = False,
         heldout_fit: Annotated[HeldoutFit | dict[str, Any] | None, KeysOf(HeldoutFit)] = None,
         feedback: Annotated[TrainingFeedback | None, Injected("the train app: the run's feedback")] = None,
     ) -> None:
@@ -162,36 +106,17 @@ class NeRFModule(FastHookNames, L.LightningModule):
         check_arguments(NeRFModule, locals())
         # Factories are not saved: checkpoints must load with torch.load(weights_only=True), Lightning's
         # default when resuming (`ckpt_path=`); the run's .hydra/config.yaml records them.
-        factories = ["field", "optimizer", "renderer", "scheduler", "step", "camera_opt", "appearance"]
-        self.save_hyperparameters(logger=False, ignore=[*factories, "train_poses", "feedback", "heldout_fit"])
-        #: ``model.backend``, resolved once: every op of the step runs on it
-        self.backend = Backend(backend)
-        field = functools.partial(field, backend=self.backend)
-        self.field = field(aabb_scale=aabb_scale)
-        self.renderer = (renderer or build_renderer)(aabb_scale=aabb_scale, backend=self.backend)
-        #: the opacity loss's weight, ``model.alpha_weight`` resolved (0: off, the batches carry no alpha)
-        self.alpha_weight = resolve_alpha_weight(alpha_weight, photograph)
+        unsaved = ["net", "optimizer", "scheduler", "feedback", "heldout_fit"]
+        self.save_hyperparameters(logger=False, ignore=unsaved)
+        self.field = net.field
+        self.renderer = net.renderer
+        #: the step's loss (``model.net.loss``, ``alpha_weight`` resolved)
+        self.step_loss = net.loss
         # Learned per-training-view state: submodules (state dict, parameters, DDP) only when enabled.
-        self.camera_opt: CameraOptimizer | None = build_if_enabled(
-            camera_opt, n_views=n_train_views, poses=train_poses, photograph=photograph
-        )
-        self.appearance: PerViewExposure | None = build_if_enabled(
-            appearance, n_views=n_train_views, photograph=photograph
-        )
-        step_factory = step if step is not None else functools.partial(train_step, sample_budget=None)
-        step_module = step_factory(
-            self.field,
-            self.renderer,
-            loss,
-            huber_delta,
-            jitter=jitter,
-            distortion_weight=distortion_weight,
-            alpha_weight=self.alpha_weight,
-            camera_opt=self.camera_opt,
-            appearance=self.appearance,
-        )
+        self.camera_opt: CameraOptimizer | None = net.camera_opt
+        self.appearance: PerViewExposure | None = net.appearance
         #: the training step (after capture, its CUDA graphs' replay) and the FSDP evaluation copy
-        self.unowned = Unowned(step_module, field)
+        self.unowned = Unowned(net.step, net.new_field)
         self._graphed = False
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
@@ -206,6 +131,12 @@ class NeRFModule(FastHookNames, L.LightningModule):
         # Device-side counters read by the throughput callback (no host sync in the step).
         self.register_buffer("rays_seen", torch.zeros((), dtype=torch.float64), persistent=False)
         self.register_buffer("samples_seen", torch.zeros((), dtype=torch.float64), persistent=False)
+
+    @property
+    def alpha_weight(self) -> float:
+        """The opacity loss's weight, ``model.net.loss.alpha_weight`` resolved (0: off, the batches carry
+        no alpha)."""
+        return float(self.step_loss.alpha_weight)
 
     @property
     def train_step_fn(self) -> TrainStep:
@@ -261,23 +192,21 @@ class NeRFModule(FastHookNames, L.LightningModule):
         if not self.train_step_fn.set_work_share(scale):
             self.feedback.work_scale = float(scale)
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
-        args = self.step_inputs(batch)
+    def training_step(self, batch: RayBatch, batch_idx: int) -> Tensor:
         step = self.train_step_fn
         if not self._graphed and self._use_cuda_graph():
             # share_inputs: the batch graph's output buffers become the step graph's inputs (no
             # copies per step); an eager batch is copied into the first batch's tensors, unused by then
-            step = capture(
-                step, args, self.trainer.precision, alias_gradients=self._alias_gradients(), share_inputs=True
-            )
+            precision, alias = self.trainer.precision, self._alias_gradients()
+            step = capture(step, batch, precision, alias_gradients=alias, share_inputs=True)
             self.unowned.step = step
             self._graphed = True
         with autocast_for(self.trainer.precision) if self._graphed else nullcontext():
-            loss, per_ray, valid, stats_tensor = step(*args)
+            loss, per_ray, valid, stats_tensor = step(batch)
         # The graphed step returns every float output as requiring grad. Summed into the run's
         # counters as they are, each step's autograd graph would stay alive from step to step.
         per_ray, stats = per_ray.detach(), StepStats.of(stats_tensor.detach())
-        self.feedback.report_losses(batch["view_ids"], batch["px"], batch["py"], per_ray, valid=valid)
+        self.feedback.report_losses(batch.view_ids, batch.px, batch.py, per_ray, valid=valid)
         self.rays_seen += stats.rays
         self.samples_seen += stats.marched_samples
         if logs_this_step(self._trainer):
@@ -285,17 +214,6 @@ class NeRFModule(FastHookNames, L.LightningModule):
             self.log("train/psnr", -10.0 * torch.log10(stats.mse.clamp_min(1e-10)).float())
             self.log("train/rays_per_step", stats.rays.float())
         return loss
-
-    def step_inputs(self, batch: dict[str, Any]) -> tuple[Tensor, ...]:
-        """The training step's inputs from a training batch: rays, targets and background, then the
-        rays' views when per-view components or the opacity loss read them, then the rays' ``alpha``
-        when the opacity loss is on (``train_step_fn``'s signature, static inputs of its CUDA graph)."""
-        args = (batch["rays_o"], batch["rays_d"], batch["rgb"], batch["background"])
-        if self.view_components or self.alpha_weight > 0:
-            args = (*args, batch["view_ids"])
-        if self.alpha_weight > 0:
-            args = (*args, batch_alpha(batch))
-        return args
 
     def _use_cuda_graph(self) -> bool:
         mode = self.hparams.cuda_graph
@@ -382,8 +300,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
 
     def _gather_eval_field(self) -> None:
         """Under FSDP, the field's full copy that this evaluation epoch renders with (every rank)."""
-        factory = self.unowned.field_factory
-        copy = fsdp_full_copy(self.trainer, self.field, lambda: factory(aabb_scale=self.hparams.aabb_scale))
+        copy = fsdp_full_copy(self.trainer, self.field, self.unowned.new_field)
         self.unowned.eval_field = copy
 
     def _log_eval(self, stage: str) -> None:

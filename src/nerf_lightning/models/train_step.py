@@ -1,7 +1,7 @@
 """The training forward: rays -> loss, one path for every configuration.
 
 :class:`TrainStep` applies the per-view corrections, renders, and computes the loss, the optional
-distortion and opacity terms and the step's statistics. With a sample budget (``model.step``'s
+distortion and opacity terms and the step's statistics. With a sample budget (``model.net.step``'s
 default, instant-ngp's and nerfacc's 2^18 samples per step) the shapes are static: the batch holds
 ``R`` ray slots, the first ``n_active`` are marched, and the renderer keeps rays in order while their
 samples fit. After each call ``n_active`` is re-estimated *on the device* from the measured samples
@@ -13,36 +13,30 @@ once as CUDA graphs and replayed (:func:`capture`): one launch instead of ~150. 
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from nerf_lightning.config_keys import check_arguments
 from nerf_lightning.config_schema import Formerly, Injected, KeysOf, Note, Range
+from nerf_lightning.data.ray_batch import RayBatch
+from nerf_lightning.models.loss import StepLoss
 from nerf_lightning.volume.renderer import Renderer, SampleBudget, opacity_error, ray_distortion
 
 __all__ = [
-    "RENDER_ALPHA_WEIGHT",
     "THROUGHPUT_HEADROOM",
     "StepStats",
     "TrainStep",
     "autocast_for",
-    "batch_alpha",
     "capture",
     "holds_tcnn",
-    "resolve_alpha_weight",
     "train_step",
     "warm_capture_stream",
 ]
 
 #: Under batch_rule=throughput a rank may take up to this many times its even share of the budget.
 THROUGHPUT_HEADROOM = 1.5
-#: ``model.alpha_weight=auto`` on renders: trained over white (the render recipe until 2026-12-07), lego
-#: over black gained 7.4 dB at 20k steps for no loss over white
-#: (docs/investigations/2026-12-03-empty-space-in-renders.md); photographs have no transparent pixels to
-#: learn from.
-RENDER_ALPHA_WEIGHT = 0.1
 
 
 class StepStats(NamedTuple):
@@ -66,14 +60,18 @@ class StepStats(NamedTuple):
 
 
 class TrainStep(nn.Module):
-    """``forward(rays_o, rays_d, target, background[, view_ids[, alpha]])``
-    ``-> (loss, per_ray_loss, ray_valid, stats)``.
+    """``forward(batch: RayBatch) -> (loss, per_ray_loss, ray_valid, stats)``: it reads the batch's
+    fields that :meth:`graph_fields` names (``data/ray_batch.py``).
 
     Args:
         field: the radiance field (``models/field.py``), shared with the LightningModule.
         renderer: the renderer (owns the occupancy grid and the ops backend), shared with the
             LightningModule.
-        loss: ``huber`` (delta ``huber_delta``) or ``mse``, per ray the mean over the channels.
+        loss: the loss's kind and weights (``models/loss.py``: ``model.net.loss``, ``alpha_weight``
+            resolved); None: its defaults. Per ray the mean over the channels; the distortion term
+            (``ops.distortion_loss`` of the renderer's ops, mean over the valid rays) and the opacity
+            term (mean over the valid rays of ``(opacity - alpha)^2`` against the batch's ``alpha``)
+            are added with their weights, and left out of the step at weight 0.
         sample_budget: sample slots of the differentiable pass (instant-ngp: 2^18); None: no budget,
             every ray of the batch is rendered.
         march_budget: sample slots of the marching / no-grad density pass (>= sample_budget).
@@ -81,13 +79,8 @@ class TrainStep(nn.Module):
         min_rays: lower bound of the adapted ray count.
         adapt_momentum: weight of the previous estimate when ``n_active`` is re-estimated.
         jitter: randomize each ray's first sample (training; off only for exact comparisons).
-        distortion_weight: weight of mip-NeRF 360's distortion loss (``ops.distortion_loss`` of the
-            renderer's ops, mean over the valid rays) added to the loss; 0 leaves it out of the step.
-        alpha_weight: weight of the opacity loss, the mean over the valid rays of ``(opacity - alpha)^2``
-            against ``forward``'s ``alpha`` [R] (the training images' alpha), added to the loss; 0
-            leaves it out of the step.
-        camera_opt: learned pose corrections (``models/camera_opt.py``) applied to each ray by its
-            ``view_ids`` entry before marching, or None.
+        camera_opt: learned pose corrections (``models/camera_opt.py``) applied to each ray by the
+            batch's ``view_ids`` before marching, or None.
         appearance: learned per-view exposure (``models/appearance.py``) applied to each ray's colour
             before the loss, or None. Both are shared with the LightningModule; their parameters are
             read in place by a captured graph, like the field's.
@@ -109,8 +102,7 @@ class TrainStep(nn.Module):
         self,
         field: nn.Module,
         renderer: Renderer,
-        loss: Annotated[Literal["huber", "mse"], Injected("NeRFModule: model.loss")] = "huber",
-        huber_delta: Annotated[float, Range(above=0), Injected("NeRFModule: model.huber_delta")] = 0.1,
+        loss: Annotated[StepLoss | None, Injected("build_nerf: model.net.loss, resolved")] = None,
         *,
         sample_budget: Annotated[
             int | None,
@@ -127,11 +119,9 @@ class TrainStep(nn.Module):
         n_rays_init: Annotated[int, Range(low=1), Formerly("model.n_rays_init")] = 4096,
         min_rays: Annotated[int, Range(low=1)] = 64,
         adapt_momentum: Annotated[float, Range(low=0, below=1)] = 0.5,
-        jitter: Annotated[bool, Injected("NeRFModule: model.jitter")] = True,
-        distortion_weight: Annotated[float, Injected("NeRFModule: model.distortion_weight")] = 0.0,
-        alpha_weight: Annotated[float, Injected("NeRFModule: model.alpha_weight resolved")] = 0.0,
-        camera_opt: Annotated[nn.Module | None, Injected("NeRFModule: model.camera_opt")] = None,
-        appearance: Annotated[nn.Module | None, Injected("NeRFModule: model.appearance")] = None,
+        jitter: Annotated[bool, Formerly("model.jitter")] = True,
+        camera_opt: Annotated[nn.Module | None, Injected("build_nerf: model.net.camera_opt")] = None,
+        appearance: Annotated[nn.Module | None, Injected("build_nerf: model.net.appearance")] = None,
     ) -> None:
         super().__init__()
         check_arguments(TrainStep, locals())
@@ -139,12 +129,15 @@ class TrainStep(nn.Module):
             march_budget = 4 * sample_budget if march_budget is None else march_budget
             if march_budget < sample_budget:  # the one rule between two keys
                 raise ValueError(
-                    f"model.step.march_budget={march_budget}: expected >= model.step.sample_budget "
+                    f"model.net.step.march_budget={march_budget}: expected >= model.net.step.sample_budget "
                     f"({sample_budget})"
                 )
         self.field = field
         self.renderer = renderer
-        self.loss, self.huber_delta = loss, float(huber_delta)
+        loss = loss if loss is not None else StepLoss()
+        if loss.alpha_weight == "auto":
+            raise ValueError("TrainStep: resolve the loss's alpha_weight=auto first (StepLoss.resolved)")
+        self.loss, self.huber_delta = loss.kind, loss.huber_delta
         #: whether the step runs under a fixed sample budget (static shapes)
         self.budgeted = sample_budget is not None
         self.base_sample_budget = self.sample_budget = int(sample_budget or 0)
@@ -153,8 +146,8 @@ class TrainStep(nn.Module):
         self.base_adapt_momentum = self.adapt_momentum = float(adapt_momentum)
         self.n_rays_init = int(n_rays_init)
         self.jitter = bool(jitter)
-        self.distortion_weight = float(distortion_weight)
-        self.alpha_weight = float(alpha_weight)
+        self.distortion_weight = loss.distortion_weight
+        self.alpha_weight = float(loss.alpha_weight)
         self.camera_opt = camera_opt
         self.appearance = appearance
         if self.budgeted:
@@ -208,20 +201,24 @@ class TrainStep(nn.Module):
         """The adapted ray count, state of the run (empty without a budget)."""
         return {name: getattr(self, name) for name in ("n_active", "n_active_f") if self.budgeted}
 
-    def forward(
-        self,
-        rays_o: Tensor,
-        rays_d: Tensor,
-        target: Tensor,
-        background: Tensor,
-        view_ids: Tensor | None = None,
-        alpha: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def graph_fields(self) -> tuple[str, ...]:
+        """The :class:`RayBatch` fields :meth:`forward` reads, in order: the static inputs of its CUDA
+        graph (:func:`capture`). ``view_ids`` for the per-view corrections, ``alpha`` for the opacity
+        loss."""
+        names = ("rays_o", "rays_d", "rgb", "background")
+        if self.camera_opt is not None or self.appearance is not None:
+            names = (*names, "view_ids")
+        return (*names, "alpha") if self.alpha_weight > 0 else names
+
+    def forward(self, batch: RayBatch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        if batch.alpha is None and self.alpha_weight > 0:
+            raise ValueError(
+                "TrainStep: alpha_weight > 0 needs the rays' target alpha (the batch's alpha: images that "
+                "carry alpha, drawn by a DataModule that shares the model's TrainingFeedback, alpha_targets)"
+            )
+        rays_o, rays_d, target, background = batch.rays_o, batch.rays_d, batch.rgb, batch.background
+        view_ids, alpha = batch.view_ids, batch.alpha
         ops = self.renderer.ops
-        if view_ids is None and (self.camera_opt is not None or self.appearance is not None):
-            raise ValueError("TrainStep: the per-view corrections need the rays' view_ids")
-        if alpha is None and self.alpha_weight > 0:
-            raise ValueError("TrainStep: alpha_weight > 0 needs the rays' target alpha")
         if self.camera_opt is not None:
             rays_o, rays_d = self.camera_opt(view_ids, rays_o, rays_d)
         budget = None
@@ -264,15 +261,14 @@ class TrainStep(nn.Module):
 
 
 def train_step(
-    field: Annotated[nn.Module, Injected("NeRFModule: its field")],
-    renderer: Annotated[Renderer, Injected("NeRFModule: its renderer")],
-    loss: Annotated[str, Injected("NeRFModule: model.loss")] = "huber",
-    huber_delta: Annotated[float, Injected("NeRFModule: model.huber_delta")] = 0.1,
+    field: Annotated[nn.Module, Injected("build_nerf: its field")],
+    renderer: Annotated[Renderer, Injected("build_nerf: its renderer")],
+    loss: Annotated[StepLoss | None, Injected("build_nerf: model.net.loss, resolved")] = None,
     **kwargs: Annotated[Any, KeysOf(TrainStep)],
 ) -> TrainStep:
-    """The ``model.step`` config node: a :class:`TrainStep` (``sample_budget: null``: no budget, the CPU
-    preset). ``NeRFModule`` passes the field, the renderer, the loss and the per-view components."""
-    return TrainStep(field, renderer, loss, huber_delta, **kwargs)
+    """The ``model.net.step`` config node: a :class:`TrainStep` (``sample_budget: null``: no budget, the
+    CPU preset). ``build_nerf`` passes the field, the renderer, the loss and the per-view components."""
+    return TrainStep(field, renderer, loss, **kwargs)
 
 
 def autocast_for(precision: str | int | None) -> Any:
@@ -289,23 +285,25 @@ def autocast_for(precision: str | int | None) -> Any:
 
 def capture(
     step: TrainStep,
-    sample_args: tuple[Tensor, ...],
+    batch: RayBatch,
     precision: str | int | None,
     *,
     alias_gradients: bool = True,
     share_inputs: bool = False,
-) -> nn.Module:
+) -> TrainStep:
     """Capture ``step``'s forward and backward as CUDA graphs (``torch.cuda.make_graphed_callables``).
 
-    The returned module replays the graphs: outputs and the parameters' gradients come from static
-    buffers. Parameters, the occupancy bitfield and the ``n_active`` buffer are read in place, so
-    optimizer steps and occupancy updates made between replays are seen.
+    ``step`` itself is returned, its forward replaced by the graphs' replay: outputs and the parameters'
+    gradients come from static buffers. Parameters, the occupancy bitfield and the ``n_active`` buffer are
+    read in place, so optimizer steps and occupancy updates made between replays are seen. The graphs'
+    static inputs are the fields of ``batch`` that the step reads (:meth:`TrainStep.graph_fields`); a
+    replay copies a batch's field into them unless it is that very tensor.
 
     Args:
         step: the training step, under a sample budget (static shapes).
-        sample_args: ``(rays_o, rays_d, target, background[, view_ids[, alpha]])`` (int64 ``view_ids``
-            [R]: the rays' training views, read by the per-view corrections; float ``alpha`` [R]: their
-            target opacity, read by the opacity loss).
+        batch: a training batch of the step's shapes (int64 ``view_ids`` [R]: the rays' training views,
+            read by the per-view corrections; float ``alpha`` [R]: their target opacity, read by the
+            opacity loss).
         precision: the Lightning precision string (autocast for capture and replay).
         alias_gradients: ``.grad`` of each parameter becomes the backward graph's output buffer
             itself (autograd takes over the tensor when ``.grad`` is None: zero the gradients with
@@ -313,7 +311,7 @@ def capture(
             optimizer step follows exactly one backward: with gradient accumulation (False),
             gradients are pre-allocated and autograd adds the buffers into them (zero them with
             ``set_to_none=False``).
-        share_inputs: the graph's static inputs are ``sample_args`` themselves, not copies: a call
+        share_inputs: the graph's static inputs are ``batch``'s tensors themselves, not copies: a call
             with these very tensors (the data module's batch graph writes the same buffers every
             step) copies nothing, but a call with other tensors copies them *into the caller's
             first tensors*. Only for callers that own those buffers (the LightningModule); False
@@ -326,18 +324,50 @@ def capture(
             p.grad = None  # autograd then takes over the graph's buffer
         elif p.grad is None:
             p.grad = torch.zeros_like(p)
-    args = tuple(a.detach() if share_inputs else a.detach().clone() for a in sample_args)
+    names = step.graph_fields()
+    fields = {name: getattr(batch, name) for name in names}
+    if any(t is None for t in fields.values()):
+        step(batch)  # raises its one line on the field the batch lacks
+    args = tuple(t.detach() if share_inputs else t.detach().clone() for t in fields.values())
+    # The fields the step does not read stay the capture batch's (never read by the graphs).
+    tensor_step = _FieldsStep(step, names, batch.replace(**dict(zip(names, args, strict=True))))
     # The warm-up calls of make_graphed_callables adapt n_active: start the replays where eager
     # execution would have started.
     saved = {name: b.clone() for name, b in step.named_buffers(recurse=False)}
     with autocast_for(precision):
         if holds_tcnn(step):
-            warm_capture_stream(step, args)
-        graphed = torch.cuda.make_graphed_callables(step, args, num_warmup_iters=3, allow_unused_input=True)
+            warm_capture_stream(tensor_step, args)
+        graphed = torch.cuda.make_graphed_callables(
+            tensor_step, args, num_warmup_iters=3, allow_unused_input=True
+        )
     with torch.no_grad():
         for name, value in saved.items():
             getattr(step, name).copy_(value)
-    return graphed
+    step.forward = _GraphedForward(graphed, names)  # type: ignore[method-assign]
+    return step
+
+
+class _FieldsStep(nn.Module):
+    """``step`` called with the tensors of ``names`` (the rest of the batch: ``template``'s), the
+    tensor-only callable that ``make_graphed_callables`` captures."""
+
+    def __init__(self, step: TrainStep, names: tuple[str, ...], template: RayBatch) -> None:
+        super().__init__()
+        self.step, self.names, self.template = step, names, template
+
+    def forward(self, *tensors: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        batch = self.template.replace(**dict(zip(self.names, tensors, strict=True)))
+        return TrainStep.forward(self.step, batch)  # the eager forward, whatever ``step.forward`` is now
+
+
+class _GraphedForward:
+    """The captured step's forward: a batch's fields ``names`` into the graphs' replay."""
+
+    def __init__(self, graphed: nn.Module, names: tuple[str, ...]) -> None:
+        self.graphed, self.names = graphed, names
+
+    def __call__(self, batch: RayBatch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        return self.graphed(*(getattr(batch, name) for name in self.names))
 
 
 def holds_tcnn(module: nn.Module) -> bool:
@@ -372,25 +402,3 @@ def warm_capture_stream(module: nn.Module, args: tuple[Tensor, ...]) -> None:
         first = out[0] if isinstance(out, tuple) else out
         torch.autograd.grad(first, params, allow_unused=True)
     torch.cuda.current_stream().wait_stream(stream)
-
-
-#: ``model.alpha_weight``: the opacity loss's weight, or ``auto`` (:func:`resolve_alpha_weight`)
-AlphaWeight = Annotated[float | Literal["auto"], Range(low=0), Note("auto: 0.1 on renders, 0 on photographs")]
-
-
-def resolve_alpha_weight(alpha_weight: float | str, photograph: bool) -> float:
-    """``model.alpha_weight`` (:data:`AlphaWeight`, checked by ``NeRFModule``): a weight >= 0, or ``auto``
-    (:data:`RENDER_ALPHA_WEIGHT` for renders, 0 for photographs)."""
-    if alpha_weight == "auto":
-        return 0.0 if photograph else RENDER_ALPHA_WEIGHT
-    return float(alpha_weight)
-
-
-def batch_alpha(batch: dict[str, Any]) -> Tensor:
-    """The training batch's ``alpha`` [R], which ``model.alpha_weight`` needs."""
-    if "alpha" not in batch:
-        raise ValueError(
-            "model.alpha_weight > 0 needs the batch's alpha: images that carry alpha, drawn by a "
-            "DataModule that shares the model's TrainingFeedback (alpha_targets)"
-        )
-    return batch["alpha"]

@@ -2,7 +2,7 @@
 
 - ``reference/``: pure PyTorch, any device, the test oracle; one module per concept.
 - ``cuda/``: our CUDA extension (``csrc/``, built on first use by ``_ext.py``), the same functions.
-- ``registry.py``: the op list (derived from the reference), :class:`Backend` (``model.backend``, the
+- ``registry.py``: the op list (derived from the reference), :class:`Backend` (``model.net.backend``, the
   one backend of the training step, which the model's components hold), :func:`get_ops`
   (``auto | cuda | torch``), the hash encoding's implementation choice and the data layer's kernels.
 """

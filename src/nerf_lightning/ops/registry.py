@@ -1,12 +1,13 @@
 """The ops registry: which ops exist, which backend runs them, and what ``auto`` means on this machine.
 
-**One key chooses the backend of the whole training step: ``model.backend``** (``auto | cuda | tcnn |
-torch``). ``NeRFModule`` reads it, once, into a :class:`Backend` and hands that object to the field (hash
-encoding, SH encoding, MLPs) and to the renderer (marching, compositing, the occupancy grid, the step's
-loss kernels) when it builds them; no module picks a backend of its own. It replaces three keys that
-each covered part of the step: ``model.field.encoding.backend``, ``model.field.mlp_backend`` and
-``model.renderer.ops_backend`` (earlier ``model.ops_backend``), still read as ``model.backend`` on a
-command line and in a checkpoint's stored config (``Formerly`` on the parameter). What each value runs:
+**One key chooses the backend of the whole training step: ``model.net.backend``** (``auto | cuda | tcnn |
+torch``). ``build_nerf`` (``models/nerf.py``) reads it, once, into a :class:`Backend` and hands that
+object to the field (hash encoding, SH encoding, MLPs) and to the renderer (marching, compositing, the
+occupancy grid, the step's loss kernels) when it builds them; no module picks a backend of its own.
+It replaces three keys that each covered part of the step: ``model.field.encoding.backend``,
+``model.field.mlp_backend`` and ``model.renderer.ops_backend`` (earlier ``model.ops_backend``), still
+read as ``model.net.backend`` on a command line and in a checkpoint's stored config (``Formerly`` on
+``build_nerf``'s parameter; their spellings under ``model.net`` too). What each value runs:
 
 - ``torch``: the PyTorch reference ops everywhere (the test oracle; the CPU preset), ``torch.nn`` MLPs.
 - ``cuda``: our CUDA kernels (``ops.cuda``) everywhere, the fused half-precision MLPs under mixed
@@ -20,7 +21,7 @@ command line and in a checkpoint's stored config (``Formerly`` on the parameter)
   tcnn only on GPUs listed in :data:`TCNN_FASTER_ON`.
 
 Beneath that choice, a wrapper of ``ops.cuda`` that is handed tensors its kernel cannot take (CPU
-tensors under ``model.backend=cuda``, a dtype it was not written for) runs the reference op with one
+tensors under ``model.net.backend=cuda``, a dtype it was not written for) runs the reference op with one
 warning: that is each kernel's input contract, not a second backend choice.
 
 The ops are the public functions of ``ops/reference`` (its ``__all__``): :data:`OP_NAMES` is derived
@@ -73,10 +74,10 @@ OP_NAMES: tuple[str, ...] = tuple(n for n in reference.__all__ if inspect.isfunc
 #: a backend name of :func:`get_ops` (``"reference"`` is an alias of ``"torch"``)
 OpsBackend = Literal["auto", "cuda", "torch"]
 BACKENDS: tuple[str, ...] = get_args(OpsBackend)
-#: a value of ``model.backend``, the one backend of the training step (see the module docstring)
+#: a value of ``model.net.backend``, the one backend of the training step (see the module docstring)
 BackendName = Literal["auto", "cuda", "tcnn", "torch"]
 BACKEND_NAMES: tuple[str, ...] = get_args(BackendName)
-#: a backend name of the hash encoding (the values of ``model.backend``)
+#: a backend name of the hash encoding (the values of ``model.net.backend``)
 HashBackend = BackendName
 HASH_BACKENDS: tuple[str, ...] = BACKEND_NAMES
 #: GPUs (``torch.cuda.get_device_name``) on which tiny-cuda-nn's hash grid passed our GPU tests AND was
@@ -263,15 +264,15 @@ def hash_encoding_backend(requested: str, x: torch.Tensor) -> str:
         if not x.is_cuda:
             _warn_once(
                 "hash:tcnn",
-                "model.backend=tcnn: the input is not on a CUDA device; using the torch "
+                "model.net.backend=tcnn: the input is not on a CUDA device; using the torch "
                 "hash encoding (the same table).",
             )
             return "torch"
         why = _tcnn_unavailable()
         if why is not None:
             raise RuntimeError(
-                f"model.backend=tcnn: tinycudann does not import ({why}); build it "
-                "(docs/tcnn.md) or use model.backend=auto"
+                f"model.net.backend=tcnn: tinycudann does not import ({why}); build it "
+                "(docs/tcnn.md) or use model.net.backend=auto"
             )
         return "tcnn"
     if requested == "cuda":
@@ -279,7 +280,7 @@ def hash_encoding_backend(requested: str, x: torch.Tensor) -> str:
             return "cuda"
         _warn_once(
             "hash:cuda",
-            "model.backend=cuda: the CUDA extension is unavailable or the input is not on "
+            "model.net.backend=cuda: the CUDA extension is unavailable or the input is not on "
             "CUDA; using the torch hash encoding.",
         )
         return "torch"
@@ -308,7 +309,7 @@ def _auto_hash_backend(x: torch.Tensor) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Backend:
-    """``model.backend`` resolved: what the field and the renderer run their ops with (module docstring).
+    """``model.net.backend`` resolved: what the field and the renderer run their ops with (module docstring).
 
     Built once, by ``NeRFModule``, and handed to each component at construction. It holds only the
     name, so the modules holding it can be deep-copied and pickled; the namespace it names is cached by
@@ -322,7 +323,7 @@ class Backend:
 
     def __post_init__(self) -> None:
         if self.name not in BACKEND_NAMES:
-            raise ValueError(f"model.backend={self.name}: expected one of {', '.join(BACKEND_NAMES)}")
+            raise ValueError(f"model.net.backend={self.name}: expected one of {', '.join(BACKEND_NAMES)}")
         get_ops(self._ops_name)  # log, once, what it resolves to
 
     @property
@@ -346,5 +347,5 @@ class Backend:
 
 
 def as_backend(backend: Backend | str) -> Backend:
-    """``backend`` as a :class:`Backend` (a name is validated: ValueError naming ``model.backend``)."""
+    """``backend`` as a :class:`Backend` (a name is validated: ValueError naming ``model.net.backend``)."""
     return backend if isinstance(backend, Backend) else Backend(backend)  # type: ignore[arg-type]

@@ -189,7 +189,7 @@ class TcnnHashGrid:
                 raise RuntimeError(
                     f"hash encoding backend=tcnn: tiny-cuda-nn lays this grid out in {n_params} parameters, "
                     f"ours in {self.n_rows * n_features} (a level's resolution differs): its tables do "
-                    "not correspond; use model.backend=cuda"
+                    "not correspond; use model.net.backend=cuda"
                 )
             self._native[key] = (enc.native_tcnn_module, float(enc.loss_scale))
         return self._native[key]

@@ -67,8 +67,8 @@ def alias_override(arg: str) -> str:
 
 def today_key(key: str) -> str:
     """``key`` spelled as today's config spells it: old spellings followed to the end, since a key
-    can have moved twice (``model.encoding.backend`` -> ``model.field.encoding.backend`` ->
-    ``model.backend``)."""
+    can have moved more than once (``model.encoding.backend`` -> ``model.net.field.encoding.backend`` ->
+    ``model.net.backend``)."""
     aliases = key_aliases()
     for _ in range(len(aliases)):
         moved = _moved_once(key, aliases)

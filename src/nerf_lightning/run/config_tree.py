@@ -2,8 +2,8 @@
 
 A node with a ``_target_`` is read by that constructor: its keys are the target's parameters
 (``config_schema.parameters``, imported with ``hydra.utils.get_object``, never instantiated). A node
-without one is either a mapping a parameter receives (``KeysOf``: ``model.field.encoding``) or an
-override node of the checkpoint apps (``render model.renderer.step_size=...``: ``model: {}`` in
+without one is either a mapping a parameter receives (``KeysOf``: ``model.net.field.encoding``) or an
+override node of the checkpoint apps (``render model.net.renderer.step_size=...``: ``model: {}`` in
 ``render.yaml``), whose target is the one the training config gives that place
 (:func:`reference_config`). The root node's keys belong to the app's options dataclass. Every typed
 parameter of this project's constructors is read; of another library's, only those marked with
@@ -45,7 +45,7 @@ class Entry:
     Args:
         node: the node holding the key.
         name: the key within ``node``.
-        path: the dotted key from the root (``model.renderer.step_size``).
+        path: the dotted key from the root (``model.net.renderer.step_size``).
         annotation: the parameter's annotation.
     """
 
@@ -151,7 +151,7 @@ def key_aliases() -> dict[str, str]:
 def aliases_of(cfg: DictConfig) -> dict[str, str]:
     """``{old key: today's key}`` of every :class:`~nerf_lightning.config_schema.Formerly` on a
     parameter that receives a key of ``cfg``. A node's old spelling maps every key under it
-    (``model.encoding.`` -> ``model.field.encoding.``). For :func:`key_aliases`, an old key lies under a
+    (``model.encoding.`` -> ``model.net.field.encoding.``). For :func:`key_aliases`, an old key lies under a
     :data:`REFERENCE_NODES` node: ``alias_override`` looks no further, so that other keys import no
     constructor."""
     out: dict[str, str] = {}

@@ -10,11 +10,14 @@ rebuild the same way on one device.
 
 The stored config names classes by their import path (``_target_``) at the time of writing; paths that
 have moved since are mapped to their new place when the file is read (:data:`MOVED_TARGETS`). A model
-config of the flat layout (``model.near_plane``, ``model.sample_budget``, ...) gets today's
-``renderer`` and ``step`` nodes, holding its values (:func:`upgrade_model_keys`); a key that moved from
-one node to another (``model.renderer.ops_backend`` -> ``model.backend``, ``data.cuda_graph`` ->
-``model.cuda_graph``) is read at its new place (:func:`upgrade_moved_keys`); keys that were removed
-since are dropped (``run/config.py``'s ``REMOVED_KEYS``). :func:`upgrade_stored_config` does all four.
+config of an earlier layout (the flat ``model.near_plane``, ``model.sample_budget``, ...; the nodes
+``model.field``, ``model.renderer``, ... and loss keys ``model.loss``, ``model.huber_delta``, ... before
+``model.net``) gets today's nodes, holding its values (:func:`upgrade_model_keys`); a key that moved
+from one node to another (``model.renderer.ops_backend`` -> ``model.net.backend``, ``data.cuda_graph``
+-> ``model.cuda_graph``) is read at its new place (:func:`upgrade_moved_keys`, after the nodes moved);
+keys that were removed since are dropped (``run/config.py``'s ``REMOVED_KEYS``).
+:func:`upgrade_stored_config` does all four. The model is rebuilt with the values the train app passed
+(``run/model_node.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from nerf_lightning.run.checkpoint_callbacks import CHECKPOINT_KEY
 from nerf_lightning.run.checkpoint_io import read_checkpoint
 from nerf_lightning.run.config import CONF_DIR, drop_removed_keys
 from nerf_lightning.run.config_tree import key_aliases
+from nerf_lightning.run.model_node import instantiate_model
 
 __all__ = [
     "MOVED_TARGETS",
@@ -85,27 +89,49 @@ def upgrade_targets(node: Any) -> Any:
 
 
 def upgrade_model_keys(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` (plain run config) with a flat-layout ``model`` section moved into today's nodes: each
-    flat key of :func:`~nerf_lightning.run.config_tree.key_aliases` goes to its node, the nodes it lacks
-    come from ``conf/model/ngp.yaml``."""
+    """``config`` (plain run config) with an earlier layout's ``model`` section moved into today's nodes:
+    each old key of :func:`~nerf_lightning.run.config_tree.key_aliases` directly under ``model`` goes to
+    its place (a node's old spelling moves the whole node), the nodes it lacks come from
+    ``conf/model/ngp.yaml``. Whole nodes move first, so that an old flat key lands in the node it names."""
     model = config.get("model")
-    flat = {
-        old.removeprefix("model."): new.removeprefix("model.")
+    moves = {
+        old.removeprefix("model.").rstrip("."): new.removeprefix("model.").rstrip(".")
         for old, new in key_aliases().items()
-        if not old.endswith(".")
     }
+    flat = {old: new for old, new in moves.items() if "." not in old}
     if not isinstance(model, dict) or not any(key in model for key in flat):
         return config
-    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "ngp.yaml"))
-    assert isinstance(defaults, dict)
+    defaults = OmegaConf.load(CONF_DIR / "model" / "ngp.yaml")
     upgraded = OmegaConf.create({k: v for k, v in model.items() if k not in flat})
-    for node in {new.split(".")[0] for new in flat.values()}:
-        if node not in upgraded:
-            upgraded[node] = defaults[node]
-    for old, new in flat.items():
+    for new in flat.values():  # the first node on the way to each key that the config lacks: ngp.yaml's
+        parts = new.split(".")
+        for depth in range(1, len(parts)):
+            prefix = ".".join(parts[:depth])
+            if OmegaConf.select(upgraded, prefix) is None:
+                OmegaConf.update(upgraded, prefix, OmegaConf.select(defaults, prefix), merge=False)
+                break
+    for old, new in sorted(flat.items(), key=lambda item: not isinstance(model.get(item[0]), dict)):
         if old in model:
             OmegaConf.update(upgraded, new, model[old], merge=False)
-    return {**config, "model": OmegaConf.to_container(upgraded)}
+    upgraded_model = OmegaConf.to_container(upgraded)
+    for key in _moved_later(config, moves):  # ngp.yaml's value must not shadow what upgrade_moved_keys moves
+        *parents, leaf = key.split(".")
+        node = _node_at(upgraded_model, parents)
+        if isinstance(node, dict) and OmegaConf.select(OmegaConf.create(model), key) is None:
+            node.pop(leaf, None)
+    return {**config, "model": upgraded_model}
+
+
+def _moved_later(config: dict[str, Any], moves: dict[str, str]) -> set[str]:
+    """The model keys (below ``model``) that :func:`upgrade_moved_keys` will give a value from an old
+    nested key ``config`` holds (``model.field.encoding.backend`` -> ``model.net.backend``)."""
+    out = set()
+    for old, new in moves.items():
+        *parents, leaf = old.split(".")
+        node = _node_at(config.get("model") or {}, parents)
+        if parents and isinstance(node, dict) and leaf in node and not isinstance(node[leaf], dict):
+            out.add(new)
+    return out
 
 
 def upgrade_moved_keys(config: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +139,7 @@ def upgrade_moved_keys(config: dict[str, Any]) -> dict[str, Any]:
     :func:`~nerf_lightning.run.config_tree.key_aliases` it holds moved to today's key. A key the config
     already holds keeps its value (the old one is dropped: ``data.cuda_graph`` beside
     ``model.cuda_graph``). Several old keys of one new key (``model.renderer.ops_backend``,
-    ``model.field.encoding.backend`` and ``model.field.mlp_backend`` of ``model.backend``): the first, in
+    ``model.field.encoding.backend`` and ``model.field.mlp_backend`` of ``model.net.backend``): the first, in
     the order of the parameter's ``Formerly`` markers, whose value is not ``auto`` gives it, else
     ``auto``."""
     out = copy.deepcopy(config)
@@ -190,7 +216,7 @@ class RestoredRun:
     def build_model(self, overrides: Mapping[str, Any] | None = None) -> L.LightningModule:
         """The trained LightningModule (on the CPU, in eval mode)."""
         node = self.node("model", overrides)
-        model = hydra.utils.instantiate(node, **self.instantiate_kwargs.get("model", {}))
+        model = instantiate_model(node, self.instantiate_kwargs.get("model", {}))
         try:
             model.load_state_dict(self.checkpoint["state_dict"], strict=True)
         except RuntimeError as err:

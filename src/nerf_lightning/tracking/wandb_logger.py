@@ -55,7 +55,7 @@ def auto_group(task_name: str = "train") -> str:
 
 
 def auto_name() -> str | None:
-    """A multirun job: ``<job num>:<overrides>`` (``0:model.field.encoding.log2_hashmap_size=15,...``);
+    """A multirun job: ``<job num>:<overrides>`` (``0:model.net.field.encoding.log2_hashmap_size=15,...``);
     a single run: None (W&B picks a name; the overrides are in the logged config)."""
     hc = _hydra_runtime()
     if hc is None or not _in_multirun():

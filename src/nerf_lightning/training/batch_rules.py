@@ -1,7 +1,7 @@
 """The batch rule: how the batch of one optimizer step grows with the ranks, and what the schedules count.
 
 Every default of a run was tuned on one GPU drawing ``data.batch_size`` ray slots with
-``model.step.sample_budget`` samples: one *reference batch*. On N ranks each rank draws one, so an
+``model.net.step.sample_budget`` samples: one *reference batch*. On N ranks each rank draws one, so an
 optimizer step sees k = N reference batches (times ``accumulate_grad_batches``). The rule says what
 follows from that (the config group ``batch_rule``, docs/batch_rule.md):
 

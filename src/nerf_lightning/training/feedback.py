@@ -79,7 +79,7 @@ class TrainingFeedback:
     def __init__(self, clock: TrainingClock | None = None) -> None:
         self.clock = clock if clock is not None else TrainingClock()
         #: whether training batches carry the target pixels' ``alpha`` (RGBA images only): the model's
-        #: opacity loss (``model.alpha_weight``) reads it, and says so at construction (else no batch
+        #: opacity loss (``model.net.loss.alpha_weight``) reads it, and says so at construction (else no batch
         #: pays for the gather)
         self.alpha_targets = False
         #: this rank's share of the work under ``batch_rule=throughput`` (mean 1 over the ranks);

@@ -93,7 +93,7 @@ def with_group_lambdas(scheduler: LRScheduler, lambdas: dict[int, Callable[[int]
     """
     if not isinstance(scheduler, LambdaLR):
         raise ValueError(
-            "model.scheduler: the per-view parameter groups (model.camera_opt) need a LambdaLR schedule "
+            "model.scheduler: the per-view parameter groups (model.net.camera_opt) need a LambdaLR schedule "
             f"(training/lr_schedules.py) to add their own learning-rate factor to, got "
             f"{type(scheduler).__name__}"
         )

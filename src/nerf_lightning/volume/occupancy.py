@@ -29,7 +29,7 @@ class OccupancyGrid(nn.Module):
     Args:
         aabb_scale: power of two (1..128); the outer box is ``[0.5 - s/2, 0.5 + s/2]^3``.
         resolution: cells per side G (even, so the bitfield packs into whole bytes).
-        ops: the step's :class:`~nerf_lightning.ops.Backend` (``model.backend``: ``build_renderer``
+        ops: the step's :class:`~nerf_lightning.ops.Backend` (``model.net.backend``: ``build_renderer``
             passes the renderer's), a backend name (default ``"auto"``), or an ops namespace (tests).
         update_every: optimizer steps (reference steps of the training clock) between two updates
             during training (instant-ngp: 16).
@@ -53,7 +53,7 @@ class OccupancyGrid(nn.Module):
         resolution: Annotated[
             int, Range(low=2), MultipleOf(2), Note("cells per side"), Formerly("model.grid_resolution")
         ] = 128,
-        ops: Annotated[Any, Injected("build_renderer: model.backend; tests: an ops namespace")] = None,
+        ops: Annotated[Any, Injected("build_renderer: model.net.backend; tests: an ops namespace")] = None,
         *,
         update_every: Annotated[int, Range(low=1), Formerly("model.grid_update_every")] = 16,
         warmup_steps: Annotated[int, Range(low=0), Formerly("model.grid_warmup_steps")] = 256,

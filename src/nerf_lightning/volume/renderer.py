@@ -95,24 +95,24 @@ LARGE_SCENE_CONE_ANGLE = 1.0 / 256
 
 
 def build_renderer(
-    aabb_scale: Annotated[int, Injected("NeRFModule: the capture's box")] = 1,
+    aabb_scale: Annotated[int, Injected("build_nerf: the capture's box")] = 1,
     occupancy: Callable[..., OccupancyGrid] = OccupancyGrid,
     cone_angle: Annotated[float | None, Range(low=0), Formerly("model.cone_angle")] = None,
     large_scene_cone_angle: Annotated[
         float, Range(low=0), Formerly("model.large_scene_cone_angle")
     ] = LARGE_SCENE_CONE_ANGLE,
-    backend: Annotated[Backend | str, Injected("NeRFModule: model.backend")] = "auto",
+    backend: Annotated[Backend | str, Injected("build_nerf: model.net.backend")] = "auto",
     **kwargs: Annotated[Any, KeysOf(Renderer)],
 ) -> Renderer:
-    """The renderer of a scene whose outer box is ``aabb_scale`` (the ``model.renderer`` config node).
+    """The renderer of a scene whose outer box is ``aabb_scale`` (the ``model.net.renderer`` config node).
 
     Args:
-        aabb_scale: the capture's outer box (``NeRFModule`` passes it).
-        occupancy: factory of the occupancy grid (``model.renderer.occupancy``), called with
+        aabb_scale: the capture's outer box (``build_nerf`` passes it).
+        occupancy: factory of the occupancy grid (``model.net.renderer.occupancy``), called with
             ``aabb_scale``.
         cone_angle: the marching step grows as ``t * cone_angle``. None follows instant-ngp:
             ``large_scene_cone_angle`` when ``aabb_scale > 1`` (real captures with background), else 0.
-        backend: the step's ops backend (``model.backend``), handed to the renderer and its grid.
+        backend: the step's ops backend (``model.net.backend``), handed to the renderer and its grid.
         kwargs: the other :class:`Renderer` arguments (``step_size``, ``near_plane``, ...).
     """
     check_arguments(build_renderer, locals())
@@ -135,7 +135,7 @@ class Renderer(nn.Module):
         max_samples_per_ray: cap on kept samples per ray.
         near_plane: samples start at ``t >= near_plane``.
         early_stop_eps: transmittance under which samples get weight 0.
-        backend: the step's :class:`~nerf_lightning.ops.Backend` (``model.backend``), or its name.
+        backend: the step's :class:`~nerf_lightning.ops.Backend` (``model.net.backend``), or its name.
         compact_samples: when gradients are on, first evaluate densities without gradients, drop the
             samples behind the early-termination point (transmittance < ``early_stop_eps``; their
             weight is exactly 0) and run the differentiable pass on the rest only, as instant-ngp's
@@ -159,7 +159,7 @@ class Renderer(nn.Module):
         gradient_scaling_distance: Annotated[
             float | None, Range(above=0), Note("null: off"), Formerly("model.gradient_scaling_distance")
         ] = 1.0,
-        backend: Annotated[Backend | str, Injected("build_renderer: model.backend")] = "auto",
+        backend: Annotated[Backend | str, Injected("build_renderer: model.net.backend")] = "auto",
     ) -> None:
         super().__init__()
         check_arguments(Renderer, locals())
@@ -437,14 +437,14 @@ def ray_distortion(out: RenderedRays, ops: Any) -> Tensor:
     Args:
         out: the render result.
         ops: the ops namespace to run it with, the renderer's (``Renderer.ops``) in training, so
-            that the step's backend (``model.backend``) runs it.
+            that the step's backend (``model.net.backend``) runs it.
     """
     return ops.distortion_loss(out.weights, out.t_starts, out.t_ends, out.ray_indices, out.packed_info)
 
 
 def opacity_error(out: RenderedRays, alpha: Tensor) -> Tensor:
     """Squared error [R] of a render result's opacity against the target ``alpha`` [R] (the opacity
-    loss of ``model.alpha_weight``), differentiable."""
+    loss of ``model.net.loss.alpha_weight``), differentiable."""
     return (out.opacity.reshape(-1) - alpha).square()
 
 

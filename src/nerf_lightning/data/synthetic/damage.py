@@ -1,7 +1,7 @@
 """Known damage to a capture's training views, for tests that a run's corrections recover it.
 
 Photographs come with slightly wrong poses and changing exposures; the learned corrections
-(``model.camera_opt``, ``model.appearance``) are meant to undo both. This writes a copy of an
+(``model.net.camera_opt``, ``model.net.appearance``) are meant to undo both. This writes a copy of an
 instant-ngp capture (the embedded synthetic scene, lego, ...) whose *training* views are damaged by a
 seeded, exactly known amount, and ``damage.json`` with the truth; held-out views are left as they were
 (their poses are the truth, their colours the reference), so that a held-out metric measures the field.

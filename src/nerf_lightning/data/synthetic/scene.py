@@ -212,7 +212,7 @@ class FruitBedScene(SyntheticScene):
     view, on a dark floor under the sky. The objects fill about a third of a phone-rig view, as the
     fruit does.
 
-    Why it exists: without a near plane (``model.renderer.near_plane=0``) the default hash grid fails on
+    Why it exists: without a near plane (``model.net.renderer.near_plane=0``) the default hash grid fails on
     it as it does on ``fruit`` (held-out PSNR far below the training PSNR), while the default scene on
     the same rig reconstructs with any grid. What it shares with ``fruit`` and the default scene lacks
     is a background with almost no texture: the bed looks the same from wherever it is seen, so the
