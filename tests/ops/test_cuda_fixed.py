@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from nerf_lightning.ops import reference as ref
+from nerf_lightning.ops.registry import as_backend
 
 pytestmark = pytest.mark.cuda
 
@@ -89,7 +90,7 @@ def test_budgeted_render_cuda_equals_reference():
     field, grid, o, d, bg, _ = _scene()
     outs = []
     for backend in ("cuda", "torch"):
-        field.encoding.backend = backend
+        field.encoding.backend = as_backend(backend)
         field.zero_grad(set_to_none=True)
         r = Renderer(grid, backend=backend)
         out = r.render_rays(

@@ -11,6 +11,7 @@ from nerf_lightning.models.encoding import HashEncoding
 from nerf_lightning.ops import reference as ref
 from nerf_lightning.ops.reference import hash_encode as hash_encode_torch
 from nerf_lightning.ops.reference import sh_encode as sh_encode_torch
+from nerf_lightning.ops.registry import as_backend
 
 pytestmark = pytest.mark.cuda
 
@@ -179,7 +180,7 @@ def test_budgeted_render_ray_gradients_cuda_equal_reference() -> None:
     up = torch.rand(4096, 3, device=DEV, generator=g)
     results = []
     for backend in ("cuda", "torch"):
-        field.encoding.backend = backend
+        field.encoding.backend = as_backend(backend)
         ro, rd = o.clone().requires_grad_(), d.clone().requires_grad_()
         out = Renderer(grid, backend=backend).render_rays(
             field, ro, rd, bg, jitter=False, budget=SampleBudget(1 << 19, 1 << 17)

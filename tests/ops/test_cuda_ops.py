@@ -19,6 +19,7 @@ import torch
 
 from nerf_lightning.ops import OP_NAMES, get_ops
 from nerf_lightning.ops import reference as ref
+from nerf_lightning.ops.registry import as_backend
 
 pytestmark = pytest.mark.cuda
 
@@ -363,7 +364,7 @@ def test_no_op_falls_back_to_the_reference(backend, monkeypatch):
     monkeypatch.setattr(enc_mod, "hash_encode_fused", _counted(enc_mod.hash_encode_fused, ref_calls, "fused"))
 
     torch.manual_seed(0)
-    field = NGPField(aabb_scale=2, encoding=dict(n_levels=8, log2_hashmap_size=14, backend="cuda")).to(DEV)
+    field = NGPField(aabb_scale=2, encoding=dict(n_levels=8, log2_hashmap_size=14), backend="cuda").to(DEV)
     grid = OccupancyGrid(aabb_scale=2, resolution=32, ops=backend).to(DEV)
     grid.update(0, field.density)  # warm-up: every cell
     grid.update(1000, field.density, threshold=0.0)  # sampled cells, among them occupied ones
@@ -412,7 +413,7 @@ def test_renderer_and_field_cuda_path_equals_torch_path():
     bg = torch.rand(2048, 3, device=DEV, generator=gen)
     outs = []
     for backend in ("cuda", "torch"):
-        field.encoding.backend = backend
+        field.encoding.backend = as_backend(backend)
         field.zero_grad(set_to_none=True)
         out = Renderer(grid, backend=backend).render_rays(field, o, d, bg, jitter=False)
         out.rgb.square().sum().backward()
