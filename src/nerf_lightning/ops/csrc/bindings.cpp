@@ -8,7 +8,7 @@ torch::Tensor hash_encode_fwd(torch::Tensor x, torch::Tensor params, std::vector
                               std::vector<int64_t> resolutions, std::vector<int64_t> offsets);
 torch::Tensor hash_encode_bwd(torch::Tensor x, torch::Tensor grad_out, int64_t n_rows, int64_t n_features,
                               std::vector<double> scales, std::vector<int64_t> resolutions,
-                              std::vector<int64_t> offsets, double half_scale);
+                              std::vector<int64_t> offsets);
 torch::Tensor hash_encode_bwd_input(torch::Tensor x, torch::Tensor params, torch::Tensor grad_out,
                                     std::vector<double> scales, std::vector<int64_t> resolutions,
                                     std::vector<int64_t> offsets);

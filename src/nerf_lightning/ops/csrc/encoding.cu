@@ -156,46 +156,6 @@ __global__ void hash_bwd_kernel(const float* __restrict__ x, const float* __rest
   }
 }
 
-// The same scatter into an fp16 table of gradients times `scale` (half2 atomics, as tiny-cuda-nn accumulates
-// its fp16 grids): half the bytes of every atomic and of the buffer. F even (2, 4, 8).
-template <int F>
-__global__ void hash_bwd_half_kernel(const float* __restrict__ x, const float* __restrict__ grad_out,
-                                     const LevelMeta meta, int64_t n_points, float scale,
-                                     __half* __restrict__ grad_params) {
-  static_assert(F % 2 == 0, "half2 atomics need an even feature count");
-  const int L = meta.n_levels;
-  int64_t n;
-  int l;
-  if (!thread_item(n_points, meta, n, l)) return;
-  const Vec<float, F> g = reinterpret_cast<const Vec<float, F>*>(grad_out)[n * L + l];
-  bool any = false;
-#pragma unroll
-  for (int f = 0; f < F; ++f) any |= g.v[f] != 0.0f;
-  if (!any) return;
-  uint32_t rows[8];
-  float wts[8];
-  level_corners(x, n, l, meta, rows, wts);
-#pragma unroll
-  for (int c = 0; c < 8; ++c) {
-    const float w = wts[c] * scale;
-    __half2* dst = reinterpret_cast<__half2*>(grad_params + static_cast<int64_t>(rows[c]) * F);
-#pragma unroll
-    for (int f = 0; f < F; f += 2) atomicAdd(dst + f / 2, __floats2half2_rn(w * g.v[f], w * g.v[f + 1]));
-  }
-}
-
-// out = in / scale, float32 (n even: the table has an even feature count). A sum that overflowed fp16
-// becomes the largest finite value: Adam normalises the step, and one infinity would poison its moments.
-__device__ __forceinline__ float finite_half(float v) { return isinf(v) ? copysignf(65504.0f, v) : v; }
-
-__global__ void unscale_half2_kernel(const __half2* __restrict__ in, int64_t n2, float inv_scale,
-                                     float2* __restrict__ out) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n2) return;
-  const float2 v = __half22float2(in[i]);
-  out[i] = make_float2(finite_half(v.x) * inv_scale, finite_half(v.y) * inv_scale);
-}
-
 // Gradient w.r.t. the positions (learned camera poses move the samples): per point, over the levels,
 // sum_c <dL/dout_l, feature_c> * d w_c / d x, with d w_c / d x_d = scale_l * (+-1) * (the other two
 // factors of w_c). One thread per point (no atomics); points with a zero upstream gradient skip
@@ -311,39 +271,18 @@ static void check_backward_inputs(const torch::Tensor& x, const torch::Tensor& g
 }
 
 // Returns the float32 gradient of the table [rows, F] (the caller casts it to the params dtype).
-// half_scale > 0 (and an even F): accumulate `half_scale` times the gradient in fp16, then unscale to float32.
 torch::Tensor hash_encode_bwd(torch::Tensor x, torch::Tensor grad_out, int64_t n_rows, int64_t n_features,
                               std::vector<double> scales, std::vector<int64_t> resolutions,
-                              std::vector<int64_t> offsets, double half_scale) {
+                              std::vector<int64_t> offsets) {
   const LevelMeta meta = make_meta(scales, resolutions, offsets);
   const int Fr = static_cast<int>(n_features);
   check_backward_inputs(x, grad_out, meta, Fr);
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t N = x.size(0);
-  const bool half = half_scale > 0.0 && Fr % 2 == 0;
-  auto grad = half ? torch::empty({n_rows, n_features}, x.options()) : torch::zeros({n_rows, n_features}, x.options());
-  if (N == 0) return half ? grad.zero_() : grad;
+  auto grad = torch::zeros({n_rows, n_features}, x.options());
+  if (N == 0) return grad;
   const int threads = 256;
   const int64_t total = N * meta.n_levels;
-  if (half) {
-    auto acc = torch::zeros({n_rows, n_features}, x.options().dtype(torch::kFloat16));
-    __half* a = reinterpret_cast<__half*>(acc.data_ptr<at::Half>());
-    const float sc = static_cast<float>(half_scale);
-    switch (Fr) {
-      case 2: hash_bwd_half_kernel<2><<<n_blocks(total, threads), threads, 0, stream()>>>(
-                  x.data_ptr<float>(), grad_out.data_ptr<float>(), meta, N, sc, a); break;
-      case 4: hash_bwd_half_kernel<4><<<n_blocks(total, threads), threads, 0, stream()>>>(
-                  x.data_ptr<float>(), grad_out.data_ptr<float>(), meta, N, sc, a); break;
-      default: hash_bwd_half_kernel<8><<<n_blocks(total, threads), threads, 0, stream()>>>(
-                  x.data_ptr<float>(), grad_out.data_ptr<float>(), meta, N, sc, a); break;
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    const int64_t n2 = n_rows * n_features / 2;
-    unscale_half2_kernel<<<n_blocks(n2, threads), threads, 0, stream()>>>(
-        reinterpret_cast<const __half2*>(a), n2, 1.0f / sc, reinterpret_cast<float2*>(grad.data_ptr<float>()));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return grad;
-  }
   NL_DISPATCH_F(Fr, hash_bwd_kernel<F><<<n_blocks(total, threads), threads, 0, stream()>>>(
                         x.data_ptr<float>(), grad_out.data_ptr<float>(), meta, N, grad.data_ptr<float>()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -10,7 +10,6 @@ table keeps its dtype and the output is float32.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,21 +22,6 @@ from ._support import device_problem, dtype_problem, reference_for
 __all__ = ["hash_encode", "sh_encode"]
 
 
-def _half_grad_scale() -> float:
-    """``NERF_LIGHTNING_HASH_GRAD_SCALE=S`` (a benchmark switch): accumulate S times the table's gradient
-    in fp16 with half2 atomics, then unscale to float32; unset or 0: float32 atomics."""
-    return float(os.environ.get("NERF_LIGHTNING_HASH_GRAD_SCALE", "0") or 0)
-
-
-def _forward_table(params: Tensor) -> Tensor:
-    """The table the forward gathers from: ``NERF_LIGHTNING_HASH_TABLE=half`` (a benchmark switch) reads
-    an fp16 copy of a float32 table, cast once per call."""
-    table = params.detach()
-    if table.dtype == torch.float32 and os.environ.get("NERF_LIGHTNING_HASH_TABLE") == "half":
-        return table.half()
-    return table.contiguous()
-
-
 class _HashEncode(torch.autograd.Function):
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
@@ -45,7 +29,7 @@ class _HashEncode(torch.autograd.Function):
         ctx: Any, x: Tensor, params: Tensor, scales: list[float], resolutions: list[int], offsets: list[int]
     ) -> Tensor:
         xf = x.detach().float().contiguous()
-        table = _forward_table(params)
+        table = params.detach().contiguous()
         out = _support.ext().hash_encode_fwd(xf, table, scales, resolutions, offsets)
         ctx.save_for_backward(xf, table if ctx.needs_input_grad[0] else None)
         ctx.meta = (scales, resolutions, offsets, params.shape[0], params.shape[1], params.dtype)
@@ -59,9 +43,7 @@ class _HashEncode(torch.autograd.Function):
         g = grad_out.float().contiguous()
         grad = grad_x = None
         if ctx.needs_input_grad[1]:
-            grad = _support.ext().hash_encode_bwd(
-                xf, g, rows, feats, scales, resolutions, offsets, _half_grad_scale()
-            )
+            grad = _support.ext().hash_encode_bwd(xf, g, rows, feats, scales, resolutions, offsets)
             if grad.dtype != pdtype:
                 grad = grad.to(pdtype)  # fp16 tables: scatter in fp32, round once
         if ctx.needs_input_grad[0]:  # positions moved by learned camera poses: one thread per point
