@@ -31,6 +31,7 @@ from .test_torchrun import _agent_main, _children, _kill_node
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.repro,  # a torchrun group trained twice (about 35 s): make test-repro, as CI runs it
     pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc to find torchrun's workers"),
 ]
 

@@ -169,6 +169,7 @@ def node_death(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.mark.usefixtures("node_death")  # started now: its nodes start up alongside this test's
+@pytest.mark.repro  # two torchrun nodes training (about 30 s): make test-repro, as CI runs it
 def test_two_nodes_share_one_run_and_identical_grids(tiny_scene: Path, tmp_path: Path) -> None:
     port = free_port()
     args = [
