@@ -313,6 +313,18 @@ add("loop-profile", "where the Lightning loop's host time goes (its step against
           steps=2500, quiet=False, shared=False, read=readers.loop_profile_json, baseline="loop_lego",
           ratio_of="loop_steps_per_s"),
     data=("lego",))
+add("host-loop", "whether the loop is bound by its host (issue 64): lego 2500 steps with the step stubbed "
+    "(benchmarks.host_loop: the batch, Adam, the grid, the callbacks and Lightning, no rendering), the real "
+    "loop in the same window, and the graphed step alone (benchmarks.census, bf16-mixed); one after "
+    "the other, each alone on the GPU",
+    module("host_loop_lego", "benchmarks.host_loop", "--start", "1000", "--steps", "500", "--", *QUIET,
+           *SCENES["lego"], "trainer.max_steps=2500", "hydra.run.dir={run_dir}",
+           read=readers.loop_profile_json, expected_s=60, timeout_s=240),
+    train("loop_lego_real", "lego", *LOOP_WINDOW, steps=2500, shared=False, read=readers.loop_profile_json,
+          baseline="host_loop_lego", ratio_of="loop_steps_per_s"),
+    module("census_bf16", "benchmarks.census", "--precision", "bf16-mixed", "--path", "{data}/lego",
+           "--json", "{run_dir}/census.json", read=readers.census_json, expected_s=45, timeout_s=180),
+    data=("lego",))
 add("loop-profile-ranks", "the Lightning loop at a rank's batch under the rules that split the batch (3/4 "
     "and 1/2 of it, benchmarks.batch_rules.imitated), where the graphed step alone is shorter than the "
     "loop's host work; against batch-rule-step's step alone at the same fractions",
