@@ -35,17 +35,20 @@ def test_the_stub_gives_every_parameter_a_zero_gradient() -> None:
     assert torch.equal(module.a.grad, torch.zeros(3, 2)) and torch.equal(module.b.grad, torch.zeros(5))
 
 
+def _probe(scene: Path, run_dir: Path, steps: int) -> int:
+    overrides = [f"data.path={scene}", f"trainer.max_steps={steps}", *TINY, "data.batch_size=64",
+                 "logger=csv", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    try:
+        return host_loop.main(["--start", "4", "--steps", "4", "--", *overrides])
+    finally:
+        GlobalHydra.instance().clear()
+
+
 def test_the_loop_is_timed_and_the_real_step_restored(
     tiny_scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     real = TrainStep.forward
-    overrides = [f"data.path={tiny_scene}", "trainer.max_steps=14", *TINY, "data.batch_size=64",
-                 "logger=csv", f"hydra.run.dir={tmp_path}"]  # fmt: skip
-    try:
-        code = host_loop.main(["--start", "4", "--steps", "4", "--", *overrides])
-    finally:
-        GlobalHydra.instance().clear()
-    assert code == 0
+    assert _probe(tiny_scene, tmp_path, 14) == 0
     assert TrainStep.forward is real
     result = json.loads((tmp_path / FILE).read_text())
     assert (result["start"], result["steps"]) == (4, 4) and result["wall_ms_per_step"] > 0
@@ -57,11 +60,5 @@ def test_the_loop_is_timed_and_the_real_step_restored(
 def test_a_run_too_short_for_the_window_exits_non_zero(
     tiny_scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    overrides = [f"data.path={tiny_scene}", "trainer.max_steps=6", *TINY, "data.batch_size=64",
-                 "logger=csv", f"hydra.run.dir={tmp_path}"]  # fmt: skip
-    try:
-        code = host_loop.main(["--start", "4", "--steps", "4", "--", *overrides])
-    finally:
-        GlobalHydra.instance().clear()
-    assert code == 1
+    assert _probe(tiny_scene, tmp_path, 6) == 1
     assert f"host_loop: no {FILE}" in capsys.readouterr().err
