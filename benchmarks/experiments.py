@@ -325,6 +325,19 @@ add("host-loop", "whether the loop is bound by its host (issue 64): lego 2500 st
     module("census_bf16", "benchmarks.census", "--precision", "bf16-mixed", "--path", "{data}/lego",
            "--json", "{run_dir}/census.json", read=readers.census_json, expected_s=45, timeout_s=180),
     data=("lego",))
+add("update-graph", "the optimizer's update in the step's CUDA graph (model.graph_optimizer=auto) against "
+    "Lightning's automatic optimization with the update eager (false), issue 64: lego 2500 steps alone, the "
+    "loop's ms a step over steps 1000-1500; then the stubbed loop (benchmarks.host_loop) of each, the host's "
+    "share",
+    *[train(f"loop_{name}_update", "lego", f"model.graph_optimizer={mode}", *LOOP_WINDOW, steps=2500,
+            shared=False, read=readers.loop_profile_json,
+            **({} if name == "eager" else {"baseline": "loop_eager_update", "ratio_of": "loop_steps_per_s"}))
+      for name, mode in (("eager", "false"), ("graph", "auto"))],
+    *[module(f"host_loop_{name}_update", "benchmarks.host_loop", "--start", "1000", "--steps", "500", "--",
+             *QUIET, *SCENES["lego"], "trainer.max_steps=2500", "hydra.run.dir={run_dir}",
+             f"model.graph_optimizer={mode}", read=readers.loop_profile_json, expected_s=60, timeout_s=240)
+      for name, mode in (("eager", "false"), ("graph", "auto"))],
+    data=("lego",))
 add("loop-profile-ranks", "the Lightning loop at a rank's batch under the rules that split the batch (3/4 "
     "and 1/2 of it, benchmarks.batch_rules.imitated), where the graphed step alone is shorter than the "
     "loop's host work; against batch-rule-step's step alone at the same fractions",

@@ -41,7 +41,7 @@ def stub_forward(step: torch.nn.Module, batch: RayBatch) -> tuple[Tensor, Tensor
     per_ray = rays_o.new_zeros(n)
     valid = torch.ones(n, dtype=torch.bool, device=rays_o.device)
     stats = torch.zeros(4, dtype=torch.float64, device=rays_o.device)
-    stats[0] = float(n)  # a fill, no host-to-device copy: capturable in a CUDA graph
+    stats[0].fill_(float(n))  # a fill kernel, no host-to-device copy: capturable in a CUDA graph
     return loss, per_ray, valid, stats
 
 

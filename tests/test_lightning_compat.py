@@ -114,3 +114,45 @@ def test_slurm_detection_is_off_inside_the_context(monkeypatch: pytest.MonkeyPat
 def test_validation_by_time_is_told_from_validation_by_batches(tmp_path: Path) -> None:
     assert compat.validates_by_time(_trainer(tmp_path, 1, logger=False, val_check_interval={"minutes": 5}))
     assert not compat.validates_by_time(_trainer(tmp_path, 1, logger=False, val_check_interval=10))
+
+
+class _Manual(_Tiny):
+    """Manual optimization whose every other step is counted without ``LightningOptimizer.step`` (as a
+    replayed CUDA graph is): the update by hand, then :func:`compat.count_optimizer_step`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        optimizer = self.optimizers()
+        loss = (self.w * batch[0]).square().sum()
+        self.manual_backward(loss)
+        if batch_idx % 2:
+            with torch.no_grad():
+                self.w -= 0.01 * self.w.grad
+            self.w.grad = None
+            compat.count_optimizer_step(optimizer)
+        else:
+            optimizer.step()
+            optimizer.zero_grad()
+        return loss
+
+
+def test_a_step_counted_by_hand_advances_global_step(tmp_path: Path) -> None:
+    model = _Manual()
+    trainer = _trainer(tmp_path, 6, logger=False, enable_checkpointing=False)
+    trainer.fit(model)
+    assert trainer.global_step == 6  # 3 of LightningOptimizer.step, 3 counted
+    assert trainer.fit_loop.epoch_loop.batch_idx == 5
+
+
+def test_both_step_counts_are_set_to_the_larger(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, 5, logger=False, enable_checkpointing=False)
+    trainer.fit(_Tiny())  # automatic optimization: 5 steps
+    loop = trainer.fit_loop.epoch_loop
+    manual = loop.manual_optimization.optim_step_progress
+    assert manual.total.completed == 0
+    compat.align_step_counts(trainer)
+    assert manual.total.completed == manual.total.ready == 5
+    assert loop.automatic_optimization.optim_progress.optimizer_steps == 5

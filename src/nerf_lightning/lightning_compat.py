@@ -16,6 +16,10 @@ Lightning, so an upgrade that moves one fails there, by name, instead of somewhe
   (``_last_global_step_saved``).
 - :func:`validates_by_time`: whether ``val_check_interval`` is a duration (``_val_check_time_interval``).
 - :func:`slurm_detection_off`: ``trainer.validate(ckpt_path=None)`` would load a SLURM ``hpc_ckpt``.
+- :func:`count_optimizer_step`: an optimizer step replayed in a CUDA graph counted as Lightning's manual loop
+  counts one (``LightningOptimizer._on_before_step`` / ``_on_after_step``).
+- :func:`align_step_counts`: the step counts of automatic and manual optimization kept equal across a
+  resume (``fit_loop.epoch_loop.automatic_optimization`` / ``manual_optimization``' progress).
 
 ``run/checkpoint_callbacks.py`` also overrides ``ModelCheckpoint``'s protected methods
 (``_save_checkpoint``, ``_save_last_checkpoint``, ...), the extension points its subclasses use.
@@ -30,10 +34,13 @@ from unittest import mock
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 __all__ = [
     "FastHookNames",
+    "align_step_counts",
+    "count_optimizer_step",
     "batch_in_flight",
     "epoch_batch_idx",
     "forget_last_save",
@@ -57,6 +64,26 @@ class FastHookNames:
             object.__setattr__(self, name, value)
         else:
             super().__setattr__(name, value)
+
+
+def count_optimizer_step(optimizer: LightningOptimizer) -> None:
+    """Count one optimizer step that ran outside ``LightningOptimizer.step`` (replayed in a CUDA graph) under
+    manual optimization: the manual loop's hooks around a step advance ``global_step``."""
+    optimizer._on_before_step()
+    optimizer._on_after_step()
+
+
+def align_step_counts(trainer: L.Trainer) -> None:
+    """Set both of Lightning's optimizer-step counts, automatic optimization's and manual optimization's, to
+    the larger. ``global_step`` reads the one of the module's current kind, and a checkpoint holds both: a
+    run resumed under the other kind would otherwise start again at step 0."""
+    loop: Any = trainer.fit_loop.epoch_loop
+    automatic, manual = loop.automatic_optimization, loop.manual_optimization
+    counts = (automatic.optim_progress.optimizer.step, manual.optim_step_progress)
+    steps = max(int(progress.total.completed) for progress in counts)
+    for progress in counts:
+        progress.total.ready = max(int(progress.total.ready), steps)
+        progress.total.completed = steps
 
 
 def logs_this_step(trainer: L.Trainer | None) -> bool:

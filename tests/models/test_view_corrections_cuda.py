@@ -18,10 +18,8 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU CI
 from nerf_lightning.models.appearance import PerViewExposure  # noqa: E402
 from nerf_lightning.models.camera_opt import CameraOptimizer  # noqa: E402
 from nerf_lightning.models.field import NGPField  # noqa: E402
-from nerf_lightning.models.loss import StepLoss  # noqa: E402
-from nerf_lightning.models.train_step import TrainStep, autocast_for, capture, train_step  # noqa: E402
-from nerf_lightning.volume.occupancy import OccupancyGrid  # noqa: E402
-from nerf_lightning.volume.renderer import Renderer  # noqa: E402
+from nerf_lightning.models.train_step import autocast_for, capture, train_step  # noqa: E402
+from tests.models.cuda_steps import step_with_views  # noqa: E402
 from tests.nerf_modules import nerf_module  # noqa: E402
 from tests.ray_batches import ray_batch  # noqa: E402
 
@@ -29,48 +27,11 @@ DEV = torch.device("cuda")
 N_VIEWS = 12
 
 
-def _setup(seed: int = 0):
-    torch.manual_seed(seed)
-    field = NGPField(aabb_scale=1, density_bias=1.0).to(DEV)
-    with torch.no_grad():
-        field.encoding.params.uniform_(-0.5, 0.5)
-    grid = OccupancyGrid(aabb_scale=1, resolution=64).to(DEV)
-    g = torch.Generator(device=DEV).manual_seed(seed + 1)
-    centres = (
-        torch.nn.functional.normalize(torch.randn(N_VIEWS, 3, device=DEV, generator=g), dim=-1) * 1.5 + 0.5
-    )
-    poses = torch.cat([torch.eye(3, device=DEV).expand(N_VIEWS, 3, 3), centres[:, :, None]], dim=-1)
-    view_ids = torch.randint(0, N_VIEWS, (4096,), device=DEV, generator=g)
-    o = centres[view_ids].contiguous()
-    target_pts = 0.5 + (torch.rand(4096, 3, device=DEV, generator=g) - 0.5) * 0.8
-    d = torch.nn.functional.normalize(target_pts - o, dim=-1).contiguous()
-    bg = torch.rand(4096, 3, device=DEV, generator=g)
-    target = torch.rand(4096, 3, device=DEV, generator=g)
-    cam = CameraOptimizer(N_VIEWS, poses.cpu(), enabled=True).to(DEV)
-    exposure = PerViewExposure(N_VIEWS, enabled=True, bias=True).to(DEV)
-    with torch.no_grad():  # corrections already away from zero: every term of their gradient is live
-        cam.adjustment.normal_(0.0, 0.01, generator=g)
-        exposure.log_gain.normal_(0.0, 0.1, generator=g)
-        exposure.offset.normal_(0.0, 0.01, generator=g)
-    step = TrainStep(
-        field, Renderer(grid, backend="cuda"), StepLoss("huber", 0.1), sample_budget=1 << 16,
-        march_budget=1 << 18,
-        n_rays_init=2048, jitter=False, camera_opt=cam, appearance=exposure,
-    ).to(DEV)  # fmt: skip
-    groups = [
-        {"params": list(field.parameters())},
-        {"params": [cam.adjustment], "lr": 1e-3},
-        {"params": [exposure.log_gain, exposure.offset]},
-    ]
-    opt = torch.optim.Adam(groups, lr=1e-2, eps=1e-15, fused=True)
-    return step, cam, exposure, opt, (o, d, target, bg, view_ids)
-
-
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 def test_graph_replay_with_pose_and_exposure_equals_eager_steps(precision) -> None:
     results = []
     for graphed in (False, True):
-        step, cam, exposure, opt, args = _setup(seed=4)
+        step, cam, exposure, opt, args = step_with_views(seed=4)
         batch = ray_batch(*args)
         fn = capture(step, batch, precision, alias_gradients=True, share_inputs=True) if graphed else step
         losses, first_grads = [], None
@@ -101,7 +62,7 @@ def test_graph_replay_with_the_opacity_loss_equals_eager_steps() -> None:
     """``alpha_weight`` adds the rays' target alpha as a static input of the captured step."""
     results = []
     for graphed in (False, True):
-        step, _, _, _, (o, d, target, bg, view_ids) = _setup(seed=5)
+        step, _, _, _, (o, d, target, bg, view_ids) = step_with_views(seed=5)
         step.alpha_weight = 0.5
         alpha = torch.rand(o.shape[0], device=DEV, generator=torch.Generator(device=DEV).manual_seed(9))
         params = list(step.field.parameters())
@@ -124,7 +85,7 @@ def test_graph_replay_with_the_opacity_loss_equals_eager_steps() -> None:
 
 
 def test_step_with_pose_and_exposure_never_syncs_with_the_host() -> None:
-    step, cam, exposure, opt, args = _setup()
+    step, cam, exposure, opt, args = step_with_views()
     loss, *_ = step(ray_batch(*args))  # first call: extension load, cuBLAS handles
     loss.backward()
     torch.cuda.synchronize()
@@ -152,7 +113,7 @@ def test_the_position_gradient_runs_the_kernels_not_the_reference(monkeypatch) -
     for name in ("compositing", "encoding", "grid", "losses", "marching", "mlp", "rays", "step"):
         wrappers = importlib.import_module(f"nerf_lightning.ops.cuda.{name}")
         monkeypatch.setattr(wrappers, "reference_for", refuse)
-    step, cam, exposure, opt, args = _setup()
+    step, cam, exposure, opt, args = step_with_views()
     with autocast_for("bf16-mixed"):
         loss, *_ = step(ray_batch(*args))
     loss.backward()

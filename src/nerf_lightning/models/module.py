@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor, nn
 
@@ -19,6 +20,8 @@ from nerf_lightning.config_schema import Formerly, Injected, KeysOf, Note, Range
 from nerf_lightning.data.ray_batch import RayBatch
 from nerf_lightning.lightning_compat import (
     FastHookNames,
+    align_step_counts,
+    count_optimizer_step,
     logs_this_step,
     set_max_steps,
     throttle_sigterm_broadcast,
@@ -32,6 +35,7 @@ from nerf_lightning.models.heldout_fit import HeldoutFit, HeldoutScores
 from nerf_lightning.models.metrics import METRICS, ViewMetrics
 from nerf_lightning.models.nerf import NeRF
 from nerf_lightning.models.train_step import StepStats, TrainStep, autocast_for, capture
+from nerf_lightning.models.update_graph import GraphedUpdate, capture_update, plain_groups
 from nerf_lightning.run.strategies import fsdp_full_copy, full_parameters
 from nerf_lightning.training.feedback import TrainingFeedback
 from nerf_lightning.volume.occupancy import OccupancyGrid, all_reduce_max
@@ -51,6 +55,8 @@ class Unowned:
     new_field: Callable[[], NGPField]
     #: that copy while an evaluation epoch runs under FSDP (None: the field itself)
     eval_field: nn.Module | None = None
+    #: the step's forward, backward and optimizer update as one CUDA graph (``graph_optimizer``)
+    update: GraphedUpdate | None = None
 
 
 class NeRFModule(FastHookNames, L.LightningModule):
@@ -68,6 +74,12 @@ class NeRFModule(FastHookNames, L.LightningModule):
         cuda_graph: ``auto`` (capture the budgeted step as CUDA graphs on a GPU, except under FSDP,
             whose parameters are re-gathered every step), ``true`` or ``false``. The one switch of
             CUDA graphs: the train app hands it to the DataModule too (its graphed batch draw).
+        graph_optimizer: the optimizer's update in the step's CUDA graph (``models/update_graph.py``: one
+            replay runs the forward, the backward and the update), under Lightning's manual
+            optimization. ``auto``: wherever the step is graphed on one device without gradient
+            accumulation, gradient clipping or fp16 loss scaling (``16-mixed``); ``false``: Lightning's
+            automatic optimization, the update eager; ``true``: manual optimization everywhere (the
+            update eager where nothing is graphed: the CPU's form of the same loop).
         sigterm_check_every: under DDP/FSDP, run Lightning's cross-rank SIGTERM check (a host sync)
             every N optimizer steps instead of every step.
         val_chunk: rays per chunk when rendering validation images; save_val_images: write
@@ -95,6 +107,9 @@ class NeRFModule(FastHookNames, L.LightningModule):
         cuda_graph: Annotated[
             bool | Literal["auto"], Note("auto: on a GPU, not under FSDP"), Formerly("data.cuda_graph")
         ] = "auto",
+        graph_optimizer: Annotated[
+            bool | Literal["auto"], Note("auto: one device, no accumulation, clipping or 16-mixed")
+        ] = False,
         sigterm_check_every: Annotated[int, Range(low=1)] = 100,
         val_chunk: Annotated[int, Range(low=1)] = 32768,
         save_val_images: bool = True,
@@ -118,6 +133,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
         #: the training step (after capture, its CUDA graphs' replay) and the FSDP evaluation copy
         self.unowned = Unowned(net.step, net.new_field)
         self._graphed = False
+        self._update_capture_failed = False  # graph_optimizer=auto fell back to the eager update
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.feedback = feedback if feedback is not None else TrainingFeedback()
@@ -174,6 +190,11 @@ class NeRFModule(FastHookNames, L.LightningModule):
                 cameras.heights.to(self.device),
             )
 
+    def on_train_start(self) -> None:
+        # after the checkpoint's loops are restored: a run resumed under the other kind of optimization
+        # (graph_optimizer, or another number of devices) continues the saved step count
+        align_step_counts(self.trainer)
+
     def _follow_clock_length(self) -> None:
         """When the schedules count rays, ``trainer.max_steps`` counts reference steps: the run ends after
         the optimizer steps that see as many rays (``TrainingClock.optimizer_steps``)."""
@@ -193,16 +214,8 @@ class NeRFModule(FastHookNames, L.LightningModule):
             self.feedback.work_scale = float(scale)
 
     def training_step(self, batch: RayBatch, batch_idx: int) -> Tensor:
-        step = self.train_step_fn
-        if not self._graphed and self._use_cuda_graph():
-            # share_inputs: the batch graph's output buffers become the step graph's inputs (no
-            # copies per step); an eager batch is copied into the first batch's tensors, unused by then
-            precision, alias = self.trainer.precision, self._alias_gradients()
-            step = capture(step, batch, precision, alias_gradients=alias, share_inputs=True)
-            self.unowned.step = step
-            self._graphed = True
-        with autocast_for(self.trainer.precision) if self._graphed else nullcontext():
-            loss, per_ray, valid, stats_tensor = step(batch)
+        outputs = self._forward(batch) if self.automatic_optimization else self._update(batch)
+        loss, per_ray, valid, stats_tensor = outputs
         # The graphed step returns every float output as requiring grad. Summed into the run's
         # counters as they are, each step's autograd graph would stay alive from step to step.
         per_ray, stats = per_ray.detach(), StepStats.of(stats_tensor.detach())
@@ -215,13 +228,100 @@ class NeRFModule(FastHookNames, L.LightningModule):
             self.log("train/rays_per_step", stats.rays.float())
         return loss
 
-    def _use_cuda_graph(self) -> bool:
+    def _forward(self, batch: RayBatch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The step's forward (its backward and the update are Lightning's: automatic optimization),
+        captured as CUDA graphs on its first call where :meth:`_use_cuda_graph`."""
+        step = self.train_step_fn
+        if not self._graphed and self._use_cuda_graph():
+            # share_inputs: the batch graph's output buffers become the step graph's inputs (no
+            # copies per step); an eager batch is copied into the first batch's tensors, unused by then
+            precision, alias = self.trainer.precision, self._alias_gradients()
+            step = capture(step, batch, precision, alias_gradients=alias, share_inputs=True)
+            self.unowned.step = step
+            self._graphed = True
+        with autocast_for(self.trainer.precision) if self._graphed else nullcontext():
+            return step(batch)
+
+    def _update(self, batch: RayBatch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One optimizer step under manual optimization (``graph_optimizer``): after one eager update (the
+        optimizer's state), forward, backward and update are one CUDA graph's replay where the step is
+        graphed (:meth:`_graphs_update`); eager otherwise. Then the learning-rate schedule's step."""
+        optimizer = self.optimizers()
+        assert isinstance(optimizer, LightningOptimizer)  # one optimizer: configure_optimizers
+        update = self.unowned.update
+        if update is None and optimizer.optimizer.state and self._graphs_update():
+            update = self._capture_update(optimizer.optimizer, batch)
+        if update is not None:
+            outputs = update(batch)
+            count_optimizer_step(optimizer)
+        else:
+            outputs = self.train_step_fn(batch)
+            self.manual_backward(outputs[0])
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        scheduler = self.lr_schedulers()
+        if scheduler is not None:
+            scheduler.step()  # type: ignore[union-attr]
+        return outputs
+
+    def _capture_update(self, optimizer: torch.optim.Optimizer, batch: RayBatch) -> GraphedUpdate | None:
+        """The step and ``optimizer``'s update captured as one graph (``models/update_graph.py``), the
+        replay of every later step; under ``graph_optimizer=auto`` an optimizer that can't be captured
+        keeps the eager update, with a warning."""
+        precision = self.trainer.precision
+        try:
+            update = capture_update(self.train_step_fn, optimizer, batch, precision, share_inputs=True)
+        except ValueError as err:
+            if self.hparams.graph_optimizer is True:
+                raise
+            log.warning("model.graph_optimizer=auto: the update stays eager (%s)", err)
+            self._update_capture_failed = True
+            return None
+        self.unowned.update = update
+        self._graphed = True
+        return update
+
+    @property
+    def automatic_optimization(self) -> bool:  # type: ignore[override]
+        """Lightning's automatic optimization, unless the update is this module's (``graph_optimizer``):
+        decided once per trainer, before ``fit`` checks the loop's configuration."""
+        trainer = self._trainer
+        cached = self.__dict__.get("_manual_for")
+        if cached is None or cached[0] is not trainer:
+            cached = self.__dict__["_manual_for"] = (trainer, self._updates_manually(trainer))
+        return not cached[1]
+
+    def _updates_manually(self, trainer: L.Trainer | None) -> bool:
+        mode = self.hparams.graph_optimizer
+        if mode is False or trainer is None:
+            return False
+        return mode is True or self._graphs_update(trainer)
+
+    def _graphs_update(self, trainer: L.Trainer | None = None) -> bool:
+        """Whether the update joins the step's CUDA graph: the step graphed, on one device, without
+        gradient accumulation, gradient clipping (both Lightning's, which manual optimization leaves
+        out) or the fp16 loss scale (its skipped steps and scale are decided on the host)."""
+        trainer = trainer if trainer is not None else self.trainer
+        if self._update_capture_failed:
+            return False
+        return (
+            self._use_cuda_graph(trainer)
+            and trainer.world_size == 1
+            and trainer.accumulate_grad_batches == 1
+            and trainer.gradient_clip_val is None
+            and str(trainer.precision) != "16-mixed"
+        )
+
+    def _use_cuda_graph(self, trainer: L.Trainer | None = None) -> bool:
+        """Whether the step runs as CUDA graphs: ``cuda_graph`` not false, the budgeted step on a GPU, not
+        under FSDP (``trainer``: this module's)."""
+        trainer = trainer if trainer is not None else self.trainer
         mode = self.hparams.cuda_graph
-        if mode is False or self.device.type != "cuda" or not self.train_step_fn.budgeted:
+        if mode is False or trainer.strategy.root_device.type != "cuda" or not self.train_step_fn.budgeted:
             return False
         from lightning.pytorch.strategies import FSDPStrategy
 
-        return not isinstance(self.trainer.strategy, FSDPStrategy)
+        return not isinstance(trainer.strategy, FSDPStrategy)
 
     def _alias_gradients(self) -> bool:
         """Whether the graphed step's gradient buffers become ``.grad`` (see ``train_step.capture``):
@@ -337,6 +437,9 @@ class NeRFModule(FastHookNames, L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["training_clock"] = self.clock.state_dict(self.global_step)
+        if self.unowned.update is not None and "optimizer_states" in checkpoint:
+            # the graph's tensor learning rates as the eager optimizer's floats: one checkpoint format
+            checkpoint["optimizer_states"] = [plain_groups(s, False) for s in checkpoint["optimizer_states"]]
         # The budgeted step's adapted ray count is state of the run (the step is not a registered
         # submodule, so the state dict does not hold it): a resumed run continues with it.
         buffers = self.train_step_fn.state_buffers()
