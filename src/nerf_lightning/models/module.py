@@ -286,9 +286,9 @@ class NeRFModule(FastHookNames, L.LightningModule):
         """Lightning's automatic optimization, unless the update is this module's (``graph_optimizer``):
         decided once per trainer, before ``fit`` checks the loop's configuration."""
         trainer = self._trainer
-        cached = self.__dict__.get("_manual_for")
-        if cached is None or cached[0] is not trainer:
-            cached = self.__dict__["_manual_for"] = (trainer, self._updates_manually(trainer))
+        cached = self.__dict__.get("_manual_for")  # (id of the trainer, manual): no reference to it kept
+        if cached is None or cached[0] != id(trainer):
+            cached = self.__dict__["_manual_for"] = (id(trainer), self._updates_manually(trainer))
         return not cached[1]
 
     def _updates_manually(self, trainer: L.Trainer | None) -> bool:
