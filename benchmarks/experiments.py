@@ -338,6 +338,10 @@ add("update-graph", "the optimizer's update in the step's CUDA graph (model.grap
              f"model.graph_optimizer={mode}", read=readers.loop_profile_json, expected_s=60, timeout_s=240)
       for name, mode in (("eager", "false"), ("graph", "auto"))],
     data=("lego",))
+add("update-graph-tests", "the GPU tests of the update graph and of the graphed step with poses "
+    "and exposures (a part of cuda-tests, for a call too short for all of them)",
+    pytest("update_graph_tests", "-m", "cuda", "tests/models/test_update_graph_cuda.py",
+           "tests/models/test_view_corrections_cuda.py", expected_s=30, timeout_s=120))
 add("loop-profile-ranks", "the Lightning loop at a rank's batch under the rules that split the batch (3/4 "
     "and 1/2 of it, benchmarks.batch_rules.imitated), where the graphed step alone is shorter than the "
     "loop's host work; against batch-rule-step's step alone at the same fractions",

@@ -4,6 +4,7 @@
 # job runs alone on the GPU:
 #
 #   OUT/ab     the A/B on lego: the loop's ms a step, graph_optimizer=auto against false (~80 s)
+#   OUT/own    the update graph's GPU tests (~30 s)
 #   OUT/tests  pytest -m cuda (~60 s)
 #   OUT/host   the stubbed loop (benchmarks.host_loop) of each: the host's share (~120 s)
 #   OUT/curve  lego_official (50 of its 200 test views) at CURVE_POINTS (15) s with graph_optimizer=auto
@@ -27,6 +28,7 @@ suite() {  # folder, timeout, runner arguments...
     OUT=$ROOT/$folder timeout "$to" bash benchmarks/suite_gpu.sh "$@" --data "$DATA" --limit $((to - 10))
 }
 suite ab 110 update-graph --only 'loop_*'
+suite own 60 update-graph-tests
 suite tests 100 cuda-tests
 suite host 150 update-graph --only 'host_loop_*'
 # the first guess of steps/s: the graphed update's loop rate measured above (365 without one)
