@@ -17,7 +17,9 @@ import torch
 
 from nerf_lightning.data.datamodule import NeRFDataModule
 from nerf_lightning.data.synthetic import generate_scene
+from nerf_lightning.models import module as module_code
 from nerf_lightning.models.module import NeRFModule
+from nerf_lightning.models.train_step import TrainStep
 from nerf_lightning.models.update_graph import check_capturable, graph_learning_rates, plain_groups
 from nerf_lightning.training.lr_schedules import ngp_exponential_decay
 from tests.models.tiny_training import QUIET, fit_on_one_thread, tiny_module
@@ -40,7 +42,8 @@ def _fit(path: Path, mode: bool | str, steps: int, root: Path, resume: str | Non
     model = tiny_module(dm, scheduler=SCHEDULE, graph_optimizer=mode)
     counter = _StepCounter()
     trainer = L.Trainer(
-        max_steps=steps, num_sanity_val_steps=0, limit_val_batches=0, default_root_dir=root,
+        # max_epochs: a step left uncounted ends the run after 2 epochs instead of never
+        max_steps=steps, max_epochs=2, num_sanity_val_steps=0, limit_val_batches=0, default_root_dir=root,
         enable_checkpointing=False, callbacks=[counter], **QUIET,
     )  # fmt: skip
     threads = torch.get_num_threads()
@@ -92,6 +95,46 @@ def test_a_run_resumed_under_the_other_kind_continues_its_step_count(capture: Pa
         assert resumed.global_step == STEPS, (first, then)
         optimizer = resumed.trainer_after.optimizers[0]
         assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([1e-2 * 0.5**5] * 2)
+
+
+def test_the_loop_around_a_captured_update(
+    capture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The module's path around a captured update, with an eager stand-in for the CUDA graph (the graph is
+    the GPU test's): captured once, after one eager update; each later step counted by hand; the schedule
+    refreshing tensor learning rates in place; a checkpoint with the eager optimizer's float rates."""
+    captures: list[int] = []
+
+    def stand_in(step: Any, optimizer: torch.optim.Optimizer, batch: Any, precision: Any, **_: Any) -> Any:
+        captures.append(len(optimizer.state))
+        for group in optimizer.param_groups:  # as graph_learning_rates does on a GPU
+            group["lr"] = torch.tensor(float(group["lr"]))
+
+        def update(b: Any) -> Any:
+            outputs = TrainStep.forward(step, b)
+            outputs[0].backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return outputs
+
+        return update
+
+    monkeypatch.setattr(module_code, "capture_update", stand_in)
+    monkeypatch.setattr(NeRFModule, "_graphs_update", lambda self, trainer=None: True)
+    graphed = _fit(capture, "auto", STEPS, tmp_path / "g")
+    assert not graphed.automatic_optimization and graphed.unowned.update is not None
+    assert captures == [len(list(graphed.train_step_fn.parameters()))]  # once, Adam's state allocated
+    assert graphed.steps_run == graphed.global_step == STEPS
+    optimizer = graphed.trainer_after.optimizers[0]
+    rates = [g["lr"] for g in optimizer.param_groups]
+    assert all(isinstance(r, torch.Tensor) for r in rates)
+    assert [float(r) for r in rates] == pytest.approx([1e-2 * 0.5**5] * 2)
+    automatic = _fit(capture, False, STEPS, tmp_path / "a")
+    assert torch.allclose(_weights(graphed), _weights(automatic), rtol=1e-5, atol=1e-7)
+    graphed.trainer_after.save_checkpoint(tmp_path / "g.ckpt")
+    saved = torch.load(tmp_path / "g.ckpt", weights_only=True)["optimizer_states"][0]["param_groups"]
+    assert [type(g["lr"]) for g in saved] == [float, float]
+    assert [g["lr"] for g in saved] == pytest.approx([1e-2 * 0.5**5] * 2)
 
 
 def test_plain_groups_turn_the_graph_learning_rates_back_into_floats() -> None:
