@@ -13,7 +13,8 @@
 #
 # Carry .whl/, DATA/lego (default DATA=.devdata), .devdata/ext.tgz and .devdata/lego_official. With
 # lego_official beside it the whole .devdata/lego is too large for a call's 64 MiB: DATA=.devdata/ab holds the
-# first 60 training views of lego and 2 val and test views (docs/benchmarks/2026-12-07-recipe.md).
+# first 60 training views of lego and 2 val and test views, made by
+#   python -m benchmarks.trim_capture .devdata/lego .devdata/ab/lego --train 60 --val 2 --test 2
 set -u
 if [ $# -ne 1 ]; then
     echo "usage: bash benchmarks/update_graph_gpu.sh OUT" >&2
@@ -21,6 +22,9 @@ if [ $# -ne 1 ]; then
 fi
 ROOT=$(realpath -m "$1")
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+# shellcheck source=benchmarks/gpu_common.sh
+source benchmarks/gpu_common.sh
+gpu_wheels || exit 2  # once here for this script's own Python; the parts' scripts set up the same way
 DATA=${DATA:-.devdata}
 suite() {  # folder, timeout, runner arguments...
     local folder=$1 to=$2
@@ -32,7 +36,7 @@ suite own 60 update-graph-tests
 suite tests 100 cuda-tests
 suite host 150 update-graph --only 'host_loop_*'
 # the first guess of steps/s: the graphed update's loop rate measured above (365 without one)
-RATE=$(python3 - "$ROOT/ab/rows.jsonl" <<'PY' 2>/dev/null || echo 365
+RATE=$("$PY" - "$ROOT/ab/rows.jsonl" <<'PY' 2>/dev/null || echo 365
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 rate = [r["loop_steps_per_s"] for r in rows if r.get("job") == "loop_graph_update" and r.get("loop_steps_per_s")]
