@@ -143,7 +143,7 @@ def test_plain_groups_turn_the_graph_learning_rates_back_into_floats() -> None:
     graph_learning_rates(optimizer, torch.device("cpu"))
     assert [float(g["lr"]) for g in optimizer.param_groups] == pytest.approx([1e-2, 3e-3])
     assert all(isinstance(g["lr"], torch.Tensor) and g["capturable"] for g in optimizer.param_groups)
-    saved = plain_groups(optimizer.state_dict(), False)
+    saved = plain_groups(optimizer.state_dict())
     assert [g["lr"] for g in saved["param_groups"]] == pytest.approx([1e-2, 3e-3])
     assert all(type(g["lr"]) is float and g["capturable"] is False for g in saved["param_groups"])
     assert all(isinstance(g["lr"], torch.Tensor) for g in optimizer.param_groups)  # the optimizer's own

@@ -7,7 +7,7 @@ import torch
 
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.models.loss import StepLoss
-from nerf_lightning.models.train_step import StepStats, TrainStep
+from nerf_lightning.models.train_step import FieldsStep, StepStats, TrainStep, buffers_kept
 from nerf_lightning.volume.occupancy import OccupancyGrid
 from nerf_lightning.volume.renderer import Renderer, SampleBudget, ray_distortion, render_counts
 from tests.ray_batches import ray_batch
@@ -199,3 +199,24 @@ def test_budget_step_follows_the_batch_rule_capacity_and_the_clock_rate() -> Non
     adapted = int(step.n_active)
     step.set_capacity_scale(1.5, 1 / 1.5)  # throughput's headroom: the same work aimed at, rays kept
     assert (step.sample_budget, int(step.n_active)) == (225, adapted)
+
+
+def test_a_graphs_inputs_and_the_buffers_its_warm_up_changes() -> None:
+    """What both captures (``capture``, ``capture_update``) build on: the step as a callable of the batch's
+    read fields, fed the batch's own tensors or copies, and its ray count restored after warm-up calls."""
+    field, renderer, o, d, bg = _setup()
+    target = torch.rand(24, 3, generator=torch.Generator().manual_seed(5))
+    kw = dict(sample_budget=300, march_budget=1200, n_rays_init=24, min_rays=2, jitter=False)
+    step = TrainStep(field, renderer, StepLoss("mse"), **kw)
+    batch = ray_batch(o, d, target, bg)
+    shared, inputs = FieldsStep.of(step, batch, share_inputs=True)
+    assert shared.names == ("rays_o", "rays_d", "rgb", "background")
+    assert [t.data_ptr() for t in inputs] == [t.data_ptr() for t in (o, d, target, bg)]
+    copied, copies = FieldsStep.of(step, batch, share_inputs=False)
+    pairs = zip(copies, inputs, strict=True)
+    assert all(a.data_ptr() != b.data_ptr() and torch.equal(a, b) for a, b in pairs)
+    with buffers_kept(step):
+        loss, *_ = shared(*inputs)
+        assert int(step.n_active) != 24  # the call adapted the ray count
+    assert int(step.n_active) == 24 and float(step.n_active_f) == 24.0
+    torch.testing.assert_close(copied(*copies)[0], loss)

@@ -439,7 +439,7 @@ class NeRFModule(FastHookNames, L.LightningModule):
         checkpoint["training_clock"] = self.clock.state_dict(self.global_step)
         if self.unowned.update is not None and "optimizer_states" in checkpoint:
             # the graph's tensor learning rates as the eager optimizer's floats: one checkpoint format
-            checkpoint["optimizer_states"] = [plain_groups(s, False) for s in checkpoint["optimizer_states"]]
+            checkpoint["optimizer_states"] = [plain_groups(s) for s in checkpoint["optimizer_states"]]
         # The budgeted step's adapted ray count is state of the run (the step is not a registered
         # submodule, so the state dict does not hold it): a resumed run continues with it.
         buffers = self.train_step_fn.state_buffers()

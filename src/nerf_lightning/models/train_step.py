@@ -12,7 +12,8 @@ once as CUDA graphs and replayed (:func:`capture`): one launch instead of ~150. 
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Annotated, Any, NamedTuple
 
 import torch
@@ -26,9 +27,11 @@ from nerf_lightning.volume.renderer import Renderer, SampleBudget, opacity_error
 
 __all__ = [
     "THROUGHPUT_HEADROOM",
+    "FieldsStep",
     "StepStats",
     "TrainStep",
     "autocast_for",
+    "buffers_kept",
     "capture",
     "holds_tcnn",
     "train_step",
@@ -324,40 +327,58 @@ def capture(
             p.grad = None  # autograd then takes over the graph's buffer
         elif p.grad is None:
             p.grad = torch.zeros_like(p)
-    names = step.graph_fields()
-    fields = {name: getattr(batch, name) for name in names}
-    if any(t is None for t in fields.values()):
-        step(batch)  # raises its one line on the field the batch lacks
-    args = tuple(t.detach() if share_inputs else t.detach().clone() for t in fields.values())
-    # The fields the step does not read stay the capture batch's (never read by the graphs).
-    tensor_step = _FieldsStep(step, names, batch.replace(**dict(zip(names, args, strict=True))))
+    tensor_step, args = FieldsStep.of(step, batch, share_inputs)
     # The warm-up calls of make_graphed_callables adapt n_active: start the replays where eager
     # execution would have started.
-    saved = {name: b.clone() for name, b in step.named_buffers(recurse=False)}
-    with autocast_for(precision):
+    with buffers_kept(step), autocast_for(precision):
         if holds_tcnn(step):
             warm_capture_stream(tensor_step, args)
         graphed = torch.cuda.make_graphed_callables(
             tensor_step, args, num_warmup_iters=3, allow_unused_input=True
         )
-    with torch.no_grad():
-        for name, value in saved.items():
-            getattr(step, name).copy_(value)
+    names = tensor_step.names
     step.forward = _GraphedForward(graphed, names)  # type: ignore[method-assign]
     return step
 
 
-class _FieldsStep(nn.Module):
+class FieldsStep(nn.Module):
     """``step`` called with the tensors of ``names`` (the rest of the batch: ``template``'s), the
-    tensor-only callable that ``make_graphed_callables`` captures."""
+    tensor-only callable that a CUDA graph captures."""
 
     def __init__(self, step: TrainStep, names: tuple[str, ...], template: RayBatch) -> None:
         super().__init__()
         self.step, self.names, self.template = step, names, template
 
+    @classmethod
+    def of(
+        cls, step: TrainStep, batch: RayBatch, share_inputs: bool
+    ) -> tuple[FieldsStep, tuple[Tensor, ...]]:
+        """``step`` as a callable of ``batch``'s fields that it reads (:meth:`TrainStep.graph_fields`), and
+        those fields: a graph's static inputs, ``batch``'s tensors themselves with ``share_inputs``, else
+        copies. The fields the step does not read stay ``batch``'s (never read by a graph)."""
+        names = step.graph_fields()
+        fields = [getattr(batch, name) for name in names]
+        if any(t is None for t in fields):
+            TrainStep.forward(step, batch)  # raises its one line on the field the batch lacks
+        inputs = tuple(t.detach() if share_inputs else t.detach().clone() for t in fields)
+        return cls(step, names, batch.replace(**dict(zip(names, inputs, strict=True)))), inputs
+
     def forward(self, *tensors: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         batch = self.template.replace(**dict(zip(self.names, tensors, strict=True)))
         return TrainStep.forward(self.step, batch)  # the eager forward, whatever ``step.forward`` is now
+
+
+@contextmanager
+def buffers_kept(step: TrainStep) -> Iterator[None]:
+    """``step``'s own buffers (the adapted ray count) as they were on entry, again on exit: a capture's
+    warm-up calls adapt them, and the replays start where eager execution would have."""
+    saved = {name: b.clone() for name, b in step.named_buffers(recurse=False)}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, value in saved.items():
+                getattr(step, name).copy_(value)
 
 
 class _GraphedForward:

@@ -32,7 +32,13 @@ import torch
 from torch import Tensor
 
 from nerf_lightning.data.ray_batch import RayBatch
-from nerf_lightning.models.train_step import TrainStep, autocast_for, warm_capture_stream
+from nerf_lightning.models.train_step import (
+    FieldsStep,
+    TrainStep,
+    autocast_for,
+    buffers_kept,
+    warm_capture_stream,
+)
 
 __all__ = ["GraphedUpdate", "capture_update", "check_capturable", "graph_learning_rates", "plain_groups"]
 
@@ -69,17 +75,17 @@ def graph_learning_rates(optimizer: torch.optim.Optimizer, device: torch.device)
         group["capturable"] = True
 
 
-def plain_groups(state: dict[str, Any], capturable: bool) -> dict[str, Any]:
+def plain_groups(state: dict[str, Any]) -> dict[str, Any]:
     """An optimizer's ``state_dict()`` with each group's learning rate a Python float again and its
-    ``capturable`` flag ``capturable``: a checkpoint of a graphed run is the eager run's (it resumes with
-    either). The groups are new dicts; the state is shared."""
+    ``capturable`` flag off: a checkpoint of a graphed run is the eager run's (it resumes with either). The
+    groups are new dicts; the state is shared."""
     groups = []
     for group in state["param_groups"]:
         group = dict(group)
         if isinstance(group.get("lr"), Tensor):
             group["lr"] = float(group["lr"])
         if "capturable" in group:
-            group["capturable"] = capturable
+            group["capturable"] = False
         groups.append(group)
     return {**state, "param_groups": groups}
 
@@ -88,7 +94,7 @@ class GraphedUpdate:
     """``update(batch) -> (loss, per_ray_loss, ray_valid, stats)``: one replay of the captured forward,
     backward and optimizer update (:func:`capture_update`). The outputs are the graph's static tensors,
     overwritten by the next replay; a batch's fields are copied into the graph's inputs unless they are
-    those very tensors."""
+    those very tensors' memory."""
 
     def __init__(
         self,
@@ -102,7 +108,7 @@ class GraphedUpdate:
     def __call__(self, batch: RayBatch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         for name, static in zip(self.names, self.inputs, strict=True):
             tensor = getattr(batch, name)
-            if tensor is not static:
+            if tensor.data_ptr() != static.data_ptr():  # the batch graph's buffers are the inputs themselves
                 static.copy_(tensor)
         self.graph.replay()
         return self.outputs
@@ -135,44 +141,18 @@ def capture_update(
     """
     params = [p for p in step.parameters() if p.requires_grad]
     check_capturable(optimizer, params)
-    names = step.graph_fields()
-    fields = {name: getattr(batch, name) for name in names}
-    if any(t is None for t in fields.values()):
-        TrainStep.forward(step, batch)  # raises its one line on the field the batch lacks
-    inputs = tuple(t.detach() if share_inputs else t.detach().clone() for t in fields.values())
-    static = batch.replace(**dict(zip(names, inputs, strict=True)))
-    device = inputs[0].device
-    saved = {name: b.clone() for name, b in step.named_buffers(recurse=False)}
-
-    def forward(*_: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        with autocast_for(precision):
-            return TrainStep.forward(step, static)
-
-    warm = _Forward(forward, params)
-    for _ in range(WARMUP_CALLS):
-        warm_capture_stream(warm, inputs)
-    with torch.no_grad():
-        for name, value in saved.items():
-            getattr(step, name).copy_(value)
-    graph_learning_rates(optimizer, device)
+    tensor_step, inputs = FieldsStep.of(step, batch, share_inputs)
+    with buffers_kept(step), autocast_for(precision):
+        for _ in range(WARMUP_CALLS):
+            warm_capture_stream(tensor_step, inputs)
+    graph_learning_rates(optimizer, inputs[0].device)
     for p in params:
         p.grad = None  # the backward's buffers in the graph's pool become .grad
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        outputs = forward()
-        outputs[0].backward()
+        with autocast_for(precision):
+            loss, per_ray, valid, stats = tensor_step(*inputs)
+        loss.backward()
         optimizer.step()
-    loss, per_ray, valid, stats = outputs
-    return GraphedUpdate(graph, names, inputs, (loss.detach(), per_ray.detach(), valid, stats.detach()))
-
-
-class _Forward(torch.nn.Module):
-    """``forward`` as a module of ``params`` (what :func:`warm_capture_stream` differentiates)."""
-
-    def __init__(self, forward: Any, params: list[torch.nn.Parameter]) -> None:
-        super().__init__()
-        self._call = forward
-        self._params = torch.nn.ParameterList(params)
-
-    def forward(self, *args: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        return self._call(*args)
+    outputs = (loss.detach(), per_ray.detach(), valid, stats.detach())
+    return GraphedUpdate(graph, tensor_step.names, inputs, outputs)
