@@ -342,6 +342,32 @@ add("update-graph-tests", "the GPU tests of the update graph and of the graphed 
     "and exposures (a part of cuda-tests, for a call too short for all of them)",
     pytest("update_graph_tests", "-m", "cuda", "tests/models/test_update_graph_cuda.py",
            "tests/models/test_view_corrections_cuda.py", expected_s=30, timeout_s=120))
+#: issue 64's two candidates against the step's kernels: the table's gradient by a warp per level, the
+#: density pass's features reused by the differentiable pass
+STEP_KERNELS = {
+    "point": ({"NERF_LIGHTNING_HASH_ORDER": "point"}, ()),
+    "warp": ({"NERF_LIGHTNING_HASH_ORDER": "warp"}, ()),
+    "reuse": ({"NERF_LIGHTNING_HASH_ORDER": "point"}, ("model.net.renderer.reuse_features=true",)),
+    "both": ({"NERF_LIGHTNING_HASH_ORDER": "warp"}, ("model.net.renderer.reuse_features=true",)),
+}
+add("step-kernels", "the table's gradient by one warp per level, runs of equal corners summed before one "
+    "atomic (NERF_LIGHTNING_HASH_ORDER=warp), and the density pass's hash features reused by the "
+    "differentiable pass (model.net.renderer.reuse_features=true), against the default, issue 64: their "
+    "GPU tests, then the "
+    "graphed lego step alone (benchmarks.census, bf16-mixed) of the default and each, and the loop's ms a "
+    "step with the update in the graph (model.graph_optimizer=auto) of the default and both, each alone",
+    pytest("kernel_tests", "-m", "cuda", "tests/models/test_encoding_cuda.py",
+           "tests/volume/test_reuse_features.py", expected_s=40, timeout_s=150),
+    *[module(f"census_{name}", "benchmarks.census", "--precision", "bf16-mixed", "--path", "{data}/lego",
+             "--json", "{run_dir}/census.json", "--", *STEP_KERNELS[name][1], read=readers.census_json,
+             expected_s=45, timeout_s=180, env=STEP_KERNELS[name][0],
+             **({} if name == "point" else {"baseline": "census_point"}))
+      for name in ("point", "warp", "reuse")],
+    *[train(f"loop_{name}", "lego", "model.graph_optimizer=auto", *STEP_KERNELS[name][1], *LOOP_WINDOW,
+            steps=2500, shared=False, read=readers.loop_profile_json, env=STEP_KERNELS[name][0],
+            **({} if name == "point" else {"baseline": "loop_point", "ratio_of": "loop_steps_per_s"}))
+      for name in ("point", "both")],
+    data=("lego",))
 add("loop-profile-ranks", "the Lightning loop at a rank's batch under the rules that split the batch (3/4 "
     "and 1/2 of it, benchmarks.batch_rules.imitated), where the graphed step alone is shorter than the "
     "loop's host work; against batch-rule-step's step alone at the same fractions",

@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
-# Issue 64's call for model.graph_optimizer (the optimizer's update in the step's CUDA graph), on one GPU, in
-# the order that decides the most first; each part has its own folder under OUT and its own timeout, and each
-# job runs alone on the GPU:
+# Issue 64's call for the step's speed on one GPU, in the order that decides the most first; each part has its
+# own folder under OUT and its own timeout, all end by 535 s, and each job runs alone on the GPU:
 #
-#   OUT/ab     the A/B on lego: the loop's ms a step, graph_optimizer=auto against false (~80 s)
+#   OUT/ab     the CUDA extension built (csrc changed since .devdata/ext.tgz) and packed into OUT/ab/ext.tgz,
+#              then the A/B on lego: the loop's ms a step, model.graph_optimizer=auto against false (~80 s)
 #   OUT/own    the update graph's GPU tests (~30 s)
-#   OUT/tests  pytest -m cuda (~60 s)
-#   OUT/host   the stubbed loop (benchmarks.host_loop) of each: the host's share (~120 s)
-#   OUT/curve  lego_official (50 of its 200 test views) at CURVE_POINTS (15) s with graph_optimizer=auto
+#   OUT/kern   suite step-kernels: the warp hash backward and reuse_features, their GPU tests, the graphed
+#              step alone (benchmarks.census) of the default and each, the loop of the default and both (~240 s)
 #
 #   bash benchmarks/update_graph_gpu.sh OUT
 #
-# Carry .whl/, DATA/lego (default DATA=.devdata), .devdata/ext.tgz and .devdata/lego_official. With
-# lego_official beside it the whole .devdata/lego is too large for a call's 64 MiB: DATA=.devdata/ab holds the
-# first 60 training views of lego and 2 val and test views, made by
-#   python -m benchmarks.trim_capture .devdata/lego .devdata/ab/lego --train 60 --val 2 --test 2
+# Carry .whl/ and DATA/lego (default DATA=.devdata; the call of 2026-12-08 carried DATA=.devdata/ab, the first
+# 60 training views of lego and 2 val and test views, made by
+#   python -m benchmarks.trim_capture .devdata/lego .devdata/ab/lego --train 60 --val 2 --test 2).
+# The next call (the curve at 15, 60 and 300 s with the winners) carries OUT/ab/ext.tgz as .devdata/ext.tgz.
 set -u
 if [ $# -ne 1 ]; then
     echo "usage: bash benchmarks/update_graph_gpu.sh OUT" >&2
@@ -24,25 +23,23 @@ ROOT=$(realpath -m "$1")
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 # shellcheck source=benchmarks/gpu_common.sh
 source benchmarks/gpu_common.sh
-gpu_wheels || exit 2  # once here for this script's own Python; the parts' scripts set up the same way
 DATA=${DATA:-.devdata}
-suite() {  # folder, timeout, runner arguments...
-    local folder=$1 to=$2
+END=$(($(date +%s) + ${DEADLINE_S:-535}))
+part() {  # folder, timeout, runner arguments...: clipped to the time left, skipped under 30 s
+    local folder=$1 to=$2 left=$((END - $(date +%s)))
     shift 2
-    OUT=$ROOT/$folder timeout "$to" bash benchmarks/suite_gpu.sh "$@" --data "$DATA" --limit $((to - 10))
+    ((to > left)) && to=$left
+    ((to < 30)) && { echo "== $folder skipped (${left}s left)"; return 0; }
+    echo "== $folder (${to}s)"
+    mkdir -p "$ROOT/$folder"
+    OUT=$ROOT/$folder timeout -k 10 "$to" bash benchmarks/suite_gpu.sh "$@" --data "$DATA" --limit $((to - 10)) \
+        >"$ROOT/$folder.log" 2>&1
+    tail -3 "$ROOT/$folder.log"
 }
-suite ab 110 update-graph --only 'loop_*'
-suite own 60 update-graph-tests
-suite tests 100 cuda-tests
-suite host 150 update-graph --only 'host_loop_*'
-# the first guess of steps/s: the graphed update's loop rate measured above (365 without one)
-RATE=$("$PY" - "$ROOT/ab/rows.jsonl" <<'PY' 2>/dev/null || echo 365
-import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1])]
-rate = [r["loop_steps_per_s"] for r in rows if r.get("job") == "loop_graph_update" and r.get("loop_steps_per_s")]
-print(round(0.97 * rate[0]) if rate else 365)
-PY
-)
-echo "curve: first guess $RATE steps/s"
-WINNER=model.graph_optimizer=auto CURVE_POINTS=${CURVE_POINTS:-15} CURVE_TIMEOUT=${CURVE_TIMEOUT:-110} RATE=$RATE \
-    WORK=/tmp/update_graph_curve timeout 150 bash benchmarks/official_gpu.sh curve "$ROOT/curve"
+part ab 240 update-graph --only 'loop_*' --pack-extension
+part own 50 update-graph-tests
+part kern 245 step-kernels
+for folder in ab own kern; do
+    echo "## $folder"
+    tail -14 "$ROOT/$folder/table.txt" 2>/dev/null | cut -c1-330
+done

@@ -83,7 +83,8 @@ def test_a_checkpoint_of_the_flat_model_layout_restores(tmp_path: Path) -> None:
     grid = renderer.pop("occupancy")
     flat = {f"grid_{k}": v for k, v in grid.items() if k in ("update_every", "warmup_steps", "decay")}
     flat |= {"grid_resolution": grid["resolution"], "grid_threshold": grid["density_threshold"]}
-    flat |= {k: v for k, v in renderer.items() if not k.startswith("_")}
+    # the renderer's keys of that layout (reuse_features came after it, under model.net only)
+    flat |= {k: v for k, v in renderer.items() if not k.startswith("_") and k != "reuse_features"}
     # the step's keys of that layout (its later keys, min_rays and adapt_momentum, come from ngp.yaml)
     flat |= {k: v for k, v in step.items() if k in ("sample_budget", "march_budget", "n_rays_init")}
     plain["model"].update(flat)

@@ -173,16 +173,27 @@ class HashEncoding(nn.Module):
         """Backend used for input ``x``: ``torch`` | ``cuda`` | ``tcnn`` (see the module docstring)."""
         return self.backend.hash_encoding(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        """The encoding of ``x`` [N, 3]; with ``features`` (this table's encoding of ``x``, computed by a
+        pass without gradient) that value, differentiable as the encoding (``ops.hash_encode_given``):
+        our kernels then skip the forward gather, the other backends compute it again for the gradient."""
         if x.ndim != 2 or x.shape[-1] != 3:
             raise ValueError(f"HashEncoding expects x of shape [N, 3] in [0, 1]^3, got {tuple(x.shape)}")
         backend = self.resolve_backend(x)
         if backend == "cuda":
+            if features is not None:
+                return self.backend.ops.hash_encode_given(
+                    x, features, self.params, self.scales, self.resolutions, self.offsets
+                )
             return self.backend.ops.hash_encode(x, self.params, self.scales, self.resolutions, self.offsets)
-        if backend == "tcnn":
-            return self._forward_tcnn(x)
         # The oracle's numbers and gradients (ops.reference.hash_encode), several times faster.
-        return hash_encode_fused(x, self.params, self._level_tables)
+        if backend == "tcnn":
+            out = self._forward_tcnn(x)
+        else:
+            out = hash_encode_fused(x, self.params, self._level_tables)
+        if features is None:
+            return out
+        return features.detach().to(out.dtype) + (out - out.detach())  # the given value, this gradient
 
     def _forward_tcnn(self, x: torch.Tensor) -> torch.Tensor:
         params = self.params

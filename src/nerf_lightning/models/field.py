@@ -126,19 +126,30 @@ class NGPField(nn.Module):
             return mlp(x if extra is None else torch.cat([x, extra.to(x.dtype)], dim=-1))
         return self.backend.ops.fused_mlp(x, extra, *_weights_and_biases(mlp), dtype)
 
-    def _geometry(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+    def _geometry(self, positions: Tensor, features: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         x, inside = self._normalize(positions)
-        h = self._run_mlp(self.density_mlp, self.encoding(x))
+        encoded = self.encoding(x, features)
+        h = self._run_mlp(self.density_mlp, encoded)
         sigma = self.backend.ops.density_activation(h, inside, self.density_bias)
-        return sigma, h
+        return sigma, h, encoded
 
     def density(self, positions: Tensor) -> Tensor:
         """Density sigma [S] (per NGP-space unit length) at positions [S, 3]."""
         return self._geometry(positions)[0]
 
-    def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
-        """(sigmas [S], rgbs [S, 3] in [0, 1]) at positions [S, 3] seen along unit directions [S, 3]."""
-        sigma, h = self._geometry(positions)
+    def density_and_features(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """(sigma [S], the hash encoding's features [S, L * F]) at positions [S, 3]: the features go back
+        into :meth:`forward` at the same positions, so a pass after this one skips the table's gather."""
+        sigma, _, encoded = self._geometry(positions)
+        return sigma, encoded
+
+    def forward(
+        self, positions: Tensor, directions: Tensor, features: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """(sigmas [S], rgbs [S, 3] in [0, 1]) at positions [S, 3] seen along unit directions [S, 3];
+        ``features``: :meth:`density_and_features`' features at these positions (the same value; only the
+        gradient is computed)."""
+        sigma, h, _ = self._geometry(positions, features)
         sh = self.direction_encoding(directions)
         rgb = torch.sigmoid(self._run_mlp(self.color_mlp, h, sh).float())
         return sigma, rgb

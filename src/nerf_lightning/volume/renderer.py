@@ -5,6 +5,11 @@ Field protocol (``models/field.py`` implements it)::
     field(positions float32 [S, 3], directions float32 [S, 3]) -> (sigmas [S], rgbs [S, 3])
     field.density(positions float32 [S, 3]) -> sigmas [S]
 
+and, for ``reuse_features``, the pair that hands the density pass's encoding to the differentiable pass::
+
+    field.density_and_features(positions [S, 3]) -> (sigmas [S], features [S, C])
+    field(positions [S, 3], directions [S, 3], features [S, C]) -> (sigmas [S], rgbs [S, 3])
+
 Positions are NGP-space sample midpoints; directions are the (unit) ray directions.
 """
 
@@ -142,6 +147,9 @@ class Renderer(nn.Module):
             training kernels do. Same outputs and gradients; far less work behind opaque surfaces.
         gradient_scaling_distance: when gradients are on, scale each sample's density and colour
             gradient by ``min(1, (t / distance)^2)`` (``volume/gradient_scaling.py``); None: off.
+        reuse_features: with ``compact_samples``, the differentiable pass takes the kept samples'
+            encoding from the density pass (``field.density_and_features``; the same value) instead of
+            encoding them again; a field without that method encodes them again.
     """
 
     def __init__(
@@ -159,6 +167,7 @@ class Renderer(nn.Module):
         gradient_scaling_distance: Annotated[
             float | None, Range(above=0), Note("null: off"), Formerly("model.gradient_scaling_distance")
         ] = 1.0,
+        reuse_features: bool = False,
         backend: Annotated[Backend | str, Injected("build_renderer: model.net.backend")] = "auto",
     ) -> None:
         super().__init__()
@@ -171,6 +180,7 @@ class Renderer(nn.Module):
         self.early_stop_eps = float(early_stop_eps)
         self.compact_samples = bool(compact_samples)
         self.gradient_scaling_distance = gradient_scaling_distance
+        self.reuse_features = bool(reuse_features)
         # The Backend, not its namespace: modules cannot be deep-copied/pickled with the renderer.
         self.backend = as_backend(backend)
 
@@ -221,14 +231,14 @@ class Renderer(nn.Module):
         compact = self.compact_samples and torch.is_grad_enabled()
         with torch.no_grad():
             if budget is None:
-                marched, valid, marched_counts = self._march(field, rays_o, rays_d, jitter, compact)
+                marched, valid, marched_counts, features = self._march(field, rays_o, rays_d, jitter, compact)
             else:
-                marched, valid, marched_counts = self._march_budgeted(
+                marched, valid, marched_counts, features = self._march_budgeted(
                     field, rays_o, rays_d, jitter, compact, budget
                 )
         ray_indices, t_starts, t_ends, packed_info = marched
         sigmas, composited = self._composite(
-            field, rays_o, rays_d, background, ray_indices, t_starts, t_ends, packed_info
+            field, rays_o, rays_d, background, ray_indices, t_starts, t_ends, packed_info, features
         )
         counted = budget is None
         return RenderedRays(
@@ -246,24 +256,29 @@ class Renderer(nn.Module):
 
     def _march(
         self, field: Any, rays_o: Tensor, rays_d: Tensor, jitter: bool, compact: bool
-    ) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], Tensor, Tensor]:
+    ) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], Tensor, Tensor, Tensor | None]:
         """Every ray marched into packed samples (``compact``: without the terminated ones), all rays
-        valid, and the samples each ray got in the marching pass."""
+        valid, the samples each ray got in the marching pass, and the kept samples' features (see
+        :meth:`_densities`)."""
         n_rays = rays_o.shape[0]
         options = self._march_options(jitter, n_rays, rays_o.device)
         packed = self.ops.march_rays(*self._march_inputs(rays_o, rays_d), **options)
         ray_indices, t_starts, t_ends, packed_info = packed
         marched_counts = packed_info[:, 1]
+        features = None
         if compact and t_starts.shape[0] > 0:
-            packed = self._drop_terminated(field, rays_o, rays_d, ray_indices, t_starts, t_ends, packed_info)
+            packed, features = self._drop_terminated(
+                field, rays_o, rays_d, ray_indices, t_starts, t_ends, packed_info
+            )
         valid = torch.ones(n_rays, dtype=torch.bool, device=rays_o.device)
-        return tuple(packed), valid, marched_counts  # type: ignore[return-value]
+        return tuple(packed), valid, marched_counts, features  # type: ignore[return-value]
 
     def _march_budgeted(
         self, field: Any, rays_o: Tensor, rays_d: Tensor, jitter: bool, compact: bool, budget: SampleBudget
-    ) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], Tensor, Tensor]:
+    ) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], Tensor, Tensor, Tensor | None]:
         """The first ``budget.n_active`` rays marched into the budget's fixed layouts, which rays fit,
-        and the samples each ray got in the marching pass."""
+        the samples each ray got in the marching pass, and the kept samples' features (see
+        :meth:`_densities`)."""
         ops = self.ops
         n_rays = rays_o.shape[0]
         marched, valid = ops.march_rays_fixed(
@@ -272,9 +287,10 @@ class Renderer(nn.Module):
             n_active=budget.n_active,
             **self._march_options(jitter, n_rays, rays_o.device),
         )
+        features = None
         if compact:
             positions, _ = ops.sample_points(rays_o, rays_d, *marched[:3])
-            sigmas = field.density(positions).reshape(-1).float()
+            sigmas, features = self._densities(field, positions)
             _, transmittance = ops.render_weights(
                 sigmas,
                 marched.t_starts,
@@ -288,7 +304,17 @@ class Renderer(nn.Module):
         else:
             keep = torch.ones_like(marched.ray_indices, dtype=torch.bool)
         packed, valid = ops.repack(marched, keep, budget.sample_capacity, valid)
-        return tuple(packed[:4]), valid, marched.packed_info[:, 1]  # type: ignore[return-value]
+        if features is not None:  # kept samples are a prefix of each ray's: one gather follows them
+            features = features.index_select(0, ops.repacked_prefix_slots(packed, marched.packed_info))
+        return tuple(packed[:4]), valid, marched.packed_info[:, 1], features  # type: ignore[return-value]
+
+    def _densities(self, field: Any, positions: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The density pass: float32 sigmas [S] and, with ``reuse_features`` and a field that has
+        ``density_and_features``, the encoding's features [S, C] for the differentiable pass (else None)."""
+        if self.reuse_features and hasattr(field, "density_and_features"):
+            sigmas, features = field.density_and_features(positions)
+            return sigmas.reshape(-1).float(), features
+        return field.density(positions).reshape(-1).float(), None
 
     def _march_inputs(self, rays_o: Tensor, rays_d: Tensor) -> tuple[Tensor, ...]:
         """The marching ops' positional inputs: rays, their entry and exit of the outer box, the grid."""
@@ -315,14 +341,16 @@ class Renderer(nn.Module):
         t_starts: Tensor,
         t_ends: Tensor,
         packed_info: Tensor,
+        features: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """The differentiable pass: the field's densities at the samples, and the composited ``rgb``,
-        ``opacity``, ``depth`` and ``weights`` (``ops.volume_render``)."""
+        """The differentiable pass: the field's densities at the samples (their encoding ``features``
+        from the density pass, when given), and the composited ``rgb``, ``opacity``, ``depth`` and
+        ``weights`` (``ops.volume_render``)."""
         ops = self.ops
         connect = None
         if t_starts.shape[0] > 0:
             positions, dirs = ops.sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
-            sigmas, rgbs = field(positions, dirs)
+            sigmas, rgbs = field(positions, dirs) if features is None else field(positions, dirs, features)
             sigmas, rgbs = self._scale_gradients(sigmas.reshape(-1), rgbs.reshape(-1, 3), t_starts, t_ends)
         else:
             # No samples at all: skip the field (empty batches break some encodings), but keep the
@@ -364,11 +392,12 @@ class Renderer(nn.Module):
         t_starts: Tensor,
         t_ends: Tensor,
         packed_info: Tensor,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Packed samples whose transmittance is still >= ``early_stop_eps`` under the current field."""
+    ) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], Tensor | None]:
+        """Packed samples whose transmittance is still >= ``early_stop_eps`` under the current field, and
+        their features (see :meth:`_densities`)."""
         n_rays = rays_o.shape[0]
         positions, _ = self.ops.sample_points(rays_o, rays_d, ray_indices, t_starts, t_ends)
-        sigmas = field.density(positions).reshape(-1).float()
+        sigmas, features = self._densities(field, positions)
         _, transmittance = self.ops.render_weights(
             sigmas,
             t_starts,
@@ -384,7 +413,8 @@ class Renderer(nn.Module):
         counts = torch.zeros(n_rays, dtype=torch.int64, device=ray_indices.device)
         counts.index_add_(0, ray_indices, torch.ones_like(ray_indices))
         starts = torch.cumsum(counts, 0) - counts
-        return ray_indices, t_starts, t_ends, torch.stack([starts, counts], dim=-1).to(packed_info.dtype)
+        info = torch.stack([starts, counts], dim=-1).to(packed_info.dtype)
+        return (ray_indices, t_starts, t_ends, info), None if features is None else features[keep]
 
     @torch.no_grad()
     def render_image(

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common.h"
+#include "warp_scan.cuh"
 
 namespace nl {
 
@@ -22,6 +23,7 @@ struct LevelMeta {
   uint32_t dense_mask;              // bit l: level l indexes densely
   int n_levels;
   int level_major;  // thread order: 0 = levels of one point adjacent, 1 = points of one level adjacent
+  int warp_backward;  // the table's gradient by hash_bwd_warp_kernel (a warp per level, runs summed)
 };
 
 // (point, level) of this thread of a one-thread-per-(point, level) launch, see LevelMeta::level_major;
@@ -156,6 +158,40 @@ __global__ void hash_bwd_kernel(const float* __restrict__ x, const float* __rest
   }
 }
 
+// The table's gradient, a warp per level over 32 consecutive points (a block: 32 points, L warps). Consecutive
+// samples of a ray share the coarse levels' cells, so lanes often add into the same row: each run of equal
+// rows is summed in registers (warp_run_sum) and written by one atomic, not one per lane into a contended
+// row. Sums in another order than hash_bwd_kernel (float rounding only).
+constexpr uint32_t kNoRow = 0xffffffffu;  // lanes past the points or with a zero gradient
+
+template <int F>
+__global__ void hash_bwd_warp_kernel(const float* __restrict__ x, const float* __restrict__ grad_out,
+                                     const LevelMeta meta, int64_t n_points, float* __restrict__ grad_params) {
+  const int L = meta.n_levels;
+  const int lane = threadIdx.x & 31;
+  const int l = threadIdx.x >> 5;
+  const int64_t n = blockIdx.x * 32LL + lane;
+  Vec<float, F> g{};
+  bool any = false;
+  if (n < n_points) {
+    g = reinterpret_cast<const Vec<float, F>*>(grad_out)[n * L + l];
+#pragma unroll
+    for (int f = 0; f < F; ++f) any |= g.v[f] != 0.0f;
+  }
+  if (!__any_sync(kFull, any)) return;  // the whole warp: nothing to scatter
+  uint32_t rows[8] = {};
+  float wts[8] = {};
+  if (any) level_corners(x, n, l, meta, rows, wts);
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    const uint32_t row = any ? rows[c] : kNoRow;
+    float v[F];
+#pragma unroll
+    for (int f = 0; f < F; ++f) v[f] = any ? wts[c] * g.v[f] : 0.0f;
+    if (warp_run_sum<F>(row, v, lane) && row != kNoRow) atomic_add_vec<F>(grad_params + int64_t{row} * F, v);
+  }
+}
+
 // Gradient w.r.t. the positions (learned camera poses move the samples): per point, over the levels,
 // sum_c <dL/dout_l, feature_c> * d w_c / d x, with d w_c / d x_d = scale_l * (+-1) * (the other two
 // factors of w_c). One thread per point (no atomics); points with a zero upstream gradient skip
@@ -216,9 +252,10 @@ static LevelMeta make_meta(const std::vector<double>& scales, const std::vector<
     if (r * r * r <= static_cast<double>(size)) m.dense_mask |= (1u << l);
   }
   m.offset[L] = static_cast<uint32_t>(offsets[L]);
-  // Benchmark switch (default 0); read at every launch so that a benchmark can compare both orders.
+  // Benchmark switch (default 0); read at every launch so that a benchmark can compare the orders.
   const char* order = std::getenv("NERF_LIGHTNING_HASH_ORDER");
   m.level_major = (order != nullptr && order[0] == 'l') ? 1 : 0;
+  m.warp_backward = (order != nullptr && order[0] == 'w') ? 1 : 0;
   return m;
 }
 
@@ -281,6 +318,12 @@ torch::Tensor hash_encode_bwd(torch::Tensor x, torch::Tensor grad_out, int64_t n
   const int64_t N = x.size(0);
   auto grad = torch::zeros({n_rows, n_features}, x.options());
   if (N == 0) return grad;
+  if (meta.warp_backward) {  // a block: 32 points, one warp per level (L <= 32: at most 1024 threads)
+    NL_DISPATCH_F(Fr, hash_bwd_warp_kernel<F><<<n_blocks(N, 32), 32 * meta.n_levels, 0, stream()>>>(
+                          x.data_ptr<float>(), grad_out.data_ptr<float>(), meta, N, grad.data_ptr<float>()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return grad;
+  }
   const int threads = 256;
   const int64_t total = N * meta.n_levels;
   NL_DISPATCH_F(Fr, hash_bwd_kernel<F><<<n_blocks(total, threads), threads, 0, stream()>>>(

@@ -39,6 +39,7 @@ REFERENCE_OPS = (
     "grid_cell_indices",
     "grid_occupancy",
     "samples_in_use",
+    "repacked_prefix_slots",
     "accumulate_along_rays",
     "per_ray_loss",
     "trunc_exp",

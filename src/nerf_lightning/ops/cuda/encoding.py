@@ -4,8 +4,10 @@ The hash kernels run one thread per (point, level); the gradient w.r.t. the tabl
 scatter (fp16 tables accumulate in float32 and are rounded once). The gradients w.r.t. the positions
 and the directions (learned camera poses move and turn them) have kernels of their own, launched only
 when those inputs require a gradient. ``NERF_LIGHTNING_HASH_ORDER=level``
-switches them to a level-major thread order (same results; a benchmark switch). Under autocast the
-table keeps its dtype and the output is float32.
+switches them to a level-major thread order (same results; a benchmark switch), ``=warp`` the table's
+gradient to one warp per level over 32 consecutive points, each run of lanes adding into the same row summed
+before one atomic (``hash_bwd_warp_kernel``: the same gradient to float rounding; a benchmark switch until
+its A/B). Under autocast the table keeps its dtype and the output is float32.
 """
 
 from __future__ import annotations
@@ -19,18 +21,28 @@ from torch import Tensor
 from . import _support
 from ._support import device_problem, dtype_problem, reference_for
 
-__all__ = ["hash_encode", "sh_encode"]
+__all__ = ["hash_encode", "hash_encode_given", "sh_encode"]
 
 
 class _HashEncode(torch.autograd.Function):
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
     def forward(
-        ctx: Any, x: Tensor, params: Tensor, scales: list[float], resolutions: list[int], offsets: list[int]
+        ctx: Any,
+        x: Tensor,
+        params: Tensor,
+        scales: list[float],
+        resolutions: list[int],
+        offsets: list[int],
+        given: Tensor | None = None,
     ) -> Tensor:
         xf = x.detach().float().contiguous()
         table = params.detach().contiguous()
-        out = _support.ext().hash_encode_fwd(xf, table, scales, resolutions, offsets)
+        # `given`: the value an earlier pass computed (hash_encode_given), so no gather of the table here
+        if given is None:
+            out = _support.ext().hash_encode_fwd(xf, table, scales, resolutions, offsets)
+        else:
+            out = given
         ctx.save_for_backward(xf, table if ctx.needs_input_grad[0] else None)
         ctx.meta = (scales, resolutions, offsets, params.shape[0], params.shape[1], params.dtype)
         return out
@@ -48,7 +60,7 @@ class _HashEncode(torch.autograd.Function):
                 grad = grad.to(pdtype)  # fp16 tables: scatter in fp32, round once
         if ctx.needs_input_grad[0]:  # positions moved by learned camera poses: one thread per point
             grad_x = _support.ext().hash_encode_bwd_input(xf, table, g, scales, resolutions, offsets)
-        return grad_x, grad, None, None, None
+        return grad_x, grad, None, None, None, None
 
 
 def hash_encode(
@@ -66,6 +78,40 @@ def hash_encode(
         float32 [N, L * F], differentiable w.r.t. ``params`` (atomic scatter; fp16 tables accumulate
         in float32 and are rounded once) and ``x``.
     """
+    params, why = _kernel_table(x, params)
+    if why:
+        return reference_for("hash_encode", why)(x, params, scales, resolutions, offsets)
+    return _HashEncode.apply(x, params, *_level_lists(scales, resolutions, offsets))
+
+
+def hash_encode_given(
+    x: Tensor,
+    features: Tensor,
+    params: Tensor,
+    scales: Sequence[float],
+    resolutions: Sequence[int],
+    offsets: Sequence[int],
+) -> Tensor:
+    """See :func:`nerf_lightning.ops.reference.hash_encode_given`: ``features`` as the value, no forward
+    kernel; the backward kernels of :func:`hash_encode` (the same gradient).
+
+    Args:
+        x, params, scales, resolutions, offsets: as :func:`hash_encode`.
+        features: float32 [N, L * F] on the same device.
+    """
+    if features.ndim != 2 or features.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"hash_encode_given: features must be [N={x.shape[0]}, L * F], got {tuple(features.shape)}"
+        )
+    params, why = _kernel_table(x, params)
+    why = why or device_problem(features) or dtype_problem((features,), (torch.float32,))
+    if why:
+        return reference_for("hash_encode_given", why)(x, features, params, scales, resolutions, offsets)
+    return _HashEncode.apply(x, params, *_level_lists(scales, resolutions, offsets), features.detach())
+
+
+def _kernel_table(x: Tensor, params: Tensor) -> tuple[Tensor, str | None]:
+    """The table the kernels read (a bf16 one as float32) and why they cannot run, or None."""
     why = device_problem(x, params)
     if why is None and params.dtype == torch.bfloat16:
         # the kernels read fp32 / fp16 tables; a bf16 one (cast by a framework) goes through fp32, its
@@ -74,11 +120,13 @@ def hash_encode(
     why = why or dtype_problem((params,), (torch.float32, torch.float16))
     if why is None and (params.dim() != 2 or params.shape[1] not in (1, 2, 4, 8)):
         why = f"the kernels take tables [rows, F] with F in 1, 2, 4, 8, got {tuple(params.shape)}"
-    if why:
-        return reference_for("hash_encode", why)(x, params, scales, resolutions, offsets)
-    return _HashEncode.apply(
-        x, params, [float(s) for s in scales], [int(r) for r in resolutions], [int(o) for o in offsets]
-    )
+    return params, why
+
+
+def _level_lists(
+    scales: Sequence[float], resolutions: Sequence[int], offsets: Sequence[int]
+) -> tuple[list[float], list[int], list[int]]:
+    return [float(s) for s in scales], [int(r) for r in resolutions], [int(o) for o in offsets]
 
 
 class _SHEncode(torch.autograd.Function):

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["hash_encode", "sh_encode"]
+__all__ = ["hash_encode", "hash_encode_given", "sh_encode"]
 
 #: tiny-cuda-nn coherent_prime_hash primes (first dimension multiplied by 1).
 PRIMES = (1, 2654435761, 805459861)
@@ -91,6 +91,38 @@ _C0 = 0.28209479177387814
 _C1 = 0.48860251190291987
 _C2 = (1.0925484305920792, 0.94617469575755997, 0.31539156525251999, 0.54627421529603959)
 _C3 = (0.59004358992664352, 2.8906114426405538, 0.45704579946446572, 0.3731763325901154, 1.4453057213202769)
+
+
+def hash_encode_given(
+    x: torch.Tensor,
+    features: torch.Tensor,
+    params: torch.Tensor,
+    scales: Sequence[float],
+    resolutions: Sequence[int],
+    offsets: Sequence[int],
+) -> torch.Tensor:
+    """:func:`hash_encode` whose value is already known: ``features`` (the encoding of ``x`` by this table,
+    computed by an earlier pass that needed no gradient), with the gradient of :func:`hash_encode` at ``x``
+    w.r.t. ``params`` (and ``x``). The training step's density pass encodes every marched sample; the
+    differentiable pass on the samples it kept takes their features from it instead of gathering the table a
+    second time.
+
+    Args:
+        x: [N, 3] positions in [0, 1]^3.
+        features: float32 [N, L * F], ``hash_encode(x, params, ...)`` of the same table (not checked: a
+            stale value goes through as it is).
+        params, scales, resolutions, offsets: as :func:`hash_encode`.
+
+    Returns:
+        ``features`` as the value (bit for bit), differentiable as :func:`hash_encode`.
+    """
+    if features.ndim != 2 or features.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"hash_encode_given: features must be [N={x.shape[0]}, L * F], got {tuple(features.shape)}"
+        )
+    encoded = hash_encode(x, params, scales, resolutions, offsets)
+    # the value of `features`, the gradient of `encoded` (the oracle recomputes what the kernels skip)
+    return features.detach().to(encoded.dtype) + (encoded - encoded.detach())
 
 
 def sh_encode(d: torch.Tensor, degree: int = 4) -> torch.Tensor:

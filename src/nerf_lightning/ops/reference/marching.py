@@ -17,7 +17,7 @@ from ..types import PackedSamples
 from .grid import grid_cell_indices
 from .rays import SQRT3, check_rays
 
-__all__ = ["march_rays", "march_rays_fixed", "repack", "samples_in_use"]
+__all__ = ["march_rays", "march_rays_fixed", "repack", "repacked_prefix_slots", "samples_in_use"]
 
 #: Upper bound on the entries of one [rays, candidates] chunk in ``march_rays`` (memory bound:
 #: about 60 bytes per entry at the peak).
@@ -212,6 +212,32 @@ def repack(
         out_idx[:capacity], out_ts[:capacity], out_te[:capacity], torch.stack([starts, counts], dim=-1)
     )
     return out, valid
+
+
+def repacked_prefix_slots(packed: PackedSamples, source_info: Tensor) -> Tensor:
+    """Where each sample of a :func:`repack` output came from, when every ray kept a prefix of its samples.
+
+    Early termination keeps the samples before the transmittance falls under its threshold: a prefix
+    of each ray, since the transmittance never grows along a ray. Then the ``j``-th sample of ray ``r``
+    in the output is the ``j``-th of ``r`` in the source, and its source slot is
+    ``source_info[r, 0] + slot - packed.packed_info[r, 0]``: per-sample values of the source (a density
+    pass's features) follow the samples with one gather, without a second pass over the source.
+
+    Args:
+        packed: the fixed layout :func:`repack` returned.
+        source_info: int [R, 2], the ``packed_info`` of the samples given to :func:`repack`.
+
+    Returns:
+        int64 [S]: the source slot of each slot of ``packed``; 0 for its padding.
+    """
+    ray = packed.ray_indices.long()
+    info = packed.packed_info.long()
+    if info.shape[0] == 0:
+        return torch.zeros_like(ray)
+    slot = torch.arange(ray.shape[0], device=ray.device)
+    source = source_info[ray, 0].long() + slot - info[ray, 0]
+    n_used = info[-1, 0] + info[-1, 1]  # repack's layout: rays in order, an invalid ray starts at n_used
+    return torch.where(slot < n_used, source, 0)
 
 
 def check_repack_args(packed: PackedSamples, keep: Tensor, capacity: int) -> None:
