@@ -21,19 +21,18 @@ if [ $# -ne 1 ]; then
 fi
 ROOT=$(realpath -m "$1")
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+DEADLINE_S=${DEADLINE_S:-535}  # every part ends by then (gpu_common.sh's step clips each to the time left)
 # shellcheck source=benchmarks/gpu_common.sh
 source benchmarks/gpu_common.sh
 DATA=${DATA:-.devdata}
-END=$(($(date +%s) + ${DEADLINE_S:-535}))
-part() {  # folder, timeout, runner arguments...: clipped to the time left, skipped under 30 s
-    local folder=$1 to=$2 left=$((END - $(date +%s)))
+export STEPS_TSV=$ROOT/steps.tsv
+mkdir -p "$ROOT"
+part() {  # folder, timeout, runner arguments...: one step of gpu_common.sh, its runner told the time it has
+    local folder=$1 to=$2 left=$((DEADLINE_S - $(elapsed)))
     shift 2
     ((to > left)) && to=$left
-    ((to < 30)) && { echo "== $folder skipped (${left}s left)"; return 0; }
-    echo "== $folder (${to}s)"
-    mkdir -p "$ROOT/$folder"
-    OUT=$ROOT/$folder timeout -k 10 "$to" bash benchmarks/suite_gpu.sh "$@" --data "$DATA" --limit $((to - 10)) \
-        >"$ROOT/$folder.log" 2>&1
+    OUT=$ROOT/$folder step "$folder" "$to" 30 bash benchmarks/suite_gpu.sh "$@" --data "$DATA" \
+        --limit $((to - 10)) >"$ROOT/$folder.log" 2>&1
     tail -3 "$ROOT/$folder.log"
 }
 part ab 240 update-graph --only 'loop_*' --pack-extension

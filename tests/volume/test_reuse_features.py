@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nerf_lightning.models.encoding import HashEncoding
 from nerf_lightning.models.field import NGPField
 from nerf_lightning.ops import PackedSamples, reference
 from nerf_lightning.volume.occupancy import OccupancyGrid
@@ -139,8 +140,6 @@ def test_repacked_prefix_slots_follow_repack_of_early_terminated_rays() -> None:
 
 def test_hash_encode_given_has_the_given_value_and_the_encodings_gradient() -> None:
     enc_args = dict(n_levels=3, log2_hashmap_size=8, base_resolution=2, max_resolution=16)
-    from nerf_lightning.models.encoding import HashEncoding
-
     enc = HashEncoding(**enc_args, backend="torch")
     x = torch.rand(50, 3, generator=torch.Generator().manual_seed(3))
     features = torch.full((50, enc.n_output_dims), 7.0)  # not the encoding: the value must be this one

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..reference.encoding import check_given_features
 from . import _support
 from ._support import device_problem, dtype_problem, reference_for
 
@@ -99,10 +100,7 @@ def hash_encode_given(
         x, params, scales, resolutions, offsets: as :func:`hash_encode`.
         features: float32 [N, L * F] on the same device.
     """
-    if features.ndim != 2 or features.shape[0] != x.shape[0]:
-        raise ValueError(
-            f"hash_encode_given: features must be [N={x.shape[0]}, L * F], got {tuple(features.shape)}"
-        )
+    check_given_features(x, features)
     params, why = _kernel_table(x, params)
     why = why or device_problem(features) or dtype_problem((features,), (torch.float32,))
     if why:

@@ -116,13 +116,18 @@ def hash_encode_given(
     Returns:
         ``features`` as the value (bit for bit), differentiable as :func:`hash_encode`.
     """
+    check_given_features(x, features)
+    encoded = hash_encode(x, params, scales, resolutions, offsets)
+    # the value of `features`, the gradient of `encoded` (the oracle recomputes what the kernels skip)
+    return features.detach().to(encoded.dtype) + (encoded - encoded.detach())
+
+
+def check_given_features(x: torch.Tensor, features: torch.Tensor) -> None:
+    """:func:`hash_encode_given`'s shape rule (every backend's): one row of features per position."""
     if features.ndim != 2 or features.shape[0] != x.shape[0]:
         raise ValueError(
             f"hash_encode_given: features must be [N={x.shape[0]}, L * F], got {tuple(features.shape)}"
         )
-    encoded = hash_encode(x, params, scales, resolutions, offsets)
-    # the value of `features`, the gradient of `encoded` (the oracle recomputes what the kernels skip)
-    return features.detach().to(encoded.dtype) + (encoded - encoded.detach())
 
 
 def sh_encode(d: torch.Tensor, degree: int = 4) -> torch.Tensor:
